@@ -1,0 +1,57 @@
+"""docs/protocol.md and k3lsp/protocol.py must describe the same protocol: same kinds, same fields."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from k3lsp import protocol
+
+DOC = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+
+
+def doc_sections() -> dict[str, dict[str, set[str]]]:
+    """direction -> kind -> documented field names, read from the '## Client → daemon' / '## Daemon → client' parts."""
+    parts = {
+        "to_daemon": DOC.split("## Client → daemon")[1].split("## Daemon → client")[0],
+        "to_client": DOC.split("## Daemon → client")[1].split("## The finding")[0],
+    }
+    out: dict[str, dict[str, set[str]]] = {}
+    for direction, text in parts.items():
+        kinds = re.split(r"^### `(\w+)`\s*$", text, flags=re.M)[1:]
+        out[direction] = {
+            kind: set(re.findall(r"^\| `(\w+)` \|", body, flags=re.M))
+            for kind, body in zip(kinds[::2], kinds[1::2], strict=True)
+        }
+    return out
+
+
+@pytest.mark.parametrize("direction", ["to_daemon", "to_client"])
+def test_every_documented_kind_has_a_validator_and_back(direction):
+    documented = doc_sections()[direction]
+    assert set(documented) == set(protocol.SCHEMAS[direction])
+
+
+@pytest.mark.parametrize("direction", ["to_daemon", "to_client"])
+def test_documented_fields_match_the_schemas(direction):
+    for kind, fields in doc_sections()[direction].items():
+        assert fields == set(protocol.SCHEMAS[direction][kind]), kind
+
+
+def test_finding_fields_are_documented():
+    table = DOC.split("## The finding")[1]
+    documented = set(
+        re.findall(r"`(\w+)`", "\n".join(line.split("|")[1] for line in table.splitlines() if line.startswith("| `")))
+    )
+    assert documented == set(protocol.FINDING_SCHEMA)
+
+
+def test_kinds_named_in_design_exist():
+    design = Path(__file__).parents[3] / "shared" / "DESIGN.md"
+    if not design.exists():
+        pytest.skip("shared/DESIGN.md is not beside this checkout")
+    text = design.read_text().split("## The wire")[1].split("## ")[0]
+    to_daemon = re.findall(r"`(\w+)`", text.split("Client -> daemon:")[1].split("Daemon -> client:")[0])
+    to_client = re.findall(r"`(\w+)`", text.split("Daemon -> client:")[1].split("Every request")[0])
+    assert set(to_daemon) == set(protocol.TO_DAEMON)
+    assert set(to_client) == set(protocol.TO_CLIENT)
