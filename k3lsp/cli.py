@@ -1,0 +1,59 @@
+"""`k3lsp`: with no arguments the language server on stdio; subcommands for scripts and terminals.
+
+Each subcommand lives in its own module; this file only parses arguments and dispatches, so that
+starting the language server does not pay for what the batch tools import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
+
+
+def _status(args: argparse.Namespace) -> int:
+    async def run() -> dict:
+        async with BackendClient(ClientOptions(endpoint=args.endpoint, connect_timeout=args.timeout)) as client:
+            return {"welcome": client.welcome, "status": await client.status(args.timeout)}
+
+    try:
+        result = asyncio.run(run())
+    except BackendError as exc:
+        print(f"k3lsp status: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        from k3lsp.report import print_status
+
+        print_status(result["welcome"], result["status"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="k3lsp", description="k3 security-audit language server and tools")
+    sub = parser.add_subparsers(dest="command")
+
+    status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
+    status.add_argument("--endpoint", default=default_endpoint(), help="daemon endpoint (env K3LSP_ENDPOINT)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon")
+    status.set_defaults(run=_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        from k3lsp.server import serve_stdio
+
+        serve_stdio()
+        return 0
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The editor side's connection to one audit daemon: an asyncio DEALER with multiplexed, cancellable requests.
+
+One :class:`BackendClient` per daemon (a DEALER connected to two daemons would round-robin a request and
+its cancel to different machines). A reader task routes every incoming message by its request id to
+that request's queue, so many audits stream at once over one socket. Liveness is checked with the
+application ``ping`` (ZMTP heartbeats only prove that libzmq is alive, not the daemon's event loop);
+when the daemon goes away, open requests fail at once with :class:`BackendError` instead of hanging,
+and ZeroMQ reconnects by itself, so the next request works as soon as the daemon is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from k3lsp import __version__, protocol
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+def default_endpoint() -> str:
+    """The endpoint every k3lsp front end uses when none is configured."""
+    return os.environ.get("K3LSP_ENDPOINT") or DEFAULT_ENDPOINT
+
+
+class BackendError(Exception):
+    """The daemon could not serve a request. ``code`` says why, for programs; the message says it for people.
+
+    Codes: ``unreachable`` (no answer in time), ``down`` (it stopped answering mid-request), ``version``,
+    ``protocol`` (it sent something malformed), or the daemon's own ``error`` code.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ClientOptions:
+    endpoint: str = ""
+    connect_timeout: float = 5.0  # hello -> welcome; a daemon that is up answers in milliseconds
+    liveness_interval: float = 2.0  # ping period while requests are open
+    liveness_timeout: float = 6.0  # no message at all for this long while requests are open -> down
+    client_name: str = "k3lsp"
+
+    def __post_init__(self) -> None:
+        self.endpoint = self.endpoint or default_endpoint()
+
+
+ToolHandler = Callable[[dict], Awaitable[tuple[bool, str]]]
+
+
+class BackendClient:
+    """A DEALER to one daemon; safe to use from many tasks of one event loop."""
+
+    def __init__(self, options: ClientOptions | None = None, context: zmq.asyncio.Context | None = None):
+        self.options = options or ClientOptions()
+        self._ctx = context or zmq.asyncio.Context.instance()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._reader: asyncio.Task | None = None
+        self._watchdog: asyncio.Task | None = None
+        self._queues: dict[str, asyncio.Queue[dict]] = {}
+        self._ids = itertools.count(1)
+        self._prefix = os.urandom(4).hex()
+        self._last_heard = 0.0
+        self.welcome: dict | None = None
+
+    # --- connection --------------------------------------------------------------------------------------
+
+    def _open(self) -> zmq.asyncio.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)  # unsent source code should not linger after close
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to completed connections: a dead daemon is seen, not buffered
+        sock.setsockopt(zmq.RECONNECT_IVL, 250)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 4000)
+        sock.connect(self.options.endpoint)
+        return sock
+
+    async def connect(self) -> dict:
+        """Open the socket and say hello; returns the daemon's ``welcome`` or raises BackendError."""
+        if self._sock is None:
+            self._sock = self._open()
+            self._reader = asyncio.create_task(self._read_loop(), name="k3lsp-client-reader")
+            self._watchdog = asyncio.create_task(self._liveness_loop(), name="k3lsp-client-liveness")
+        reply = await self._one(
+            "hello", self.options.connect_timeout, client=self.options.client_name, version=__version__
+        )
+        if reply["kind"] != "welcome":
+            raise BackendError(reply.get("code", "protocol"), reply.get("message", f"unexpected {reply['kind']}"))
+        if reply["protocol"] != protocol.VERSION:
+            raise BackendError(
+                "version",
+                f"the daemon speaks protocol {reply['protocol']}, this client "
+                f"{protocol.VERSION}: upgrade the older side",
+            )
+        self.welcome = reply
+        return reply
+
+    async def close(self) -> None:
+        for task in (self._reader, self._watchdog):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._fail_all("down", "client closed")
+        if self._sock is not None:
+            self._sock.close(linger=0)
+        self._sock = self._reader = self._watchdog = None
+
+    async def __aenter__(self) -> BackendClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- sending and receiving ---------------------------------------------------------------------------
+
+    def new_id(self) -> str:
+        return f"{self._prefix}-{next(self._ids)}"
+
+    async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
+        """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout."""
+        if self._sock is None:
+            raise BackendError("down", "not connected")
+        frame = protocol.encode(protocol.make(kind, msg_id, **fields))
+        try:
+            await asyncio.wait_for(self._sock.send(frame), self.options.connect_timeout)
+        except TimeoutError as exc:
+            raise BackendError("unreachable", f"the audit daemon at {self.options.endpoint} is not reachable") from exc
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            frame = await self._sock.recv()
+            self._last_heard = loop.time()
+            try:
+                message = protocol.decode(frame, "to_client")
+            except protocol.ProtocolError as exc:
+                log.warning("dropped a malformed frame from the daemon: %s", exc)
+                continue
+            queue = self._queues.get(message["id"])
+            if queue is not None:
+                queue.put_nowait(message)
+
+    async def _liveness_loop(self) -> None:
+        """While requests are open, ping; if nothing at all comes back in time, fail them (the daemon is gone)."""
+        loop = asyncio.get_running_loop()
+        opts = self.options
+        while True:
+            await asyncio.sleep(opts.liveness_interval)
+            if not any(not k.startswith("ping-") for k in self._queues):
+                self._last_heard = loop.time()
+                continue
+            with contextlib.suppress(BackendError):
+                await self._one("ping", opts.liveness_interval, prefix="ping-")
+            if loop.time() - self._last_heard > opts.liveness_timeout:
+                self._fail_all("down", f"the audit daemon at {opts.endpoint} stopped answering")
+
+    def _fail_all(self, code: str, message: str) -> None:
+        for msg_id, queue in list(self._queues.items()):
+            queue.put_nowait(protocol.error(msg_id, code, message) | {"local": True})
+
+    async def _one(self, kind: str, timeout: float, prefix: str = "", **fields: Any) -> dict:
+        """A request with exactly one reply (hello, ping, status)."""
+        msg_id = prefix + self.new_id()
+        queue = self._queues[msg_id] = asyncio.Queue()
+        try:
+            await self.send(kind, msg_id, **fields)
+            return await asyncio.wait_for(queue.get(), timeout)
+        except TimeoutError as exc:
+            raise BackendError(
+                "unreachable", f"the audit daemon at {self.options.endpoint} did not answer within {timeout:g} s"
+            ) from exc
+        finally:
+            self._queues.pop(msg_id, None)
+
+    async def ping(self, timeout: float = 5.0) -> float:
+        """Round-trip time of an application ping, in seconds."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        reply = await self._one("ping", timeout)
+        if reply["kind"] != "pong":
+            raise BackendError(reply.get("code", "protocol"), reply.get("message", "no pong"))
+        return loop.time() - start
+
+    async def status(self, timeout: float = 5.0) -> dict:
+        reply = await self._one("status", timeout)
+        if reply["kind"] != "status":
+            raise BackendError(reply.get("code", "protocol"), reply.get("message", "no status"))
+        return reply["status"]
+
+    # --- streaming requests ------------------------------------------------------------------------------
+
+    async def stream(
+        self, kind: str, fields: dict, *, tools: ToolHandler | None = None, msg_id: str | None = None
+    ) -> AsyncIterator[dict]:
+        """Send a request (``audit``/``explain``) and yield its messages up to and including the terminal one.
+
+        ``tool_request`` messages are answered with ``tools`` (or refused when none is given) and also yielded.
+        Leaving the loop early (break, task cancellation) cancels the request on the daemon.
+        """
+        msg_id = msg_id or self.new_id()
+        queue = self._queues[msg_id] = asyncio.Queue()
+        finished = False
+        try:
+            await self.send(kind, msg_id, **fields)
+            while True:
+                message = await queue.get()
+                if message["kind"] == "tool_request":
+                    ok, text = await tools(message) if tools else (False, "no tools are available")
+                    await self.send("tool_result", msg_id, call=message["call"], ok=ok, result=text)
+                finished = message["kind"] in protocol.TERMINAL_KINDS
+                yield message
+                if finished:
+                    return
+        finally:
+            self._queues.pop(msg_id, None)
+            if not finished and self._sock is not None:
+                with contextlib.suppress(BackendError, zmq.ZMQError):
+                    await asyncio.shield(self.send("cancel", msg_id))
+
+    async def cancel(self, msg_id: str) -> None:
+        """Ask the daemon to cancel a request; its stream then ends with ``cancelled``."""
+        await self.send("cancel", msg_id)

@@ -1,0 +1,138 @@
+"""BackendClient against a real ROUTER on loopback playing a scripted daemon (the real one is in tests/backend)."""
+
+import asyncio
+import contextlib
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from k3lsp import protocol
+from k3lsp.client import BackendClient, BackendError, ClientOptions
+
+
+@contextlib.asynccontextmanager
+async def peer(handler):
+    """A ROUTER on a free loopback port; ``handler(sock, ident, message)`` answers each decoded message."""
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+
+    async def serve():
+        while True:
+            ident, frame = await sock.recv_multipart()
+            await handler(sock, ident, protocol.decode(frame, "to_daemon"))
+
+    task = asyncio.create_task(serve())
+    try:
+        yield f"tcp://127.0.0.1:{port}"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()
+        ctx.term()
+
+
+async def reply(sock, ident, kind, msg_id, **fields):
+    await sock.send_multipart([ident, protocol.encode(protocol.make(kind, msg_id, **fields))])
+
+
+WELCOME = {"protocol": 1, "server": "test", "model": "m", "experts": 8, "ranks": 1, "limits": {}}
+
+
+async def basic(sock, ident, msg):
+    if msg["kind"] == "hello":
+        await reply(sock, ident, "welcome", msg["id"], **WELCOME)
+    elif msg["kind"] == "ping":
+        await reply(sock, ident, "pong", msg["id"])
+    elif msg["kind"] == "audit":
+        # Two interleaved requests stream back on one socket: answer in reverse order to prove routing by id.
+        await asyncio.sleep(0.05 if msg["unit"] == "first" else 0)
+        await reply(sock, ident, "progress", msg["id"], stage="generating", detail=msg["unit"])
+        await reply(sock, ident, "tool_request", msg["id"], call="c1", tool="read_lines", args={"path": "a.c"})
+    elif msg["kind"] == "tool_result":
+        await reply(sock, ident, "text", msg["id"], text=msg["result"])
+        await reply(sock, ident, "done", msg["id"], stats={"ok": msg["ok"]})
+
+
+AUDIT = {"path": "a.c", "code": "int f(void);", "context": ""}
+
+
+async def test_concurrent_streams_are_routed_by_id_and_tools_answered():
+    async def tools(request):
+        return True, f"lines of {request['args']['path']}"
+
+    async with peer(basic) as endpoint, BackendClient(ClientOptions(endpoint=endpoint)) as client:
+        assert client.welcome["experts"] == 8
+
+        async def run(unit):
+            return [m async for m in client.stream("audit", AUDIT | {"unit": unit}, tools=tools)]
+
+        first, second = await asyncio.wait_for(asyncio.gather(run("first"), run("second")), 10)
+    for messages, unit in ((first, "first"), (second, "second")):
+        assert [m["kind"] for m in messages] == ["progress", "tool_request", "text", "done"]
+        assert messages[0]["detail"] == unit
+        assert messages[2]["text"] == "lines of a.c"
+        assert len({m["id"] for m in messages}) == 1
+
+
+async def test_unreachable_daemon_is_a_clear_error():
+    ctx = zmq.Context.instance()
+    probe = ctx.socket(zmq.REP)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close()  # a free port with nobody listening
+    client = BackendClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5))
+    with pytest.raises(BackendError) as err:
+        await asyncio.wait_for(client.connect(), 5)
+    await client.close()
+    assert err.value.code == "unreachable"
+    assert f"127.0.0.1:{port}" in str(err.value)
+
+
+async def test_version_mismatch_is_named():
+    async def old(sock, ident, msg):
+        await reply(sock, ident, "welcome", msg["id"], **(WELCOME | {"protocol": 0}))
+
+    async with peer(old) as endpoint:
+        client = BackendClient(ClientOptions(endpoint=endpoint))
+        with pytest.raises(BackendError) as err:
+            await asyncio.wait_for(client.connect(), 5)
+        await client.close()
+    assert err.value.code == "version"
+
+
+async def test_daemon_that_goes_silent_fails_open_requests():
+    silent = asyncio.Event()
+
+    async def goes_silent(sock, ident, msg):
+        if not silent.is_set() and msg["kind"] == "hello":
+            await reply(sock, ident, "welcome", msg["id"], **WELCOME)
+            silent.set()
+
+    opts = ClientOptions(liveness_interval=0.2, liveness_timeout=0.6)
+    async with peer(goes_silent) as endpoint:
+        opts.endpoint = endpoint
+        async with BackendClient(opts) as client:
+            messages = [m async for m in client.stream("audit", AUDIT | {"unit": "f"})]
+    assert messages[-1]["kind"] == "error" and messages[-1]["code"] == "down"
+
+
+async def test_leaving_a_stream_early_cancels_it_on_the_daemon():
+    seen = []
+
+    async def record(sock, ident, msg):
+        seen.append(msg["kind"])
+        await basic(sock, ident, msg)
+
+    async with peer(record) as endpoint, BackendClient(ClientOptions(endpoint=endpoint)) as client:
+        gen = client.stream("audit", AUDIT | {"unit": "second"})
+        first = await asyncio.wait_for(anext(gen), 5)
+        await gen.aclose()
+        for _ in range(50):
+            if "cancel" in seen:
+                break
+            await asyncio.sleep(0.02)
+    assert first["kind"] == "progress"
+    assert "cancel" in seen
