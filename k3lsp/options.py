@@ -1,0 +1,130 @@
+"""The server's configuration: parsed once into a typed object with defaults (jedi-language-server style).
+
+Settings arrive as free JSON from ``initializationOptions`` and from ``workspace/configuration`` section
+``k3lsp``; every editor sends the same keys. A wrong value must never crash the server or silently change
+behaviour: each bad key is reported (the server shows the errors with ``window/showMessage``) and its
+default is used, while the valid keys still apply.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from k3lsp.client import default_endpoint
+
+TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
+DEFAULT_INCLUDE = ("**/*.c", "**/*.h")
+DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user can configure; field names are the snake_case of the wire keys."""
+
+    endpoint: str = field(default_factory=default_endpoint)
+    server_key: str = ""  # path to the daemon's public CurveZMQ key (issue 6); empty = no encryption
+    client_key: str = ""  # path to this client's secret key file
+    trigger: str = "save"
+    min_severity: str = "info"
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+
+    def audits_on_open(self) -> bool:
+        return self.trigger == "open"
+
+    def audits_on_save(self) -> bool:
+        return self.trigger in ("save", "open")
+
+    def wants(self, relative_path: str) -> bool:
+        """Whether a workspace-relative path (``/`` separated) is audited by workspace audits."""
+        return _matches(relative_path, self.include) and not _matches(relative_path, self.exclude)
+
+
+def _matches(path: str, globs: tuple[str, ...]) -> bool:
+    # fnmatch's `*` crosses `/`, so `**/*.c` matches any depth; `**/` also matches the top level.
+    return any(
+        fnmatch.fnmatchcase(path, g) or (g.startswith("**/") and fnmatch.fnmatchcase(path, g[3:])) for g in globs
+    )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _endpoint(value: Any) -> str:
+    value = _text(value).strip()
+    if not value.startswith(("tcp://", "ipc://")):
+        raise ValueError(f"{value!r} is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555")
+    return value
+
+
+def _choice(choices: tuple[str, ...]):
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _globs(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(g, str) and g for g in value):
+        raise ValueError("expected a list of glob strings")
+    return tuple(value)
+
+
+_PARSERS = {
+    "endpoint": ("endpoint", _endpoint),
+    "serverKey": ("server_key", _text),
+    "clientKey": ("client_key", _text),
+    "trigger": ("trigger", _choice(TRIGGERS)),
+    "minSeverity": ("min_severity", _choice(SEVERITIES)),
+    "maxFileBytes": ("max_file_bytes", _positive_int),
+    "include": ("include", _globs),
+    "exclude": ("exclude", _globs),
+}
+
+
+def parse(raw: Any, base: Options | None = None) -> tuple[Options, list[str]]:
+    """Settings JSON -> (options, errors). Missing or null keys keep ``base`` (or the defaults).
+
+    Accepts either the settings map itself or one wrapped as ``{"k3lsp": {...}}`` (what some clients send
+    as initializationOptions). Unknown keys are reported too, since they are usually typos.
+    """
+    base = base or Options()
+    if raw is None:
+        return base, []
+    if isinstance(raw, Mapping) and isinstance(raw.get("k3lsp"), Mapping):
+        raw = raw["k3lsp"]
+    if not isinstance(raw, Mapping):
+        return base, [f"k3lsp settings must be an object, got {type(raw).__name__}; using the defaults"]
+    values: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, value in raw.items():
+        if key not in _PARSERS:
+            errors.append(f"unknown k3lsp setting {key!r} (known: {', '.join(_PARSERS)})")
+            continue
+        if value is None:
+            continue
+        name, check = _PARSERS[key]
+        try:
+            values[name] = check(value)
+        except ValueError as exc:
+            errors.append(f"k3lsp setting {key!r}: {exc}; using {getattr(base, name)!r}")
+    return replace(base, **values), errors
