@@ -1,0 +1,43 @@
+"use strict";
+/** The settings contributed in package.json match what config.ts reads and sends. */
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const path = require("node:path");
+const { OUT } = require("./support/fakes");
+
+const config = require(path.join(OUT, "config.js"));
+const manifest = require("../package.json");
+
+const EXTENSION_ONLY = ["server.path", "server.python", "trace.server"];
+
+test("package.json contributes exactly the server keys plus the extension-only keys", () => {
+  const contributed = Object.keys(manifest.contributes.configuration.properties).map((k) =>
+    k.replace(/^k3lsp\./, ""),
+  );
+  assert.deepEqual(contributed.sort(), [...config.SERVER_KEYS, ...EXTENSION_ONLY].sort());
+});
+
+test("contributed defaults start the server as documented", () => {
+  const props = manifest.contributes.configuration.properties;
+  const defaults = { get: (key) => props[`k3lsp.${key}`].default };
+  assert.deepEqual(config.serverCommand(defaults), { command: "k3lsp", args: [] });
+  assert.deepEqual(config.initializationOptions(defaults), {
+    trigger: "save",
+    minSeverity: "low",
+    include: [],
+    exclude: [],
+  });
+});
+
+test("enums match the server's values", () => {
+  const props = manifest.contributes.configuration.properties;
+  assert.deepEqual(props["k3lsp.trigger"].enum, ["save", "open", "manual"]);
+  assert.deepEqual(props["k3lsp.minSeverity"].enum, ["critical", "high", "medium", "low", "info"]);
+});
+
+test("a blank server path falls back to k3lsp", () => {
+  assert.deepEqual(config.serverCommand({ get: (key) => (key === "server.path" ? "  " : undefined) }), {
+    command: "k3lsp",
+    args: [],
+  });
+});

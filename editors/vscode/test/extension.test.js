@@ -1,0 +1,231 @@
+"use strict";
+/** Activation, commands, status bar and shutdown of the compiled extension, against fakes. */
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const os = require("node:os");
+const path = require("node:path");
+const { loadExtension, Uri, State } = require("./support/fakes");
+
+const manifest = require("../package.json");
+
+async function activated(settings = {}) {
+  const loaded = loadExtension(settings);
+  await loaded.extension.activate(loaded.context);
+  return loaded;
+}
+
+function onlyClient(lc) {
+  assert.equal(lc.clients.length, 1, "exactly one client is created");
+  return lc.clients[0];
+}
+
+test("activation starts a stdio client running `k3lsp` with no arguments", async () => {
+  const { lc } = await activated();
+  const client = onlyClient(lc);
+  assert.equal(client.id, "k3lsp", "the id makes `k3lsp.trace.server` the trace setting");
+  assert.deepEqual(client.serverOptions, { command: "k3lsp", args: [] });
+  assert.equal(client.started, 1);
+  assert.ok(client.isRunning());
+});
+
+test("k3lsp.server.path is used, with ~ expanded", async () => {
+  const { lc } = await activated({ "server.path": "~/bin/k3lsp" });
+  assert.deepEqual(onlyClient(lc).serverOptions, { command: path.join(os.homedir(), "bin/k3lsp"), args: [] });
+});
+
+test("k3lsp.server.python runs `python -m k3lsp` and wins over the path", async () => {
+  const { lc } = await activated({ "server.path": "/opt/k3lsp", "server.python": "/w/.venv/bin/python" });
+  assert.deepEqual(onlyClient(lc).serverOptions, { command: "/w/.venv/bin/python", args: ["-m", "k3lsp"] });
+});
+
+test("document selector covers C files and .h headers of any language", async () => {
+  const { lc } = await activated();
+  assert.deepEqual(onlyClient(lc).clientOptions.documentSelector, [
+    { scheme: "file", language: "c" },
+    { scheme: "file", pattern: "**/*.h" },
+  ]);
+});
+
+test("initializationOptions carry the server's settings and nothing extension-only", async () => {
+  const { lc } = await activated({
+    endpoint: "tcp://127.0.0.1:7001",
+    serverKey: "/keys/server.key",
+    clientKey: "/keys/client.key_secret",
+    trigger: "open",
+    minSeverity: "high",
+    maxFileBytes: 200000,
+    include: ["src/**"],
+    exclude: ["third_party/**"],
+    "server.path": "/opt/k3lsp",
+    "server.python": "",
+    "trace.server": "verbose",
+  });
+  const options = onlyClient(lc).clientOptions;
+  assert.deepEqual(options.initializationOptions, {
+    endpoint: "tcp://127.0.0.1:7001",
+    serverKey: "/keys/server.key",
+    clientKey: "/keys/client.key_secret",
+    trigger: "open",
+    minSeverity: "high",
+    maxFileBytes: 200000,
+    include: ["src/**"],
+    exclude: ["third_party/**"],
+  });
+  assert.deepEqual(options.synchronize, { configurationSection: "k3lsp" });
+});
+
+test("unset settings (empty string, null) are left to the server's defaults", async () => {
+  const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "save" });
+  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { trigger: "save" });
+});
+
+test("the four commands of package.json are registered", async () => {
+  const { vscode } = await activated();
+  const contributed = manifest.contributes.commands.map((c) => c.command).sort();
+  assert.deepEqual(contributed, ["k3lsp.auditFile", "k3lsp.auditWorkspace", "k3lsp.restartServer", "k3lsp.showStatus"]);
+  assert.deepEqual([...vscode.commands.keys()].sort(), contributed);
+});
+
+test("server commands with the extension's ids are not registered twice; the others are", async () => {
+  const { lc, vscode } = await activated();
+  const client = onlyClient(lc);
+  const advertised = ["k3lsp.auditFile", "k3lsp.auditWorkspace", "k3lsp.status", "k3lsp.explain"];
+  // The real client does this on initialize; a second registration of an id would throw.
+  client.getFeature("workspace/executeCommand").register({ id: "x", registerOptions: { commands: advertised } });
+  assert.ok(vscode.commands.has("k3lsp.status"));
+  assert.ok(vscode.commands.has("k3lsp.explain"), "code-action commands still reach the server");
+  await vscode.api.commands.executeCommand("k3lsp.explain", "fp1");
+  assert.deepEqual(client.requests.at(-1).params, { command: "k3lsp.explain", arguments: ["fp1"] });
+});
+
+test("audit file sends the active document's uri", async () => {
+  const { lc, vscode } = await activated();
+  vscode.api.window.activeTextEditor = { document: { uri: Uri.file("/w/src/net.c") } };
+  await vscode.api.commands.executeCommand("k3lsp.auditFile");
+  assert.deepEqual(onlyClient(lc).requests, [
+    { method: "workspace/executeCommand", params: { command: "k3lsp.auditFile", arguments: ["file:///w/src/net.c"] } },
+  ]);
+});
+
+test("audit file from the explorer sends the clicked file, not the active one", async () => {
+  const { lc, vscode } = await activated();
+  vscode.api.window.activeTextEditor = { document: { uri: Uri.file("/w/a.c") } };
+  await vscode.api.commands.executeCommand("k3lsp.auditFile", Uri.file("/w/b.h"));
+  assert.deepEqual(onlyClient(lc).requests[0].params.arguments, ["file:///w/b.h"]);
+});
+
+test("audit file without a file-backed document warns and sends nothing", async () => {
+  const { lc, vscode } = await activated();
+  await vscode.api.commands.executeCommand("k3lsp.auditFile");
+  vscode.api.window.activeTextEditor = { document: { uri: Uri.parse("untitled://Untitled-1") } };
+  await vscode.api.commands.executeCommand("k3lsp.auditFile");
+  assert.equal(onlyClient(lc).requests.length, 0);
+  assert.deepEqual(vscode.messages.map((m) => m.level), ["warning", "warning"]);
+});
+
+test("audit workspace forwards k3lsp.auditWorkspace", async () => {
+  const { lc, vscode } = await activated();
+  await vscode.api.commands.executeCommand("k3lsp.auditWorkspace");
+  assert.deepEqual(onlyClient(lc).requests[0].params, { command: "k3lsp.auditWorkspace", arguments: [] });
+});
+
+test("show status asks k3lsp.status and shows the dict", async () => {
+  const { lc, vscode } = await activated();
+  lc.responses.set("k3lsp.status", { backend: "connected", queued: 2, model: "tiny", stats: { loops: 0 } });
+  vscode.choices.push("Show Details");
+  await vscode.api.commands.executeCommand("k3lsp.showStatus");
+  assert.deepEqual(onlyClient(lc).requests[0].params, { command: "k3lsp.status", arguments: [] });
+  const info = vscode.messages.find((m) => m.level === "info");
+  assert.equal(info.text, "k3 backend status: backend: connected, queued: 2, model: tiny");
+  const channel = vscode.channels[0];
+  assert.match(channel.lines.join("\n"), /"loops": 0/);
+  assert.equal(channel.shown, 1);
+});
+
+test("a failing server command becomes an error message", async () => {
+  const { lc, vscode } = await activated();
+  lc.responses.set("k3lsp.status", new Error("backend timed out"));
+  await vscode.api.commands.executeCommand("k3lsp.showStatus");
+  assert.deepEqual(
+    vscode.messages.map((m) => [m.level, m.text]),
+    [["error", "k3lsp: k3lsp.status failed: backend timed out"]],
+  );
+});
+
+test("a command while the server is down offers a restart instead of sending", async () => {
+  const { lc, vscode } = await activated();
+  onlyClient(lc).setState(State.Stopped);
+  vscode.choices.push("Restart Server");
+  await vscode.api.commands.executeCommand("k3lsp.auditWorkspace");
+  assert.equal(lc.clients[0].requests.length, 0);
+  assert.match(vscode.messages[0].text, /not running/);
+  assert.equal(lc.clients.length, 2, "the offered restart builds a new client");
+  assert.ok(lc.clients[1].isRunning());
+});
+
+test("restart disposes the client and starts a new one with the current settings", async () => {
+  const { lc, vscode } = await activated({ "server.path": "k3lsp" });
+  vscode.settings["server.path"] = "/opt/k3lsp/bin/k3lsp";
+  vscode.settings.trigger = "manual";
+  await vscode.api.commands.executeCommand("k3lsp.restartServer");
+  assert.equal(lc.clients.length, 2);
+  assert.equal(lc.clients[0].disposed, 1);
+  assert.equal(lc.clients[1].serverOptions.command, "/opt/k3lsp/bin/k3lsp");
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { trigger: "manual" });
+  assert.ok(lc.clients[1].isRunning());
+});
+
+test("changing k3lsp.server.* restarts the server; other keys only sync", async () => {
+  const { lc, vscode } = await activated();
+  vscode.changeSettings({ trigger: "open" });
+  vscode.changeSettings({ "server.python": "/usr/bin/python3" });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(lc.clients.length, 2);
+  assert.deepEqual(lc.clients[1].serverOptions, { command: "/usr/bin/python3", args: ["-m", "k3lsp"] });
+});
+
+test("a server that cannot start leaves a clear message and a stopped status, not a failed activation", async () => {
+  const loaded = loadExtension({ "server.path": "/nope/k3lsp" });
+  loaded.lc.startError = new Error("spawn /nope/k3lsp ENOENT");
+  await loaded.extension.activate(loaded.context);
+  const [message] = loaded.vscode.messages;
+  assert.equal(message.level, "error");
+  assert.match(message.text, /could not start the language server "\/nope\/k3lsp": spawn \/nope\/k3lsp ENOENT/);
+  assert.equal(loaded.vscode.statusItems[0].text, "$(error) k3: server stopped");
+});
+
+test("the status bar follows k3lsp/status notifications and opens the status on click", async () => {
+  const { lc, vscode } = await activated();
+  const item = vscode.statusItems[0];
+  assert.ok(item.visible);
+  assert.equal(item.command, "k3lsp.showStatus");
+  const client = onlyClient(lc);
+  client.notify("k3lsp/status", { state: "connected", queued: 2, running: 1 });
+  assert.equal(item.text, "$(shield) k3: 1 running, 2 queued");
+  assert.equal(item.backgroundColor, undefined);
+  client.notify("k3lsp/status", { state: "down", queued: 0, running: 0, message: "no pong for 10 s" });
+  assert.equal(item.text, "$(error) k3: backend down");
+  assert.match(item.tooltip, /no pong for 10 s/);
+  assert.equal(item.backgroundColor.id, "statusBarItem.errorBackground");
+  client.notify("k3lsp/status", { state: "sleeping", queued: 0, running: 0 });
+  assert.equal(item.text, "$(warning) k3: bad status");
+  assert.match(item.tooltip, /unknown state "sleeping"/);
+});
+
+test("the status bar shows when the server process stops", async () => {
+  const { lc, vscode } = await activated();
+  onlyClient(lc).setState(State.Stopped);
+  assert.equal(vscode.statusItems[0].text, "$(error) k3: server stopped");
+});
+
+test("deactivate stops the client", async () => {
+  const { extension, lc } = await activated();
+  await extension.deactivate();
+  assert.equal(onlyClient(lc).disposed, 1);
+  assert.ok(!onlyClient(lc).isRunning());
+});
+
+test("deactivate before activation is harmless", async () => {
+  const { extension } = loadExtension();
+  await extension.deactivate();
+});

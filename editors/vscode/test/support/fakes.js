@@ -1,0 +1,248 @@
+"use strict";
+/**
+ * Recording fakes of `vscode` and `vscode-languageclient/node`, installed through Module._load.
+ *
+ * VS Code cannot be downloaded here, so activation is tested against these fakes. They mimic the
+ * behaviour the extension depends on, including VS Code's refusal to register a command id twice.
+ */
+const Module = require("node:module");
+const path = require("node:path");
+
+const OUT = path.resolve(__dirname, "..", "..", "out");
+
+class Uri {
+  constructor(scheme, fsPath) {
+    this.scheme = scheme;
+    this.path = fsPath;
+  }
+  static file(fsPath) {
+    return new Uri("file", fsPath);
+  }
+  static parse(text) {
+    const match = /^([a-z][a-z0-9+.-]*):\/\/(.*)$/i.exec(text);
+    if (!match) {
+      throw new Error(`not a uri: ${text}`);
+    }
+    return new Uri(match[1], match[2]);
+  }
+  toString() {
+    return `${this.scheme}://${this.path}`;
+  }
+}
+
+class ThemeColor {
+  constructor(id) {
+    this.id = id;
+  }
+}
+
+function disposable(fn = () => {}) {
+  return { dispose: fn };
+}
+
+/** A fresh fake VS Code. `settings` is the flat `k3lsp` section, e.g. {"server.path": "x"}. */
+function makeVscode(settings) {
+  const world = {
+    settings: { ...settings },
+    commands: new Map(),
+    executed: [],
+    messages: [],
+    choices: [],
+    configListeners: [],
+    statusItems: [],
+    channels: [],
+  };
+  const message = (level) => (text, ...items) => {
+    world.messages.push({ level, text, items });
+    return Promise.resolve(world.choices.shift());
+  };
+  world.api = {
+    Uri,
+    ThemeColor,
+    StatusBarAlignment: { Left: 1, Right: 2 },
+    workspace: {
+      getConfiguration(section) {
+        if (section !== "k3lsp") {
+          throw new Error(`unexpected configuration section ${section}`);
+        }
+        const snapshot = { ...world.settings };
+        return { get: (key) => snapshot[key] };
+      },
+      onDidChangeConfiguration(listener) {
+        world.configListeners.push(listener);
+        return disposable();
+      },
+    },
+    window: {
+      activeTextEditor: undefined,
+      showErrorMessage: message("error"),
+      showWarningMessage: message("warning"),
+      showInformationMessage: message("info"),
+      createOutputChannel(name, options) {
+        const channel = { name, options, lines: [], shown: 0, disposed: false };
+        channel.appendLine = (line) => channel.lines.push(line);
+        channel.show = () => (channel.shown += 1);
+        channel.dispose = () => (channel.disposed = true);
+        world.channels.push(channel);
+        return channel;
+      },
+      createStatusBarItem(id, alignment, priority) {
+        const item = { id, alignment, priority, text: "", tooltip: "", visible: false };
+        item.show = () => (item.visible = true);
+        item.dispose = () => (item.visible = false);
+        world.statusItems.push(item);
+        return item;
+      },
+    },
+    commands: {
+      registerCommand(id, handler) {
+        if (world.commands.has(id)) {
+          throw new Error(`command '${id}' already exists`);
+        }
+        world.commands.set(id, handler);
+        return disposable(() => world.commands.delete(id));
+      },
+      async executeCommand(id, ...args) {
+        world.executed.push({ id, args });
+        const handler = world.commands.get(id);
+        return handler ? handler(...args) : undefined;
+      },
+    },
+  };
+  /** Fires onDidChangeConfiguration for the given changed setting ids. */
+  world.changeSettings = (changes) => {
+    Object.assign(world.settings, changes);
+    const changed = Object.keys(changes).map((key) => `k3lsp.${key}`);
+    const event = {
+      affectsConfiguration: (section) => changed.some((id) => id === section || id.startsWith(`${section}.`)),
+    };
+    world.configListeners.forEach((listener) => listener(event));
+  };
+  return world;
+}
+
+const State = { Stopped: 1, Running: 2, Starting: 3 };
+const EXECUTE_COMMAND = "workspace/executeCommand";
+
+/** A fresh fake vscode-languageclient whose clients record what the extension does with them. */
+function makeLanguageClientModule(vscodeWorld) {
+  const lc = { clients: [], startError: undefined, responses: new Map() };
+
+  /** Like the real ExecuteCommandFeature: registers each advertised server command as a VS Code command. */
+  class FakeExecuteCommandFeature {
+    constructor(client) {
+      this.client = client;
+    }
+    register(data) {
+      for (const command of data.registerOptions.commands) {
+        vscodeWorld.api.commands.registerCommand(command, (...args) =>
+          this.client.sendRequest({ method: EXECUTE_COMMAND }, { command, arguments: args }),
+        );
+      }
+    }
+  }
+
+  class LanguageClient {
+    constructor(id, name, serverOptions, clientOptions) {
+      Object.assign(this, { id, name, serverOptions, clientOptions });
+      this.state = State.Stopped;
+      this.started = 0;
+      this.disposed = 0;
+      this.requests = [];
+      this.notificationHandlers = new Map();
+      this.stateListeners = [];
+      this.executeCommandFeature = new FakeExecuteCommandFeature(this);
+      lc.clients.push(this);
+    }
+    setState(newState) {
+      const oldState = this.state;
+      this.state = newState;
+      this.stateListeners.forEach((listener) => listener({ oldState, newState }));
+    }
+    async start() {
+      this.started += 1;
+      this.setState(State.Starting);
+      if (lc.startError) {
+        this.setState(State.Stopped);
+        throw lc.startError;
+      }
+      this.setState(State.Running);
+    }
+    async dispose() {
+      this.disposed += 1;
+      this.setState(State.Stopped);
+    }
+    isRunning() {
+      return this.state === State.Running;
+    }
+    getFeature(method) {
+      if (method !== EXECUTE_COMMAND) {
+        throw new Error(`unexpected feature ${method}`);
+      }
+      return this.executeCommandFeature;
+    }
+    onNotification(method, handler) {
+      this.notificationHandlers.set(method, handler);
+      return disposable();
+    }
+    onDidChangeState(listener) {
+      this.stateListeners.push(listener);
+      return disposable();
+    }
+    async sendRequest(type, params) {
+      this.requests.push({ method: type.method, params });
+      const response = lc.responses.get(params.command);
+      if (response instanceof Error) {
+        throw response;
+      }
+      return response;
+    }
+    /** Simulates the server sending a notification. */
+    notify(method, params) {
+      const handler = this.notificationHandlers.get(method);
+      if (!handler) {
+        throw new Error(`no handler for ${method}`);
+      }
+      handler(params);
+    }
+  }
+
+  lc.api = {
+    LanguageClient,
+    State,
+    ExecuteCommandRequest: { method: EXECUTE_COMMAND, type: { method: EXECUTE_COMMAND } },
+  };
+  return lc;
+}
+
+let current;
+const originalLoad = Module._load;
+Module._load = function load(request, parent, isMain) {
+  if (current && request === "vscode") {
+    return current.vscode.api;
+  }
+  if (current && request === "vscode-languageclient/node") {
+    return current.lc.api;
+  }
+  return originalLoad.call(this, request, parent, isMain);
+};
+
+/**
+ * Fresh fakes plus a freshly loaded copy of the compiled extension (module state such as the
+ * current session must not leak between tests).
+ */
+function loadExtension(settings = {}) {
+  const vscode = makeVscode(settings);
+  const lc = makeLanguageClientModule(vscode);
+  current = { vscode, lc };
+  for (const key of Object.keys(require.cache)) {
+    if (key.startsWith(OUT + path.sep)) {
+      delete require.cache[key];
+    }
+  }
+  const extension = require(path.join(OUT, "extension.js"));
+  const context = { subscriptions: [] };
+  return { extension, context, vscode, lc };
+}
+
+module.exports = { loadExtension, Uri, State, OUT };
