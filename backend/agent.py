@@ -1,0 +1,257 @@
+"""The audit loop of one request: generate -> tool calls -> results -> continue, within budgets.
+
+The model reports each finding by calling ``report_finding``; a finding is validated and sent to the client
+the moment its call closes in the generated text, not when the turn ends, so the editor shows it while the
+model keeps going. When a turn ends with read-only workspace calls (``read_lines``, ``find_definition``,
+``grep``), the client runs them (it owns the workspace and its sandbox) and the conversation goes on: the
+assistant turn and the tool results are appended and the conversation is re-rendered through the chat
+template. That re-rendering extends prompt + generation token for token, so the engine's prompt cache turns
+it into a continuation that only prefills the tool results.
+
+The loop ends when the model ends a turn without read-only calls (``stop``), or on a budget: tool rounds
+(``budget``), generated tokens (``length``), wall time (``deadline``), or the loop guard (``loop``). Invalid
+tool-call text is counted and reported in the stats; it never fails the request.
+
+The agent knows nothing about sockets: the daemon gives it ``send`` (a message to the client) and
+``ask_tool`` (a tool round trip to the client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from backend import prompts
+from backend.engine import GenRequest
+from backend.scheduler import Scheduler
+from backend.script import Script
+from k3lsp import protocol
+
+log = logging.getLogger(__name__)
+
+READ_ONLY_TOOLS = frozenset({"read_lines", "find_definition", "grep"})
+MAX_TOOL_RESULT_CHARS = 32 * 1024  # what one tool result may add to the conversation
+
+Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
+AskTool = Callable[[str, dict], Awaitable[tuple[bool, str]]]  # ask_tool(tool, args) -> (ok, result)
+
+
+class AgentError(Exception):
+    """The request cannot go on; ``code`` is the protocol error code the client receives."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class AgentConfig:
+    """Per-request limits and sampling, from the serve flags."""
+
+    max_tokens: int = 1024  # generated tokens over all rounds of one request
+    max_tool_rounds: int = 4  # continuations after tool results
+    deadline: float = 600.0  # seconds for a whole request
+    temp: float = 1.0
+    top_p: float = 0.95
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    tool_calls: int = 0
+    findings: int = 0
+    invalid_tool_calls: int = 0
+    dropped_findings: int = 0
+    rounds: int = 0
+    batch_size_peak: int = 0
+    finish_reason: str = "stop"
+
+    def add_generation(self, stats: dict) -> None:
+        self.prompt_tokens += int(stats.get("prompt_tokens", 0))
+        self.cached_tokens += int(stats.get("cached_tokens", 0))
+        self.generated_tokens += int(stats.get("generated_tokens", 0))
+        self.batch_size_peak = max(self.batch_size_peak, int(stats.get("batch_size_peak", 0)))
+        self.rounds += 1
+
+
+@dataclass
+class Generation:
+    text: str
+    finish: str
+    stats: dict
+
+
+@dataclass
+class Agent:
+    """Everything one request needs from the daemon, bundled so the daemon creates it once per job."""
+
+    scheduler: Scheduler
+    config: AgentConfig
+    send: Send
+    ask_tool: AskTool
+    script: Script = field(default_factory=Script)
+    priority: int = 0
+
+    @property
+    def tokenizer(self):
+        return self.scheduler.engine.tokenizer
+
+    async def audit(self, req: dict) -> dict:
+        """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
+        messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"],
+                                          context=req["context"], first_line=req.get("first_line"))
+        budget = min(req.get("max_tokens", self.config.max_tokens), self.config.max_tokens)
+        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, on_text=None)
+
+    async def explain(self, req: dict) -> dict:
+        """Stream an explanation of one finding as ``text`` messages; returns the ``done`` stats."""
+        messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"],
+                                            finding=req["finding"], context=req["context"])
+        return await self._run(messages, prompts.EXPLAIN_TOOLS, req["unit"], self.config.max_tokens,
+                               on_text=ProseStream(self.send))
+
+    async def _run(self, messages: list[dict], tools: list[dict], unit: str, budget: int,
+                   on_text: ProseStream | None) -> dict:
+        started = time.monotonic()
+        stats = Stats()
+        try:
+            async with asyncio.timeout(self.config.deadline):
+                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, on_text)
+        except TimeoutError:
+            stats.finish_reason = "deadline"
+        out = vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
+        return out
+
+    async def _rounds(self, messages: list[dict], tools: list[dict], unit: str, budget: int, stats: Stats,
+                      on_text: ProseStream | None) -> str:
+        allowed = {t["function"]["name"] for t in tools}
+        for n in range(self.config.max_tool_rounds + 1):
+            rendered = prompts.render(self.tokenizer, messages, tools)
+            findings = FindingStream(self.send, stats, "report_finding" in allowed)
+            await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
+            gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
+            stats.add_generation(gen.stats)
+            turn = prompts.parse_turn(gen.text)
+            await findings.sweep(turn)
+            stats.invalid_tool_calls += len(turn.errors)
+            for error in turn.errors:
+                log.info("invalid tool call text (%s): %s", error.error, error.text)
+            if gen.finish != "stop":
+                return gen.finish
+            if not any(c.name in READ_ONLY_TOOLS & allowed for c in turn.calls):
+                return "stop"
+            if n == self.config.max_tool_rounds:
+                return "budget"
+            results = [await self._tool_result(call, allowed, stats) for call in turn.calls]
+            messages.append(prompts.assistant_message(turn.content, turn.calls))
+            messages.extend(prompts.tool_message(c, r) for c, r in zip(turn.calls, results, strict=True))
+        return "budget"  # unreachable: the last round returns above
+
+    async def _generate(self, rendered: prompts.Rendered, unit: str, n: int, budget: int,
+                        findings: FindingStream, on_text: ProseStream | None) -> Generation:
+        if budget <= 0:
+            return Generation("", "length", {})
+        rid = self.scheduler.new_rid()
+        req = GenRequest(rid=rid, prompt=rendered.tokens, segments=rendered.segments, max_tokens=budget,
+                         temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
+                         forced=self.script.forced(self.tokenizer, unit, n))
+        text = ""
+        async for event in self.scheduler.stream(req):
+            if event.text:
+                text += event.text
+                await findings.feed(text, len(event.text))
+                if on_text is not None:
+                    await on_text.feed(text)
+            if event.finish is not None:
+                if event.finish == "error":
+                    raise AgentError("internal", f"generation failed: {event.error or 'engine error'}")
+                if event.finish == "cancelled":
+                    raise AgentError("shutdown", "the daemon cancelled the generation")
+                return Generation(text, event.finish, event.stats or {})
+        raise AgentError("internal", "the generation ended without a finish event")
+
+    async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
+        """The text the model gets back for one call of its turn."""
+        if call.name == "report_finding" and call.name in allowed:
+            return "recorded"
+        if call.name not in READ_ONLY_TOOLS or call.name not in allowed:
+            stats.invalid_tool_calls += 1
+            log.info("model called unknown tool %r", call.name)
+            return f"error: there is no tool named {call.name!r}"
+        stats.tool_calls += 1
+        await self.send("progress", stage="tool", tokens=stats.generated_tokens, detail=call.name)
+        ok, result = await self.ask_tool(call.name, call.arguments)
+        result = result[:MAX_TOOL_RESULT_CHARS]
+        return result if ok else f"error: {result}"
+
+
+class FindingStream:
+    """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in the text."""
+
+    _CLOSE = "<|close|>call<|sep|>"
+
+    def __init__(self, send: Send, stats: Stats, enabled: bool):
+        self._send = send
+        self._stats = stats
+        self._enabled = enabled
+        self._seen: set[int] = set()
+
+    async def feed(self, text: str, new_chars: int) -> None:
+        """Called with the whole text after every new piece; parses only when a call just closed."""
+        tail = text[-(new_chars + len(self._CLOSE)):]
+        if not self._enabled or self._CLOSE not in tail:
+            return
+        cut = text.rfind(self._CLOSE) + len(self._CLOSE)
+        prefix = text[:cut]
+        start, end = prompts.kimi_k3.tool_call_start, prompts.kimi_k3.tool_call_end
+        if prefix.count(start) > prefix.count(end):  # the section is still open: close it to parse its calls
+            prefix += end
+        await self.sweep(prompts.parse_turn(prefix))
+
+    async def sweep(self, turn: prompts.ParsedTurn) -> None:
+        """Send the report_finding calls of ``turn`` not sent yet (calls are identified by their index)."""
+        if not self._enabled:
+            return
+        for call in turn.calls:
+            if call.name != "report_finding" or call.index in self._seen:
+                continue
+            self._seen.add(call.index)
+            try:
+                finding = protocol.validate_finding(call.arguments)
+            except protocol.ProtocolError as exc:
+                self._stats.dropped_findings += 1
+                log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
+                continue
+            self._stats.findings += 1
+            await self._send("finding", finding=finding)
+
+
+class ProseStream:
+    """Streams the prose of a turn as ``text`` messages, leaving out tool-call sections and markup."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self._sent = ""
+
+    async def feed(self, text: str) -> None:
+        visible = _hold_partial_marker(prompts.parse_turn(text).content)
+        if visible.startswith(self._sent) and len(visible) > len(self._sent):
+            piece, self._sent = visible[len(self._sent):], visible
+            await self._send("text", text=piece)
+
+
+_MARKERS = (prompts.kimi_k3.tool_call_start, "<|close|>message<|sep|>")
+
+
+def _hold_partial_marker(text: str) -> str:
+    """Cut a trailing start of a marker: tags arrive token by token, and a marker is not prose."""
+    for marker in _MARKERS:
+        for k in range(len(marker) - 1, 0, -1):
+            if text.endswith(marker[:k]):
+                return text[:-k]
+    return text

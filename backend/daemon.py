@@ -1,0 +1,344 @@
+"""The daemon's socket: one ZeroMQ ROUTER (zmq.asyncio) speaking k3lsp/protocol.py to any number of editors.
+
+The event loop only moves messages: decoding, the job table, pings and status are answered here at once,
+while generation runs in the scheduler's engine thread and each request's audit loop in its own task. So a
+``ping`` or a ``cancel`` is never queued behind work, and one slow or vanished client never stalls another:
+
+- every send is ``await send_multipart(..., flags=DONTWAIT)`` on a ROUTER_MANDATORY socket; ``zmq.Again``
+  (the peer's high-water mark is full: a frozen client) or ``EHOSTUNREACH`` (the peer is gone) cancel that
+  peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
+- ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
+
+Jobs are keyed by (peer, request id). ``peer`` is the owner of a request: the ROUTER routing id today, and
+the place where issue 6 puts the authenticated CURVE User-Id (``Daemon.peer_of``). Every request ends in
+exactly one ``done``, ``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import recv_monitor_message
+
+from backend.agent import Agent, AgentConfig, AgentError
+from backend.prompts import PROMPT_VERSION
+from backend.scheduler import Scheduler
+from backend.script import Script
+from k3lsp import __version__, protocol
+
+log = logging.getLogger(__name__)
+
+REQUEST_KINDS = frozenset({"audit", "explain"})
+UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be read
+
+
+@dataclass
+class DaemonConfig:
+    """Socket and per-client limits (the serve flags)."""
+
+    bind: str = "tcp://127.0.0.1:0"
+    max_open_per_client: int = 16
+    tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
+    sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
+    heartbeat_ivl_ms: int = 1000
+    heartbeat_timeout_ms: int = 5000
+
+
+@dataclass
+class Job:
+    """One open request. ``route`` is where its messages go; ``peer`` is who owns it."""
+
+    peer: bytes
+    route: bytes
+    id: str
+    kind: str
+    task: asyncio.Task | None = None
+    tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
+    calls: itertools.count = field(default_factory=lambda: itertools.count(1))
+    reason: str = ""  # why the job was cancelled: "client", "vanished" or "shutdown"
+
+    def stop(self, reason: str) -> None:
+        if self.task is not None and not self.task.done() and not self.reason:
+            self.reason = reason
+            self.task.cancel()
+
+
+class Daemon:
+    """The ROUTER, the job table and the dispatch of client messages."""
+
+    def __init__(self, scheduler: Scheduler, config: DaemonConfig, agent_config: AgentConfig,
+                 script: Script | None = None):
+        self.scheduler = scheduler
+        self.config = config
+        self.agent_config = agent_config
+        self.script = script or Script()
+        self.endpoint = ""
+        self._ctx = zmq.asyncio.Context()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._jobs: dict[tuple[bytes, str], Job] = {}
+        self._fd_routes: dict[int, set[bytes]] = {}  # connection fd -> routing ids seen on it (disconnects)
+        self._stopping = asyncio.Event()
+        self._started = time.monotonic()
+        self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0}
+
+    # --- life cycle ----------------------------------------------------------------------------------------
+
+    def bind(self) -> str:
+        """Create and bind the ROUTER; returns the endpoint actually bound (port 0 resolved)."""
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, self.config.sndhwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, self.config.heartbeat_ivl_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.config.heartbeat_timeout_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, self.config.heartbeat_timeout_ms)
+        sock.bind(self.config.bind)
+        self._sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        return self.endpoint
+
+    def stop(self) -> None:
+        """Ask ``serve`` to end (signal handlers call this)."""
+        self._stopping.set()
+
+    async def serve(self) -> None:
+        """Serve until ``stop()``; then end every open request with ``error`` code ``shutdown`` and close."""
+        if self._sock is None:
+            self.bind()
+        monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch(monitor))]
+        try:
+            await self._stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            jobs = list(self._jobs.values())
+            for job in jobs:
+                job.stop("shutdown")
+            await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
+            await self.scheduler.close()
+            self._sock.disable_monitor()
+            monitor.close(0)
+            self._sock.close(0)
+            self._ctx.term()
+
+    # --- receiving -----------------------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:
+            frames = await self._sock.recv_multipart(copy=False)
+            try:
+                await self._on_frames(frames)
+            except Exception:  # nothing a client sends may end the loop
+                log.exception("unexpected error handling a message")
+
+    def peer_of(self, frames: list[zmq.Frame]) -> bytes:
+        """Who sent the message: the routing id now; the authenticated User-Id once CURVE is on (issue 6)."""
+        return frames[0].bytes
+
+    async def _on_frames(self, frames: list[zmq.Frame]) -> None:
+        route = frames[0].bytes
+        if len(frames) != 2:
+            await self._bad(route, UNKNOWN_ID, "bad_request", f"expected one frame per message, got {len(frames) - 1}")
+            return
+        self._track_fd(frames[1], route)
+        try:
+            raw = protocol.unpack(frames[1].bytes)
+        except protocol.ProtocolError as exc:
+            await self._bad(route, UNKNOWN_ID, "bad_request", str(exc))
+            return
+        msg_id = raw.get("id") if isinstance(raw, dict) else None
+        msg_id = msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= protocol.MAX_ID_CHARS else UNKNOWN_ID
+        try:
+            msg = protocol.validate(raw, "to_daemon")
+        except protocol.ProtocolError as exc:
+            version = raw.get("v") if isinstance(raw, dict) else None
+            code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
+            await self._bad(route, msg_id, code, str(exc))
+            return
+        await self._dispatch(self.peer_of(frames), route, msg)
+
+    async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
+        self._counts["bad_frames"] += 1
+        log.info("refused a frame (%s): %s", code, message[:200])
+        await self._send(route, protocol.error(msg_id, code, message))
+
+    async def _dispatch(self, peer: bytes, route: bytes, msg: dict) -> None:
+        kind, msg_id = msg["kind"], msg["id"]
+        if kind == "ping":
+            await self._send(route, protocol.make("pong", msg_id))
+        elif kind == "hello":
+            await self._send(route, protocol.make("welcome", msg_id, **self.welcome()))
+        elif kind == "status":
+            await self._send(route, protocol.make("status", msg_id, status=self.status()))
+        elif kind == "cancel":
+            job = self._jobs.get((peer, msg_id))
+            if job is not None:
+                job.stop("client")
+        elif kind == "tool_result":
+            self._tool_result(peer, msg)
+        elif kind in REQUEST_KINDS:
+            await self._start(peer, route, msg)
+
+    def _tool_result(self, peer: bytes, msg: dict) -> None:
+        job = self._jobs.get((peer, msg["id"]))
+        future = job.tools.get(msg["call"]) if job else None
+        if future is None or future.done():
+            log.info("tool_result for no waiting call (%s, call %s): ignored", msg["id"], msg["call"])
+            return
+        future.set_result((msg["ok"], msg["result"]))
+
+    async def _start(self, peer: bytes, route: bytes, msg: dict) -> None:
+        msg_id = msg["id"]
+        if (peer, msg_id) in self._jobs:
+            await self._send(route, protocol.error(msg_id, "duplicate", f"request {msg_id!r} is already open"))
+            return
+        open_now = sum(1 for p, _ in self._jobs if p == peer)
+        if open_now >= self.config.max_open_per_client:
+            await self._send(route, protocol.error(
+                msg_id, "busy", f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
+            return
+        if self._stopping.is_set():
+            await self._send(route, protocol.error(msg_id, "shutdown", "the daemon is shutting down"))
+            return
+        job = Job(peer, route, msg_id, msg["kind"])
+        self._jobs[(peer, msg_id)] = job
+        self._counts["requests"] += 1
+        job.task = asyncio.create_task(self._run_job(job, msg))
+
+    # --- one job -------------------------------------------------------------------------------------------
+
+    async def _run_job(self, job: Job, msg: dict) -> None:
+        """Run a request and send its one terminal message; the only place a job ends."""
+        try:
+            agent = Agent(self.scheduler, self.agent_config, send=lambda kind, **f: self._job_send(job, kind, **f),
+                          ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
+                          priority=1 if msg.get("priority") == "background" else 0)
+            stats = await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+            terminal = protocol.make("done", job.id, stats=stats)
+        except asyncio.CancelledError:
+            if job.reason == "shutdown":
+                terminal = protocol.error(job.id, "shutdown", "the daemon is shutting down")
+            else:
+                terminal = protocol.make("cancelled", job.id)
+        except AgentError as exc:
+            terminal = protocol.error(job.id, exc.code, str(exc))
+        except Exception as exc:
+            log.exception("request %s failed", job.id)
+            terminal = protocol.error(job.id, "internal", f"{type(exc).__name__}: {exc}")
+        finally:
+            del self._jobs[(job.peer, job.id)]
+            for future in job.tools.values():
+                future.cancel()
+        if job.reason != "vanished" and not await self._send(job.route, terminal):
+            log.info("could not deliver the end of request %s", job.id)
+
+    async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
+        if not await self._send(job.route, protocol.make(kind, job.id, **fields)):
+            raise asyncio.CancelledError  # the peer is gone or frozen: _send already cancelled its jobs
+
+    async def _ask_tool(self, job: Job, tool: str, args: dict) -> tuple[bool, str]:
+        """Forward one read-only tool call to the client and wait (bounded) for its tool_result."""
+        try:
+            protocol.free_map(args, "args")
+        except protocol.ProtocolError as exc:
+            return False, f"invalid arguments: {exc}"
+        call = f"c{next(job.calls)}"
+        future = asyncio.get_running_loop().create_future()
+        job.tools[call] = future
+        try:
+            await self._job_send(job, "tool_request", call=call, tool=tool, args=args)
+            return await asyncio.wait_for(future, self.config.tool_timeout)
+        except TimeoutError:
+            return False, f"the editor did not answer {tool} within {self.config.tool_timeout:g} s"
+        finally:
+            job.tools.pop(call, None)
+
+    # --- sending -------------------------------------------------------------------------------------------
+
+    async def _send(self, route: bytes, msg: dict) -> bool:
+        """Send without ever blocking; a peer that cannot take the message loses its jobs. True if sent."""
+        try:
+            frame = protocol.encode(msg)
+        except protocol.ProtocolError as exc:
+            log.error("cannot encode %s for %s: %s", msg.get("kind"), msg.get("id"), exc)
+            if msg.get("kind") in protocol.TERMINAL_KINDS and msg.get("kind") != "error":
+                return await self._send(route, protocol.error(msg["id"], "internal", f"cannot encode reply: {exc}"))
+            return False
+        try:
+            await self._sock.send_multipart([route, frame], flags=zmq.DONTWAIT)
+            return True
+        except zmq.Again:
+            why = "its queue is full (frozen client?)"
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.EHOSTUNREACH:
+                raise
+            why = "it is gone"
+        self._counts["send_failures"] += 1
+        log.info("cannot send to peer %s: %s; cancelling its requests", route.hex(), why)
+        self._drop_route(route)
+        return False
+
+    def _drop_route(self, route: bytes) -> None:
+        for job in list(self._jobs.values()):
+            if job.route == route:
+                job.stop("vanished")
+                self._counts["vanished"] += 1
+
+    # --- disconnects ---------------------------------------------------------------------------------------
+
+    def _track_fd(self, frame: zmq.Frame, route: bytes) -> None:
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except (zmq.ZMQError, AttributeError):
+            return
+        self._fd_routes.setdefault(fd, set()).add(route)
+
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        """Cancel the requests of connections that closed or missed their heartbeats."""
+        while True:
+            event = await recv_monitor_message(monitor)
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                for route in self._fd_routes.pop(event["value"], set()):
+                    log.info("peer %s disconnected", route.hex())
+                    self._drop_route(route)
+
+    # --- replies -------------------------------------------------------------------------------------------
+
+    def welcome(self) -> dict:
+        engine = self.scheduler.engine
+        return {
+            "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
+            "experts": engine.experts, "ranks": engine.ranks,
+            "limits": {
+                "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.max_tokens,
+                "max_open_requests": self.config.max_open_per_client,
+                "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
+                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
+            },
+        }
+
+    def status(self) -> dict:
+        engine = self.scheduler.engine
+        s = self.scheduler.stats()
+        return {
+            "model": engine.model_id, "experts": engine.experts, "ranks": engine.ranks,
+            "open_requests": len(self._jobs), "clients": len({p for p, _ in self._jobs}),
+            "queued": s.get("queued", 0) + s.get("waiting", 0), "active": s.get("active", 0),
+            "batch_size": s.get("decoding", 0), "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
+            "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2), "steps_per_s": s["steps_per_s"],
+            "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
+            "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
+            **self._counts, "engine": s,
+        }
+

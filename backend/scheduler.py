@@ -1,0 +1,230 @@
+"""The engine's own thread, and the asyncio-facing API the daemon and the agent use.
+
+mlx compute blocks for a whole step, so the Engine lives in ONE dedicated thread: the event loop stays free
+for pings, cancels and other clients while a batch decodes. The thread sleeps on a condition when there is
+nothing to do (no spinning core), and each turn of its loop:
+
+1. takes the commands that arrived since the last step (new requests, cancellations),
+2. passes them through ``exchange`` - the one hook where, on the Mac pair (issue 4), rank 0 will broadcast
+   exactly these commands to every rank so that all ranks call ``engine.step()`` with the same input,
+3. applies them to the engine and runs one ``engine.step()``,
+4. hands the step's events to the event loop with ``call_soon_threadsafe``.
+
+An exception from the engine never ends the thread: the affected requests finish with ``error`` and the
+loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from backend.engine import Engine, GenEvent, GenRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Commands:
+    """Everything that changes the engine's work before one step; what issue 4 broadcasts to all ranks."""
+
+    submits: list[GenRequest] = field(default_factory=list)
+    cancels: list[int] = field(default_factory=list)
+    stop: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.submits or self.cancels or self.stop)
+
+
+Exchange = Callable[[Commands], Commands]
+
+
+def local_exchange(commands: Commands) -> Commands:
+    """One rank: the commands rank 0 collected are the commands every rank runs."""
+    return commands
+
+
+class Scheduler:
+    """Owns the Engine in one thread; ``stream(req)`` yields its GenEvents on the event loop."""
+
+    def __init__(self, engine: Engine, exchange: Exchange = local_exchange):
+        self.engine = engine
+        self._exchange = exchange
+        self._cond = threading.Condition()
+        self._pending = Commands()
+        self._queues: dict[int, asyncio.Queue[GenEvent]] = {}
+        self._rids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._snapshot: dict = {}  # published by the thread after every step; read by status
+        self._steps = 0
+        self._started = time.monotonic()
+        self._batch_peak = 0
+
+    # --- event-loop side ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread; events are delivered on the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Stop the thread after its current step; requests still open end with ``cancelled``."""
+        with self._cond:
+            self._pending.stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 30)
+
+    def new_rid(self) -> int:
+        return next(self._rids)
+
+    def submit(self, req: GenRequest) -> asyncio.Queue[GenEvent]:
+        """Queue a request for the next step; its events (the last one has ``finish``) arrive on the queue."""
+        if req.rid in self._queues:
+            raise ValueError(f"request {req.rid} is already in the scheduler")
+        queue: asyncio.Queue[GenEvent] = asyncio.Queue()
+        self._queues[req.rid] = queue
+        with self._cond:
+            self._pending.submits.append(req)
+            self._cond.notify()
+        return queue
+
+    def cancel(self, rid: int) -> None:
+        """Ask the engine to finish ``rid`` with ``cancelled`` at its next step (freeing its batch slot)."""
+        if rid not in self._queues:
+            return
+        with self._cond:
+            self._pending.cancels.append(rid)
+            self._cond.notify()
+
+    async def stream(self, req: GenRequest) -> AsyncIterator[GenEvent]:
+        """Submit ``req`` and yield its events up to and including the finishing one.
+
+        If the consumer stops early (its task is cancelled, or it breaks out), the request is cancelled in
+        the engine, so an abandoned generation never keeps a batch slot.
+        """
+        queue = self.submit(req)
+        finished = False
+        try:
+            while True:
+                event = await queue.get()
+                finished = event.finish is not None
+                yield event
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.cancel(req.rid)
+
+    def stats(self) -> dict:
+        """Scheduler and engine counters as of the last step (cheap; never touches the engine)."""
+        snap = dict(self._snapshot)
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        with self._cond:
+            waiting = len(self._pending.submits)
+        snap.update(steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting,
+                    batch_peak=self._batch_peak)
+        return snap
+
+    def _deliver(self, events: list[GenEvent]) -> None:
+        for event in events:
+            queue = self._queues.get(event.rid)
+            if queue is None:  # a late event for a request already failed by the scheduler
+                continue
+            queue.put_nowait(event)
+            if event.finish is not None:
+                del self._queues[event.rid]
+
+    # --- engine thread -----------------------------------------------------------------------------------
+
+    def _take(self) -> Commands:
+        """Wait until there is work, then take the pending commands (the only blocking point of the thread)."""
+        with self._cond:
+            while not self._pending and not self.engine.busy():
+                self._cond.wait()
+            commands, self._pending = self._pending, Commands()
+        return commands
+
+    def _run(self) -> None:
+        in_flight: set[int] = set()
+        while True:
+            commands = self._exchange(self._take())
+            events = self._apply(commands, in_flight)
+            if commands.stop:
+                events += self._finish_all(in_flight, "cancelled")
+                self._post(events)
+                return
+            if self.engine.busy():
+                events += self._step(in_flight)
+            self._post(events)
+
+    def _apply(self, commands: Commands, in_flight: set[int]) -> list[GenEvent]:
+        events = []
+        cancels = set(commands.cancels)
+        for req in commands.submits:
+            if req.rid in cancels:  # cancelled before the engine saw it: nothing to free
+                cancels.discard(req.rid)
+                events.append(GenEvent(req.rid, "", finish="cancelled", stats={}))
+                continue
+            try:
+                self.engine.submit(req)
+                in_flight.add(req.rid)
+            except Exception as exc:
+                log.exception("engine refused request %s", req.rid)
+                events.append(GenEvent(req.rid, "", finish="error", error=str(exc)[:500]))
+        for rid in cancels:
+            if rid in in_flight:
+                self._guard(self.engine.cancel, rid)
+        return events
+
+    def _step(self, in_flight: set[int]) -> list[GenEvent]:
+        try:
+            events = self.engine.step()
+        except Exception as exc:
+            # step() should contain per-request failures itself; if it did not, we cannot tell which
+            # request broke it, so every request of this step fails and its slot is released.
+            log.exception("engine step failed; failing %d requests", len(in_flight))
+            for rid in in_flight:
+                self._guard(self.engine.cancel, rid)
+            return self._finish_all(in_flight, "error", f"engine step failed: {exc}"[:500])
+        self._steps += 1
+        for event in events:
+            if event.finish is not None:
+                in_flight.discard(event.rid)
+        self._publish()
+        return events
+
+    def _finish_all(self, in_flight: set[int], reason: str, error: str | None = None) -> list[GenEvent]:
+        events = [GenEvent(rid, "", finish=reason, stats={}, error=error) for rid in sorted(in_flight)]
+        in_flight.clear()
+        return events
+
+    def _publish(self) -> None:
+        try:
+            snap = dict(self.engine.stats())
+        except Exception:
+            log.exception("engine stats failed")
+            return
+        self._batch_peak = max(self._batch_peak, int(snap.get("active", 0)))
+        self._snapshot = snap
+
+    def _post(self, events: list[GenEvent]) -> None:
+        if events and self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed after the check (shutdown)
+                self._loop.call_soon_threadsafe(self._deliver, events)
+
+    @staticmethod
+    def _guard(fn: Callable[[int], None], rid: int) -> None:
+        try:
+            fn(rid)
+        except Exception:
+            log.exception("engine call failed for request %s", rid)

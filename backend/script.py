@@ -1,0 +1,105 @@
+"""Scripted answers (`k3-backend serve --script FILE`): deterministic model output through the REAL engine.
+
+Tests and demos need to know what the model says, but a fake engine would skip the code that matters.
+A script instead picks the tokens the real engine is forced to emit (``GenRequest.forced``), so batching,
+sampling, the detokenizer, stop tokens, the tool parser and the agent loop all really run.
+
+File format (JSON)::
+
+    [{"unit": "<unit name or *>", "turns": ["<assistant text of turn 1>", "<turn 2>", ...]}, ...]
+
+The n-th generation of a request for a matching unit (first entry that matches wins) is forced to
+``encode(turn n)``, then the end of message (the engine's forcing processor appends eos). A turn may instead
+be ``{"repeat": "<text>", "tokens": N}``: the text's tokens repeated to N tokens, a generation that loops
+(for the loop guard, which fires long before the end of message when N is large enough). Generations past
+the last turn, and units no entry matches, get the model's own output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_REPEAT_TOKENS = 100_000
+
+
+class ScriptError(ValueError):
+    """The script file is not valid; the message says where."""
+
+
+@dataclass(frozen=True)
+class Repeat:
+    text: str
+    tokens: int
+
+
+Turn = str | Repeat
+
+
+@dataclass(frozen=True)
+class Entry:
+    unit: str
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
+class Script:
+    entries: tuple[Entry, ...] = ()
+
+    def turn(self, unit: str, n: int) -> Turn | None:
+        """The scripted n-th (0-based) turn for ``unit``, or None for the model's own output."""
+        for entry in self.entries:
+            if entry.unit in ("*", unit):
+                return entry.turns[n] if n < len(entry.turns) else None
+        return None
+
+    def forced(self, tokenizer, unit: str, n: int) -> list[int] | None:
+        """The token ids the engine must emit for the n-th generation of ``unit`` (before eos), or None."""
+        turn = self.turn(unit, n)
+        if turn is None:
+            return None
+        if isinstance(turn, Repeat):
+            period = _encode(tokenizer, turn.text)
+            return (period * (turn.tokens // len(period) + 1))[: turn.tokens]
+        return _encode(tokenizer, turn)
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise ScriptError(f"script turn {text!r:.60} encodes to no tokens")
+    return ids
+
+
+def load_script(path: str | Path) -> Script:
+    """Read and check a script file; raises ScriptError with a clear message for anything malformed."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"cannot read script {path}: {exc}") from exc
+    return parse_script(data)
+
+
+def parse_script(data: object) -> Script:
+    if not isinstance(data, list):
+        raise ScriptError("a script is a JSON list of {unit, turns} objects")
+    return Script(tuple(_entry(item, f"[{i}]") for i, item in enumerate(data)))
+
+
+def _entry(item: object, where: str) -> Entry:
+    if not isinstance(item, dict) or not isinstance(item.get("unit"), str) or not isinstance(item.get("turns"), list):
+        raise ScriptError(f"script{where}: expected {{\"unit\": str, \"turns\": list}}")
+    return Entry(item["unit"], tuple(_turn(t, f"{where}.turns[{j}]") for j, t in enumerate(item["turns"])))
+
+
+def _turn(turn: object, where: str) -> Turn:
+    if isinstance(turn, str) and turn:
+        return turn
+    if isinstance(turn, dict) and isinstance(turn.get("repeat"), str) and turn["repeat"]:
+        tokens = turn.get("tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and 1 <= tokens <= MAX_REPEAT_TOKENS:
+            return Repeat(turn["repeat"], tokens)
+    raise ScriptError(
+        f"script{where}: a turn is a non-empty string or {{\"repeat\": str, \"tokens\": 1..{MAX_REPEAT_TOKENS}}}"
+    )

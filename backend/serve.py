@@ -1,0 +1,101 @@
+"""`k3-backend serve`: load the model, warm it up, bind the ROUTER, serve until SIGTERM/SIGINT.
+
+The ready line (``k3-backend ready on tcp://127.0.0.1:PORT``) is printed only once the model is loaded,
+the kernels are compiled and the socket is bound, so whoever starts the daemon (tests, a supervisor) knows
+from one line of stdout that requests will be served, and on which port when it bound port 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from backend.agent import AgentConfig
+from backend.daemon import Daemon, DaemonConfig
+from backend.script import Script, ScriptError, load_script
+
+log = logging.getLogger(__name__)
+
+READY = "k3-backend ready on "
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve a kimi_k3 model to editors over ZeroMQ")
+    p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
+    p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint; port 0 picks a free port")
+    p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="generated tokens per request (all tool rounds)")
+    p.add_argument("--temp", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-concurrency", type=int, default=8, help="sequences decoded in one batch")
+    p.add_argument("--max-open-per-client", type=int, default=16, help="open requests per client")
+    p.add_argument("--max-tool-rounds", type=int, default=4, help="continuations after tool results")
+    p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
+    p.add_argument("--deadline", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    problem = _check(args)
+    if problem:
+        print(f"k3-backend serve: {problem}", file=sys.stderr)
+        return 2
+    try:
+        script = load_script(args.script) if args.script else Script()
+    except ScriptError as exc:
+        print(f"k3-backend serve: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(args, script))
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not args.bind.startswith(("tcp://", "ipc://")):
+        return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
+    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    if args.max_tool_rounds < 0 or args.tool_timeout <= 0 or args.deadline <= 0:
+        return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
+    if args.temp < 0 or not 0 <= args.top_p <= 1:
+        return "need --temp >= 0 and 0 <= --top-p <= 1"
+    return None
+
+
+async def _serve(args: argparse.Namespace, script: Script) -> int:
+    # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
+    from backend.engine import Engine, EngineArgs
+    from backend.scheduler import Scheduler
+
+    engine_args = EngineArgs(model=args.model, max_tokens=args.max_tokens, temp=args.temp, top_p=args.top_p,
+                             prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency)
+    try:
+        engine = await asyncio.to_thread(Engine, engine_args)
+        await asyncio.to_thread(engine.warmup)
+    except Exception as exc:
+        log.exception("cannot load %s", args.model)
+        print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
+        return 1
+    scheduler = Scheduler(engine)
+    agent_config = AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds,
+                               deadline=args.deadline, temp=args.temp, top_p=args.top_p)
+    daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
+                                            tool_timeout=args.tool_timeout), agent_config, script)
+    try:
+        endpoint = daemon.bind()
+    except Exception as exc:
+        print(f"k3-backend serve: cannot bind {args.bind}: {exc}", file=sys.stderr)
+        return 1
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, daemon.stop)
+    scheduler.start()
+    print(READY + endpoint, flush=True)
+    await daemon.serve()
+    log.info("stopped")
+    return 0
