@@ -1,0 +1,287 @@
+"""The Finding model: validated against its unit, fingerprinted, and turned into LSP types.
+
+A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
+shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
+was reported for. A bad finding is dropped with a log line and never shown; a bad trace step or fix is
+dropped from an otherwise good finding. Line numbers are 1-based and relative to the unit
+(line 1 = `unit.start_line`), as in the prompt.
+
+The fingerprint names a finding independently of where its function sits in the file, so baselines
+and suppressions survive edits above it; SARIF (issue 8) reuses it as `partialFingerprints`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types as lsp
+
+from k3lsp import protocol
+from k3lsp.units import Unit
+
+log = logging.getLogger(__name__)
+
+SOURCE = "k3-audit"
+SEVERITIES = protocol.SEVERITIES  # most severe first
+CWE_URL = "https://cwe.mitre.org/data/definitions/{}.html"
+MAX_MESSAGE_CHARS = 4000  # what a hover or a problems panel can usefully show
+
+_LSP_SEVERITY = {
+    "critical": lsp.DiagnosticSeverity.Error,
+    "high": lsp.DiagnosticSeverity.Error,
+    "medium": lsp.DiagnosticSeverity.Warning,
+    "low": lsp.DiagnosticSeverity.Information,
+    "info": lsp.DiagnosticSeverity.Hint,
+}
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|])")
+
+
+class FindingError(ValueError):
+    """A finding that cannot be shown: malformed, or pointing outside its unit."""
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    line: int  # 1-based, relative to the unit
+    note: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    start_line: int  # 1-based, relative to the unit, inclusive
+    end_line: int
+    replacement: str  # the new text of those whole lines, without a final newline
+
+
+@dataclass(frozen=True)
+class Finding:
+    cwe: int
+    severity: str
+    title: str
+    message: str
+    start_line: int  # 1-based, relative to the unit, inclusive
+    end_line: int
+    confidence: float | None = None
+    trace: tuple[TraceStep, ...] = ()
+    fix: Fix | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
+        out: dict[str, Any] = {
+            "cwe": self.cwe,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "trace": [{"line": s.line, "note": s.note} for s in self.trace],
+        }
+        if self.confidence is not None:
+            out["confidence"] = self.confidence
+        if self.fix is not None:
+            out["fix"] = {
+                "start_line": self.fix.start_line,
+                "end_line": self.fix.end_line,
+                "replacement": self.fix.replacement,
+            }
+        return out
+
+
+# --- validation -------------------------------------------------------------------------------------------
+
+
+def validate(raw: Any, unit: Unit) -> Finding:
+    """A finding from an untrusted map, checked against the unit it was reported for."""
+    try:
+        d = protocol.validate_finding(raw)
+    except protocol.ProtocolError as e:
+        raise FindingError(str(e)) from None
+    n = unit.line_count
+    if d["end_line"] > n:
+        raise FindingError(f"lines {d['start_line']}-{d['end_line']} are outside the unit's {n} lines")
+    title = " ".join(d["title"].split())
+    if not title:
+        raise FindingError("title is blank")
+    trace = []
+    for step in d["trace"]:
+        if step["line"] > n:
+            log.info("dropped trace step at line %d of %s (%d lines)", step["line"], unit.name, n)
+            continue
+        trace.append(TraceStep(step["line"], " ".join(step["note"].split())))
+    fix = None
+    if "fix" in d:
+        f = d["fix"]
+        if f["end_line"] > n:
+            log.info("dropped fix for lines %d-%d of %s (%d lines)", f["start_line"], f["end_line"], unit.name, n)
+        else:
+            fix = Fix(f["start_line"], f["end_line"], f["replacement"].removesuffix("\n"))
+    message = d["message"].strip()
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
+    return Finding(
+        cwe=d["cwe"],
+        severity=d["severity"],
+        title=title,
+        message=message,
+        start_line=d["start_line"],
+        end_line=d["end_line"],
+        confidence=d.get("confidence"),
+        trace=tuple(trace),
+        fix=fix,
+    )
+
+
+def accept(raws: Iterable[Any], unit: Unit) -> list[Finding]:
+    """The valid findings among those reported for a unit; each bad one is logged and dropped."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(validate(raw, unit))
+        except FindingError as e:
+            log.warning("dropped a finding for %s (line %d): %s", unit.name, unit.start_line + 1, e)
+    return out
+
+
+def severity_rank(severity: str) -> int:
+    """0 for critical .. 4 for info; raises ValueError for an unknown severity (a bad setting)."""
+    try:
+        return SEVERITIES.index(severity)
+    except ValueError:
+        raise ValueError(f"unknown severity {severity!r}; expected one of {', '.join(SEVERITIES)}") from None
+
+
+def at_least(findings: Iterable[Finding], min_severity: str) -> list[Finding]:
+    """The findings at or above a severity (the `minSeverity` setting)."""
+    limit = severity_rank(min_severity)
+    return [f for f in findings if SEVERITIES.index(f.severity) <= limit]
+
+
+def fingerprint(finding: Finding, unit: Unit) -> str:
+    """A stable name for a finding: CWE, function, flagged code and title, never line numbers or paths."""
+    flagged = unit.text.split("\n")[finding.start_line - 1 : finding.end_line]
+    h = hashlib.sha256(b"k3lsp-finding-v1\0")
+    for part in (str(finding.cwe), unit.name, " ".join(" ".join(flagged).split()), finding.title.lower()):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+# --- LSP --------------------------------------------------------------------------------------------------
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units: LSP's default position encoding."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def line_range(unit: Unit, start_line: int, end_line: int) -> lsp.Range:
+    """The file range of unit lines start..end (1-based): from the first non-blank character of the
+    first line to the end of the last, so the squiggle covers code, not indentation."""
+    lines = unit.text.split("\n")
+    first, last = lines[start_line - 1], lines[end_line - 1]
+    indent = len(first) - len(first.lstrip())
+    return lsp.Range(
+        start=lsp.Position(unit.file_line(start_line), utf16_len(first[:indent])),
+        end=lsp.Position(unit.file_line(end_line), utf16_len(last)),
+    )
+
+
+def cwe_url(cwe: int) -> str:
+    return CWE_URL.format(cwe)
+
+
+def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = True) -> lsp.Diagnostic:
+    """The diagnostic for a finding. `related=False` (client without relatedInformation support) folds
+    the trace into the message, as clangd does with notes."""
+    message = finding.title + (f"\n{finding.message}" if finding.message else "")
+    if finding.fix is not None:
+        message += "\n(fix available)"
+    related_info = None
+    if finding.trace and related:
+        related_info = [
+            lsp.DiagnosticRelatedInformation(lsp.Location(uri, line_range(unit, s.line, s.line)), s.note)
+            for s in finding.trace
+        ]
+    elif finding.trace:
+        message += "".join(f"\n  line {unit.file_line(s.line) + 1}: {s.note}" for s in finding.trace)
+    return lsp.Diagnostic(
+        range=line_range(unit, finding.start_line, finding.end_line),
+        message=message,
+        severity=_LSP_SEVERITY[finding.severity],
+        code=f"CWE-{finding.cwe}",
+        code_description=lsp.CodeDescription(href=cwe_url(finding.cwe)),
+        source=SOURCE,
+        related_information=related_info,
+        data={
+            "fingerprint": fingerprint(finding, unit),
+            "unit": unit.name,
+            "unit_key": unit.key,
+            "finding": finding.to_dict(),
+        },
+    )
+
+
+def from_diagnostic_data(data: Any, unit: Unit) -> Finding:
+    """The finding carried by a diagnostic's `data` (code actions get diagnostics back from the client)."""
+    if not isinstance(data, Mapping) or data.get("unit_key") != unit.key:
+        raise FindingError("the diagnostic does not belong to this version of the function")
+    return validate(data.get("finding"), unit)
+
+
+def _md(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def hover_markdown(finding: Finding, unit: Unit) -> str:
+    """The hover for a flagged range: title, CWE link, severity, confidence, message, trace and fix.
+    Model text is escaped: it is data, not markup."""
+    facts = [f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})", f"severity **{finding.severity}**"]
+    if finding.confidence is not None:
+        facts.append(f"confidence {finding.confidence:.0%}")
+    parts = [f"**{_md(finding.title)}**", " · ".join(facts) + f" · `{SOURCE}`"]
+    if finding.message:
+        parts.append(_md(finding.message))
+    if finding.trace:
+        steps = "\n".join(
+            f"{i}. line {unit.file_line(s.line) + 1}: {_md(s.note)}" for i, s in enumerate(finding.trace, 1)
+        )
+        parts.append("**Trace**\n\n" + steps)
+    if finding.fix is not None:
+        fix = finding.fix
+        fence = "`" * max(3, _longest_backtick_run(fix.replacement) + 1)
+        first, last = unit.file_line(fix.start_line) + 1, unit.file_line(fix.end_line) + 1
+        where = f"line {first}" if first == last else f"lines {first}-{last}"
+        parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
+    return "\n\n".join(parts)
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+def to_hover(finding: Finding, unit: Unit) -> lsp.Hover:
+    return lsp.Hover(
+        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=hover_markdown(finding, unit)),
+        range=line_range(unit, finding.start_line, finding.end_line),
+    )
+
+
+def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
+    """The suggested fix as a WorkspaceEdit replacing whole lines, or None without a fix."""
+    fix = finding.fix
+    if fix is None:
+        return None
+    lines = unit.text.split("\n")
+    edit = lsp.TextEdit(
+        range=lsp.Range(
+            start=lsp.Position(unit.file_line(fix.start_line), 0),
+            end=lsp.Position(unit.file_line(fix.end_line), utf16_len(lines[fix.end_line - 1])),
+        ),
+        new_text=fix.replacement,
+    )
+    return lsp.WorkspaceEdit(changes={uri: [edit]})
