@@ -12,10 +12,11 @@ import {
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
+  Middleware,
   RegistrationData,
   ServerOptions,
 } from "vscode-languageclient/node";
-import { SettingsView, initializationOptions, serverCommand } from "./config";
+import { SYNCHRONIZED_SETTINGS, SettingsView, serverCommand, serverSection, serverSettings } from "./config";
 
 /** C sources, plus headers whatever language VS Code gives them (`.h` often opens as cpp). */
 export const DOCUMENT_SELECTOR: DocumentSelector = [
@@ -23,14 +24,30 @@ export const DOCUMENT_SELECTOR: DocumentSelector = [
   { scheme: "file", pattern: "**/*.h" },
 ];
 
+/** Answers `workspace/configuration` for section "k3lsp" with the server's keys only (see serverSection). */
+export const CONFIGURATION_MIDDLEWARE: Middleware = {
+  workspace: {
+    async configuration(params, token, next) {
+      const result = await next(params, token);
+      if (!Array.isArray(result)) {
+        return result;
+      }
+      return result.map((value, index) => (params.items[index]?.section === "k3lsp" ? serverSection(value) : value));
+    },
+  },
+};
+
 export function createClient(settings: SettingsView, outputChannel: LogOutputChannel): LanguageClient {
   const { command, args } = serverCommand(settings);
   // No `transport`: TransportKind.stdio would append `--stdio`, while `k3lsp` with no arguments is stdio.
   const serverOptions: ServerOptions = { command, args };
   const clientOptions: LanguageClientOptions = {
     documentSelector: DOCUMENT_SELECTOR,
-    initializationOptions: initializationOptions(settings),
-    synchronize: { configurationSection: "k3lsp" },
+    initializationOptions: serverSettings(settings),
+    // Individual keys rather than the "k3lsp" section: the client then sends only the server's keys
+    // (as {k3lsp: {...}}), skipping empty ones, instead of `server.*`, `trace.*` and `endpoint: ""`.
+    synchronize: { configurationSection: [...SYNCHRONIZED_SETTINGS] },
+    middleware: CONFIGURATION_MIDDLEWARE,
     outputChannel,
   };
   return new LanguageClient("k3lsp", "k3lsp", serverOptions, clientOptions);

@@ -59,18 +59,36 @@ export function serverCommand(settings: SettingsView): ServerCommand {
   return { command: expandHome(setting(settings, "server.path") || "k3lsp"), args: [] };
 }
 
+/** Setting ids the client keeps in sync with `workspace/didChangeConfiguration`. */
+export const SYNCHRONIZED_SETTINGS: readonly string[] = SERVER_KEYS.map((key) => `k3lsp.${key}`);
+
+function isUnset(value: unknown): boolean {
+  return value === undefined || value === null || (typeof value === "string" && value.trim() === "");
+}
+
 /**
- * The server keys that are actually set. Empty strings and null mean "the server's default"
- * (e.g. endpoint from K3LSP_ENDPOINT), so they are left out instead of sent as values.
+ * The server keys that are actually set, for initializationOptions and `workspace/configuration`.
+ *
+ * Empty strings and null mean "the server's default" (e.g. endpoint from K3LSP_ENDPOINT), and the
+ * server rejects `""` as an endpoint, so they are left out. `server.*` and `trace.*` are dropped:
+ * the server reports unknown keys as errors.
  */
-export function initializationOptions(settings: SettingsView): Record<string, unknown> {
+export function serverSettings(settings: SettingsView): Record<string, unknown> {
   const options: Record<string, unknown> = {};
   for (const key of SERVER_KEYS) {
     const value = settings.get<unknown>(key);
-    if (value === undefined || value === null || (typeof value === "string" && value.trim() === "")) {
-      continue;
+    if (!isUnset(value)) {
+      options[key] = value;
     }
-    options[key] = value;
   }
   return options;
+}
+
+/** `serverSettings` for the plain JSON object the client answers `workspace/configuration` with. */
+export function serverSection(section: unknown): unknown {
+  if (typeof section !== "object" || section === null || Array.isArray(section)) {
+    return section;
+  }
+  const values = section as Record<string, unknown>;
+  return serverSettings({ get: <T>(key: string) => values[key] as T | undefined });
 }

@@ -21,12 +21,14 @@ test("contributed defaults start the server as documented", () => {
   const props = manifest.contributes.configuration.properties;
   const defaults = { get: (key) => props[`k3lsp.${key}`].default };
   assert.deepEqual(config.serverCommand(defaults), { command: "k3lsp", args: [] });
-  assert.deepEqual(config.initializationOptions(defaults), {
-    trigger: "save",
-    minSeverity: "low",
-    include: [],
-    exclude: [],
-  });
+  // null / "" defaults mean "the server's default" and are not sent.
+  assert.deepEqual(config.serverSettings(defaults), { trigger: "save", minSeverity: "info" });
+});
+
+test("serverSection leaves non-objects alone", () => {
+  assert.equal(config.serverSection(null), null);
+  assert.equal(config.serverSection("x"), "x");
+  assert.deepEqual(config.serverSection([1]), [1]);
 });
 
 test("enums match the server's values", () => {

@@ -71,7 +71,42 @@ test("initializationOptions carry the server's settings and nothing extension-on
     include: ["src/**"],
     exclude: ["third_party/**"],
   });
-  assert.deepEqual(options.synchronize, { configurationSection: "k3lsp" });
+});
+
+test("only the server's keys are synchronized, so `server.*` and `trace.*` never reach the server", async () => {
+  const { lc } = await activated();
+  assert.deepEqual(onlyClient(lc).clientOptions.synchronize, {
+    configurationSection: [
+      "k3lsp.endpoint",
+      "k3lsp.serverKey",
+      "k3lsp.clientKey",
+      "k3lsp.trigger",
+      "k3lsp.minSeverity",
+      "k3lsp.maxFileBytes",
+      "k3lsp.include",
+      "k3lsp.exclude",
+    ],
+  });
+});
+
+test("workspace/configuration for section k3lsp answers with the server's keys only", async () => {
+  const { lc } = await activated();
+  const { configuration } = onlyClient(lc).clientOptions.middleware.workspace;
+  const whole = {
+    endpoint: "",
+    trigger: "manual",
+    include: null,
+    exclude: ["gen/**"],
+    server: { path: "k3lsp", python: "" },
+    trace: { server: "off" },
+  };
+  const params = { items: [{ section: "k3lsp" }, { section: "k3lsp.trigger" }, { section: "editor" }] };
+  const next = async () => [whole, "manual", { tabSize: 4 }];
+  assert.deepEqual(await configuration(params, undefined, next), [
+    { trigger: "manual", exclude: ["gen/**"] },
+    "manual",
+    { tabSize: 4 },
+  ]);
 });
 
 test("unset settings (empty string, null) are left to the server's defaults", async () => {
