@@ -289,6 +289,9 @@ def prune(src_dir: str | Path, out_dir: str | Path, keep: list[int]) -> Path:
         "weight_map": dict.fromkeys(sorted(weights), "model.safetensors"),
     })
     text["num_experts"] = len(keep)
+    # Which experts of the unpruned model survive, for doctor and tests (mlx-lm ignores the key).
+    earlier = config.get("kept_experts")
+    config["kept_experts"] = [earlier[k] for k in keep] if earlier else keep
     _write_json(out / "config.json", config)
     return out
 
@@ -318,3 +321,22 @@ def spread(total: int, n: int) -> list[int]:
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+# --- `k3-backend make-tiny` ----------------------------------------------------------------------------------
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("make-tiny", help="write a tiny random-weight kimi_k3 checkpoint (tests, doctor)")
+    p.add_argument("dir", help="output directory")
+    p.add_argument("--experts", type=int, default=8, help="routed experts per MoE layer (default 8)")
+    p.add_argument("--layers", type=int, default=4, help="decoder layers, the last one MLA (default 4)")
+    p.add_argument("--prune-to", type=int, metavar="N", help="keep N experts spread evenly, renumbered 0..N-1")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    keep = spread(args.experts, args.prune_to) if args.prune_to is not None else None
+    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep)
+    print(out)
+    return 0

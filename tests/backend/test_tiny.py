@@ -1,0 +1,114 @@
+"""The tiny checkpoint loads through mlx-lm as a kimi_k3 with the Kimi K3 tool parser; pruning is exact."""
+
+import hashlib
+import json
+
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+from mlx_lm.models.kimi_k3 import KimiK3SparseMoE
+
+from backend.cli import main
+from backend.tiny import make_tiny, prune, spread
+from tests.conftest import PRUNE_KEEP
+
+
+def test_loads_as_kimi_k3_with_tool_parser(tiny_model):
+    model, tok = load(str(tiny_model))
+    text = model.args.text_config
+    assert model.model_type == "kimi_k3"
+    assert text.num_experts == 8 and text.num_hidden_layers == 4
+    assert tok.has_tool_calling
+    assert tok.tool_parser.__module__ == "mlx_lm.tool_parsers.kimi_k3"
+    assert tok.tool_call_start == "<|open|>tools<|sep|>"
+    assert tok.eos_token_ids == {tok.convert_tokens_to_ids("<|end_of_msg|>")}
+    assert len(tok) <= text.vocab_size
+    for tag in ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"):
+        assert len(tok.encode(tag, add_special_tokens=False)) == 1, tag
+    # Two heads per rank on a pair, for both attention kinds.
+    assert text.num_attention_heads % 2 == 0 and text.linear_attn_config["num_heads"] % 2 == 0
+    logits = model(mx.array([tok.encode("int main(void)")]))
+    assert logits.shape[-1] == text.vocab_size and bool(mx.isfinite(logits).all())
+
+
+def test_template_renders_tools_and_tool_calls(tiny_model):
+    _, tok = load(str(tiny_model))
+    tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
+    messages = [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": "a\"b"}}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "x.c:1"},
+    ]
+    text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    assert '<|open|>tool name="grep"<|sep|>' in text
+    start = text.index(tok.tool_call_start)
+    section = text[start + len(tok.tool_call_start): text.index(tok.tool_call_end)]
+    assert tok.tool_parser(section) == [{"name": "grep", "arguments": {"pattern": 'a"b'}}]
+    assert text.endswith('<|open|>message role="assistant"<|sep|>')
+    assert '<|open|>message role="tool" call="1"<|sep|>x.c:1' in text
+
+
+def _digests(path):
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(path.iterdir())}
+
+
+def test_deterministic_given_seed(tiny_model, tmp_path):
+    assert _digests(make_tiny(tmp_path / "again")) == _digests(tiny_model)
+    other = _digests(make_tiny(tmp_path / "seed1", seed=1))
+    assert other["model.safetensors"] != _digests(tiny_model)["model.safetensors"]
+    assert other["tokenizer.json"] == _digests(tiny_model)["tokenizer.json"]
+
+
+def _mask_dropped(model, keep):
+    for layer in model.language_model.model.layers:
+        if isinstance(layer.mlp, KimiK3SparseMoE):
+            bias = layer.mlp.e_score_correction_bias
+            dropped = mx.array([i not in keep for i in range(bias.shape[0])])
+            layer.mlp.e_score_correction_bias = mx.where(dropped, -1e9, bias)
+
+
+def test_pruned_equals_full_with_dropped_experts_masked(tiny_model, pruned_model):
+    config = json.loads((pruned_model / "config.json").read_text())
+    assert config["text_config"]["num_experts"] == len(PRUNE_KEEP)
+    assert config["kept_experts"] == PRUNE_KEEP
+    pruned, tok = load(str(pruned_model))
+    full, _ = load(str(tiny_model))
+    moe = pruned.language_model.model.layers[1].mlp
+    assert moe.gate.weight.shape[0] == len(PRUNE_KEEP) and moe.switch_mlp.gate_proj.weight.shape[0] == len(PRUNE_KEEP)
+    tokens = mx.array([tok.encode("static long foo_ioctl(struct file *file, unsigned int cmd)")])
+    unmasked = full(tokens)
+    _mask_dropped(full, PRUNE_KEEP)
+    expected, got = full(tokens), pruned(tokens)
+    assert mx.allclose(got, expected, atol=1e-5).item()
+    assert not mx.allclose(got, unmasked, atol=1e-3).item()  # the dropped experts did matter
+
+
+def test_prune_of_pruned_records_original_ids(pruned_model, tmp_path):
+    again = prune(pruned_model, tmp_path / "twice", [1, 3, 4])
+    assert json.loads((again / "config.json").read_text())["kept_experts"] == [PRUNE_KEEP[i] for i in (1, 3, 4)]
+    model, _ = load(str(again))
+    assert model.args.text_config.num_experts == 3
+
+
+@pytest.mark.parametrize("keep", [[0], [1, 1, 2], [0, 8], [-1, 2]])
+def test_prune_rejects_bad_keep(tiny_model, tmp_path, keep):
+    with pytest.raises(ValueError):
+        prune(tiny_model, tmp_path / "bad", keep)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_cli_make_tiny_prune_to(tmp_path, capsys):
+    assert main(["make-tiny", str(tmp_path / "m"), "--experts", "6", "--layers", "3", "--prune-to", "4"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["text_config"]["num_experts"] == 4 and config["text_config"]["num_hidden_layers"] == 3
+    assert config["kept_experts"] == spread(6, 4) == [0, 1, 3, 4]
+    assert not (tmp_path / "m.full").exists()
+    model, _ = load(str(tmp_path / "m"))
+    assert model.args.text_config.num_experts == 4
+
+
+def test_cli_reports_bad_arguments(tmp_path, capsys):
+    assert main(["make-tiny", str(tmp_path / "m"), "--prune-to", "9"]) == 2
+    assert "cannot keep 9 of 8 experts" in capsys.readouterr().err
