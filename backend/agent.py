@@ -70,8 +70,11 @@ class Stats:
     rounds: int = 0
     batch_size_peak: int = 0
     finish_reason: str = "stop"
+    turns: list[dict] = field(default_factory=list)  # per generation: what was prefilled, cached, generated
 
-    def add_generation(self, stats: dict) -> None:
+    def add_generation(self, stats: dict, finish: str) -> None:
+        self.turns.append({k: int(stats.get(k, 0)) for k in ("prompt_tokens", "cached_tokens", "generated_tokens")}
+                          | {"finish": finish})
         self.prompt_tokens += int(stats.get("prompt_tokens", 0))
         self.cached_tokens += int(stats.get("cached_tokens", 0))
         self.generated_tokens += int(stats.get("generated_tokens", 0))
@@ -135,12 +138,15 @@ class Agent:
             findings = FindingStream(self.send, stats, "report_finding" in allowed)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
-            stats.add_generation(gen.stats)
+            stats.add_generation(gen.stats, gen.finish)
             turn = prompts.parse_turn(gen.text)
             await findings.sweep(turn)
-            stats.invalid_tool_calls += len(turn.errors)
+            unknown = [c.name for c in turn.calls if c.name not in allowed]
+            stats.invalid_tool_calls += len(turn.errors) + len(unknown)
             for error in turn.errors:
                 log.info("invalid tool call text (%s): %s", error.error, error.text)
+            if unknown:
+                log.info("model called tools it does not have: %s", ", ".join(unknown))
             if gen.finish != "stop":
                 return gen.finish
             if not any(c.name in READ_ONLY_TOOLS & allowed for c in turn.calls):
@@ -179,9 +185,7 @@ class Agent:
         """The text the model gets back for one call of its turn."""
         if call.name == "report_finding" and call.name in allowed:
             return "recorded"
-        if call.name not in READ_ONLY_TOOLS or call.name not in allowed:
-            stats.invalid_tool_calls += 1
-            log.info("model called unknown tool %r", call.name)
+        if call.name not in READ_ONLY_TOOLS or call.name not in allowed:  # counted as invalid when parsed
             return f"error: there is no tool named {call.name!r}"
         stats.tool_calls += 1
         await self.send("progress", stage="tool", tokens=stats.generated_tokens, detail=call.name)

@@ -1,0 +1,175 @@
+"""A real `k3-backend serve` process for tests, and a raw DEALER to talk to it.
+
+`serving(model, script=..., args=...)` starts the daemon as its own process on tcp://127.0.0.1:0, waits
+(bounded) for its ready line, yields a `Daemon` with the endpoint, and stops the process by PID at the end
+(SIGTERM, then SIGKILL if it does not exit). LSP, CLI and editor tests reuse it with their own scripts.
+
+`Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from k3lsp import protocol
+
+READY = "k3-backend ready on "
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Daemon:
+    endpoint: str
+    proc: subprocess.Popen
+    log: Path  # the daemon's stderr
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
+            ready_timeout: float = 180.0) -> Iterator[Daemon]:
+    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block."""
+    with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
+        cmd = [sys.executable, "-m", "backend.cli", "serve", "--model", str(model), "--bind", "tcp://127.0.0.1:0"]
+        if script is not None:
+            path = Path(tmp) / "script.json"
+            path.write_text(json.dumps(script))
+            cmd += ["--script", str(path)]
+        log = Path(tmp) / "daemon.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+                                    env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True)
+        try:
+            endpoint = _ready_line(proc, ready_timeout, log)
+            yield Daemon(endpoint, proc, log)
+        finally:
+            stop(proc)
+
+
+def _ready_line(proc: subprocess.Popen, timeout: float, log: Path) -> str:
+    """Read stdout until the ready line, in a thread so the wait is bounded."""
+    found: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith(READY):
+                found.append(line[len(READY):].strip())
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        stop(proc)
+        raise RuntimeError(f"k3-backend serve was not ready within {timeout} s:\n{log.read_text()[-3000:]}")
+    return found[0]
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM the process we started (by PID), SIGKILL it if it does not exit; returns its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    if proc.stdout:
+        proc.stdout.close()
+    return proc.returncode
+
+
+class Wire:
+    """One DEALER connected to the daemon; every receive is bounded."""
+
+    def __init__(self, endpoint: str, timeout: float = 60.0):
+        self.ctx = zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.timeout = timeout
+        self._held: list[dict] = []  # messages received while waiting for another request's
+
+    async def __aenter__(self) -> Wire:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+    async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
+        await self.sock.send(protocol.encode(protocol.make(kind, msg_id, **fields)))
+
+    async def send_raw(self, *frames: bytes) -> None:
+        await self.sock.send_multipart(list(frames))
+
+    async def recv(self, timeout: float | None = None) -> dict:
+        """The next message, decoded and validated as daemon -> client."""
+        if self._held:
+            return self._held.pop(0)
+        frame = await asyncio.wait_for(self.sock.recv(), timeout or self.timeout)
+        return protocol.decode(frame, "to_client")
+
+    async def next_for(self, msg_id: str, timeout: float | None = None) -> dict:
+        """The next message about request ``msg_id``; others are kept for later calls."""
+        for i, msg in enumerate(self._held):
+            if msg["id"] == msg_id:
+                return self._held.pop(i)
+        while True:
+            frame = await asyncio.wait_for(self.sock.recv(), timeout or self.timeout)
+            msg = protocol.decode(frame, "to_client")
+            if msg["id"] == msg_id:
+                return msg
+            self._held.append(msg)
+
+    async def ask(self, kind: str, msg_id: str, **fields: Any) -> dict:
+        """Send a message that gets exactly one reply (hello, ping, status) and return the reply."""
+        await self.send(kind, msg_id, **fields)
+        return await self.next_for(msg_id)
+
+    async def request(self, kind: str, msg_id: str, tools: dict[str, Any] | None = None,
+                      **fields: Any) -> list[dict]:
+        """Send a request and collect its messages up to and including the terminal one.
+
+        ``tools`` maps a tool name to the (ok, result) the test answers each tool_request with.
+        """
+        await self.send(kind, msg_id, **fields)
+        return await self.finish(msg_id, tools)
+
+    async def finish(self, msg_id: str, tools: dict[str, Any] | None = None) -> list[dict]:
+        out = []
+        for _ in range(10_000):
+            msg = await self.next_for(msg_id)
+            out.append(msg)
+            if msg["kind"] in protocol.TERMINAL_KINDS:
+                return out
+            if msg["kind"] == "tool_request" and tools is not None and msg["tool"] in tools:
+                ok, result = tools[msg["tool"]]
+                await self.send("tool_result", msg_id, call=msg["call"], ok=ok, result=result)
+        raise AssertionError(f"request {msg_id} sent 10000 messages without ending")
+
+
+def audit_fields(unit: str, *, code: str = "int f(int n)\n{\n\treturn n;\n}\n", path: str = "src/f.c",
+                 context: str = "#include <stddef.h>", **extra: Any) -> dict:
+    """The fields of an `audit` message for a unit (scripts match on the unit name)."""
+    return {"path": path, "unit": unit, "code": code, "context": context, **extra}
