@@ -57,6 +57,25 @@ _CONTAINERS = frozenset(
         "declaration_list",
     }
 )
+# What the loose header of a function inside an ERROR node is made of.
+_HEADER_PARTS = frozenset(
+    {
+        "storage_class_specifier",
+        "type_qualifier",
+        "primitive_type",
+        "sized_type_specifier",
+        "type_identifier",
+        "struct_specifier",
+        "union_specifier",
+        "enum_specifier",
+        "attribute_specifier",
+        "ms_call_modifier",
+        "ERROR",
+        "identifier",
+        "function_declarator",
+        "pointer_declarator",
+    }
+)
 _SKIP = frozenset({"comment", ";", "#if", "#ifdef", "#ifndef", "#else", "#elif", "#endif", "identifier"})
 
 
@@ -191,6 +210,8 @@ class _Scan:
                 self.walk(child, from_byte)
                 continue
             kind = child.type
+            if node.type == "ERROR" and kind in _HEADER_PARTS and self.loose_function(node, i - 1):
+                return
             if kind == "function_definition":
                 span, body = _function_span(child, data), child
             elif nxt is not None and nxt.type == "function_definition" and _is_split_header(child, nxt):
@@ -219,9 +240,29 @@ class _Scan:
             if nested is not None:
                 self.walk(body, nested.start_byte)
 
-    def nested_definition(self, node: Node) -> Node | None:
-        """The first function definition strictly inside a node, if any."""
-        j = bisect.bisect_right(self.definition_starts, node.start_byte)
+    def loose_function(self, node: Node, k: int) -> bool:
+        """A function whose definition tree-sitter gave up on, left as loose tokens in an ERROR node:
+        `static int f(int x)` `{` statements... It runs until the next definition (where the walk of
+        the ERROR node resumes) or the end of the node. True if one starts at child k (and was taken)."""
+        children = node.children
+        j, name = k, None
+        while j < len(children) and children[j].type in _HEADER_PARTS:
+            if children[j].type in ("function_declarator", "pointer_declarator"):
+                name = _declarator_name(children[j]) or name
+            j += 1
+        if name is None or j >= len(children) or children[j].type != "{":
+            return False
+        start = children[k].start_point.row
+        following = self.nested_definition(node, after=children[j].start_byte)
+        end = following.start_point.row - 1 if following is not None else _rows(node)[1]
+        self.spans.append(_Span(_text(name, self.data), "function", start, max(start, end)))
+        if following is not None:
+            self.walk(node, following.start_byte)
+        return True
+
+    def nested_definition(self, node: Node, after: int | None = None) -> Node | None:
+        """The first function definition strictly inside a node (starting after `after`), if any."""
+        j = bisect.bisect_right(self.definition_starts, node.start_byte if after is None else after)
         if j < len(self.definitions) and self.definitions[j].start_byte < node.end_byte:
             return self.definitions[j]
         return None
@@ -386,12 +427,12 @@ def _defined_names(node: Node, data: bytes) -> tuple[str, ...]:
     """Names a type or declaration defines: tags, typedef names, enumerators, variables, functions."""
     names: list[str] = []
     for spec in [node, *(c for c in node.named_children if c.type.endswith("_specifier"))]:
-        if spec.type in ("struct_specifier", "union_specifier", "enum_specifier"):
-            tag = spec.child_by_field_name("name")
+        body = spec.child_by_field_name("body")
+        if spec.type in ("struct_specifier", "union_specifier", "enum_specifier") and body is not None:
+            tag = spec.child_by_field_name("name")  # `struct x {...}` defines x; `struct x y;` does not
             if tag is not None:
                 names.append(_text(tag, data))
-            body = spec.child_by_field_name("body")
-            if spec.type == "enum_specifier" and body is not None:
+            if spec.type == "enum_specifier":
                 names += [
                     _text(e.child_by_field_name("name"), data)
                     for e in body.named_children
