@@ -1,0 +1,197 @@
+"""findings: untrusted findings are checked against their unit and mapped to exact LSP ranges."""
+
+import logging
+
+import pytest
+from lsprotocol import converters
+from lsprotocol import types as lsp
+
+from k3lsp import findings, units
+from tests.lsp.conftest import example_text
+from tests.support.edits import apply_edits
+
+CHARDEV = example_text("k3demo_chardev.c")
+
+
+def unit_named(source: str, name: str) -> units.Unit:
+    return next(u for u in units.split(source) if u.name == name)
+
+
+WRITE = unit_named(CHARDEV, "k3demo_write_msg")  # file lines 22-42 (1-based)
+OVERFLOW_LINE = 14  # unit line of `if (copy_from_user(slot->buf, ..., hdr.len)) {`, file line 35
+
+
+def raw(**over):
+    base = {
+        "cwe": 120,
+        "severity": "high",
+        "title": "copy_from_user  length\nfrom user space",
+        "message": "hdr.len is not checked against sizeof(slot->buf).",
+        "start_line": OVERFLOW_LINE,
+        "end_line": OVERFLOW_LINE,
+        "confidence": 0.8,
+        "trace": [{"line": 6, "note": "hdr copied from user"}, {"line": OVERFLOW_LINE, "note": "used as length"}],
+        "fix": {
+            "start_line": 13,
+            "end_line": 13,
+            "replacement": "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n",
+        },
+    }
+    base.update(over)
+    return base
+
+
+def test_validate_normalises_a_good_finding():
+    f = findings.validate(raw(), WRITE)
+    assert f.title == "copy_from_user length from user space"
+    assert f.trace[0] == findings.TraceStep(6, "hdr copied from user")
+    assert f.fix == findings.Fix(13, 13, "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;")
+    assert findings.validate(f.to_dict(), WRITE) == f  # the cached shape round-trips
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"cwe": 0},
+        {"cwe": -787},
+        {"cwe": "120"},
+        {"severity": "catastrophic"},
+        {"start_line": 0},
+        {"start_line": 5, "end_line": 4},
+        {"end_line": WRITE.line_count + 1},
+        {"title": "   "},
+        {"title": "x" * 201},
+        {"confidence": 1.5},
+        {"trace": "not a list"},
+    ],
+)
+def test_bad_findings_are_dropped_with_a_log_line(bad, caplog):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.findings"):
+        kept = findings.accept([raw(), raw(**bad)], WRITE)
+    assert len(kept) == 1
+    assert "dropped a finding for k3demo_write_msg" in caplog.text
+    with pytest.raises(findings.FindingError):
+        findings.validate(raw(**bad), WRITE)
+    assert findings.accept(["not a map", None, 42], WRITE) == []
+
+
+def test_out_of_range_trace_steps_and_fixes_are_dropped_from_a_kept_finding():
+    f = findings.validate(
+        raw(
+            trace=[{"line": 99, "note": "x"}, {"line": 2, "note": "y"}],
+            fix={"start_line": 1, "end_line": 99, "replacement": "x"},
+        ),
+        WRITE,
+    )
+    assert f.trace == (findings.TraceStep(2, "y"),) and f.fix is None
+
+
+def test_diagnostic_maps_to_the_exact_file_range():
+    f = findings.validate(raw(), WRITE)
+    d = findings.to_diagnostic(f, WRITE, "file:///ws/k3demo_chardev.c")
+    line = CHARDEV.split("\n")[34]
+    assert line.startswith("\tif (copy_from_user(slot->buf")
+    assert d.range == lsp.Range(lsp.Position(34, 1), lsp.Position(34, len(line)))  # indentation excluded
+    assert d.code == "CWE-120" and d.source == "k3-audit"
+    assert d.code_description.href == "https://cwe.mitre.org/data/definitions/120.html"
+    assert d.severity == lsp.DiagnosticSeverity.Error
+    assert d.message.startswith("copy_from_user length from user space\nhdr.len")
+    assert [(r.location.range.start.line, r.message) for r in d.related_information] == [
+        (26, "hdr copied from user"),
+        (34, "used as length"),
+    ]
+    assert d.data["fingerprint"] == findings.fingerprint(f, WRITE)
+    assert d.data["unit_key"] == WRITE.key
+    assert findings.from_diagnostic_data(d.data, WRITE) == f
+    converters.get_converter().unstructure(d)  # serialisable as JSON-RPC payload
+
+
+def test_severity_mapping_and_folded_trace():
+    expected = {
+        "critical": lsp.DiagnosticSeverity.Error,
+        "high": lsp.DiagnosticSeverity.Error,
+        "medium": lsp.DiagnosticSeverity.Warning,
+        "low": lsp.DiagnosticSeverity.Information,
+        "info": lsp.DiagnosticSeverity.Hint,
+    }
+    for severity, lsp_severity in expected.items():
+        d = findings.to_diagnostic(findings.validate(raw(severity=severity), WRITE), WRITE, "file:///x.c")
+        assert d.severity == lsp_severity
+    d = findings.to_diagnostic(findings.validate(raw(), WRITE), WRITE, "file:///x.c", related=False)
+    assert d.related_information is None and "line 27: hdr copied from user" in d.message
+
+
+def test_multi_line_range_and_utf16_columns():
+    source = "int f(void)\n{\n\t/* é 😀 */ x = 1;\n\ty = 2;\n}\n"
+    (unit,) = units.split(source)
+    f = findings.validate(
+        raw(start_line=3, end_line=3, trace=[], fix={"start_line": 3, "end_line": 3, "replacement": "\tx = 2;"}), unit
+    )
+    d = findings.to_diagnostic(f, unit, "file:///f.c")
+    assert d.range.start == lsp.Position(2, 1)
+    assert d.range.end == lsp.Position(2, len("\t/* é 😀 */ x = 1;") + 1)  # the emoji is two UTF-16 units
+    edit = findings.fix_edit(f, unit, "file:///f.c")
+    assert apply_edits(source, edit.changes["file:///f.c"]) == "int f(void)\n{\n\tx = 2;\n\ty = 2;\n}\n"
+
+
+def test_fix_edit_replaces_exactly_its_lines():
+    f = findings.validate(raw(), WRITE)
+    (edit,) = findings.fix_edit(f, WRITE, "file:///c.c").changes["file:///c.c"]
+    fixed = apply_edits(CHARDEV, [edit])
+    lines = fixed.split("\n")
+    assert lines[33:36] == ["\tif (hdr.len > sizeof(slot->buf))", "\t\treturn -EINVAL;", CHARDEV.split("\n")[34]]
+    assert len(lines) == len(CHARDEV.split("\n")) + 1
+    without_fix = findings.validate({k: v for k, v in raw().items() if k != "fix"}, WRITE)
+    assert findings.fix_edit(without_fix, WRITE, "file:///c.c") is None
+
+
+def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
+    f = findings.validate(raw(), WRITE)
+    moved = unit_named("// a\n// b\n// c\n" + CHARDEV, "k3demo_write_msg")
+    assert moved.start_line == WRITE.start_line + 3
+    assert findings.fingerprint(f, moved) == findings.fingerprint(f, WRITE)
+    d_moved = findings.to_diagnostic(f, moved, "file:///x.c")
+    assert d_moved.range.start.line == 37
+    assert findings.fingerprint(findings.validate(raw(cwe=787), WRITE), WRITE) != findings.fingerprint(f, WRITE)
+    other_title = findings.validate(raw(title="other"), WRITE)
+    assert findings.fingerprint(other_title, WRITE) != findings.fingerprint(f, WRITE)
+    other_line = findings.validate(raw(start_line=13, end_line=13), WRITE)
+    assert findings.fingerprint(other_line, WRITE) != findings.fingerprint(f, WRITE)
+
+
+def test_hover_has_everything_and_escapes_model_text():
+    f = findings.validate(raw(message="see [link](command:rm) and <b>bold</b>"), WRITE)
+    md = findings.hover_markdown(f, WRITE)
+    for part in (
+        "**copy\\_from\\_user length from user space**",
+        "[CWE-120](https://cwe.mitre.org/data/definitions/120.html)",
+        "severity **high**",
+        "confidence 80%",
+        "1. line 27: hdr copied from user",
+        "**Suggested fix** (line 34)",
+        "```c\n\tif (hdr.len",
+    ):
+        assert part in md, part
+    assert "\\[link\\](command:rm)" in md and "\\<b\\>" in md
+    hover = findings.to_hover(f, WRITE)
+    assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 34
+    fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
+    assert "````c\n```c\nx\n````" in findings.hover_markdown(fenced, WRITE)
+
+
+def test_min_severity_filter():
+    fs = [findings.validate(raw(severity=s), WRITE) for s in findings.SEVERITIES]
+    assert [f.severity for f in findings.at_least(fs, "medium")] == ["critical", "high", "medium"]
+    assert len(findings.at_least(fs, "info")) == 5
+    with pytest.raises(ValueError, match="unknown severity"):
+        findings.at_least(fs, "severe")
+
+
+def test_diagnostic_data_from_another_version_is_refused():
+    f = findings.validate(raw(), WRITE)
+    data = findings.to_diagnostic(f, WRITE, "file:///x.c").data
+    edited = unit_named(CHARDEV.replace("slot->len = hdr.len;", "slot->len = 0;"), "k3demo_write_msg")
+    with pytest.raises(findings.FindingError):
+        findings.from_diagnostic_data(data, edited)
+    with pytest.raises(findings.FindingError):
+        findings.from_diagnostic_data("junk", WRITE)
