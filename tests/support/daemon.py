@@ -142,6 +142,16 @@ class Wire:
                 return msg
             self._held.append(msg)
 
+    async def until(self, msg_id: str, kind: str, timeout: float | None = None) -> dict:
+        """Skip ``progress`` messages of request ``msg_id`` up to the next one of ``kind``."""
+        for _ in range(1000):
+            msg = await self.next_for(msg_id, timeout)
+            if msg["kind"] == kind:
+                return msg
+            if msg["kind"] != "progress":
+                raise AssertionError(f"expected {kind} for {msg_id}, got {msg}")
+        raise AssertionError(f"no {kind} for {msg_id} after 1000 progress messages")
+
     async def ask(self, kind: str, msg_id: str, **fields: Any) -> dict:
         """Send a message that gets exactly one reply (hello, ping, status) and return the reply."""
         await self.send(kind, msg_id, **fields)
