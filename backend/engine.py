@@ -44,6 +44,7 @@ class EngineArgs:
     prefill_step_size: int = 2048
     max_concurrency: int = 8  # completion batch size
     prompt_cache_size: int = 16  # LRU entries
+    prompt_cache_bytes: int = 1 << 63  # LRU byte budget (a real Kimi K3 entry holds every layer's KDA state)
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
 
@@ -164,7 +165,7 @@ class Engine:
         self.layers = int(text.num_hidden_layers)
         self.vocab_size = int(text.vocab_size)
         self.eos = min(tokenizer.eos_token_ids)
-        self._cache = LRUPromptCache(max_size=args.prompt_cache_size)
+        self._cache = self._new_cache()
         self._gen = self._new_generator()
         self._queue: list[tuple[int, int, GenRequest]] = []
         self._order = 0
@@ -173,6 +174,9 @@ class Engine:
         self._live: dict[int, _Live] = {}
         self._uid_to_rid: dict[int, int] = {}
         self._n = _Counters()
+
+    def _new_cache(self) -> LRUPromptCache:
+        return LRUPromptCache(max_size=self.args.prompt_cache_size, max_bytes=self.args.prompt_cache_bytes)
 
     def _new_generator(self) -> BatchGenerator:
         concurrency = max(1, self.args.max_concurrency)
@@ -196,7 +200,7 @@ class Engine:
             if not self.busy():
                 break
             self.step()
-        self._cache = LRUPromptCache(max_size=self.args.prompt_cache_size)
+        self._cache = self._new_cache()
         self._n = _Counters()
 
     def submit(self, req: GenRequest) -> None:
@@ -217,6 +221,8 @@ class Engine:
         return bool(self._queue or self._live or self._rejected or self._cancel & self._known())
 
     def step(self) -> list[GenEvent]:
+        """One scheduling step. Events come for requests with new text or a finish; never raises for
+        a bad request (it finishes with "error" and stats["error"] saying why)."""
         tic = time.perf_counter()
         events, self._rejected = self._rejected, []
         events += self._apply_cancellations()
