@@ -134,7 +134,7 @@ def read_lines(root: str | os.PathLike[str], path: str, start: int, end: int) ->
     if start < 1 or end < start:
         raise ToolError(f"bad line range {start}-{end}: need 1 <= start <= end")
     real = resolve(root, path)
-    lines = _read_text(real, path).split("\n")
+    lines = _read_text(real, path).removesuffix("\n").split("\n")
     if start > len(lines):
         raise ToolError(f"{path} has only {len(lines)} lines")
     out = _Output()

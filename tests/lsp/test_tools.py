@@ -1,0 +1,152 @@
+"""tools: the model's workspace tools stay read-only, inside the root, and bounded."""
+
+import os
+import re
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from k3lsp import tools
+from tests.lsp.conftest import EXAMPLES
+
+
+@pytest.fixture
+def ws(tmp_path, examples):
+    """A workspace with the demo corpus, a secret outside it, and hostile links inside it."""
+    root = tmp_path / "ws"
+    shutil.copytree(examples, root / "drivers")
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "id_rsa.c").write_text("int stolen_key = 42;\n")
+    (root / "out_file.c").symlink_to(outside / "id_rsa.c")
+    (root / "out_dir").symlink_to(outside)
+    (root / "loop_a").symlink_to(root / "loop_b")
+    (root / "loop_b").symlink_to(root / "loop_a")
+    (root / "inside_link.c").symlink_to(root / "drivers" / "k3demo.h")
+    (root / "blob.c").write_bytes(b"\x7fELF\x00\x00binary")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("../secret/id_rsa.c", "'..' is not allowed"),
+        ("drivers/../../secret/id_rsa.c", "'..' is not allowed"),
+        ("/etc/passwd", "absolute paths are not allowed"),
+        ("C:\\Windows\\win.ini", "absolute paths are not allowed"),
+        ("out_file.c", "resolves outside the workspace"),
+        ("out_dir/id_rsa.c", "resolves outside the workspace"),
+        ("loop_a", "cannot be resolved"),
+        ("missing.c", "no such file"),
+        ("drivers", "not a regular file"),
+        ("blob.c", "binary file"),
+        ("", "non-empty"),
+        ("a\0b", "NUL"),
+    ],
+)
+def test_read_lines_refuses_escapes_and_bad_files(ws, path, why):
+    ok, text = tools.run_tool(ws, "read_lines", {"path": path, "start": 1, "end": 3})
+    assert not ok and why in text
+    assert "stolen_key" not in text
+
+
+def test_read_lines_reads_numbered_lines_inside_the_workspace(ws):
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo_chardev.c", "start": 22, "end": 23})
+    assert ok
+    assert text.split("\n") == [
+        "drivers/k3demo_chardev.c:22-23 of 99 lines",
+        "    22  static long k3demo_write_msg(void __user *argp)",
+        "    23  {",
+    ]
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "inside_link.c", "start": 1, "end": 1})
+    assert ok and "SPDX" in text  # a symlink that stays inside is fine
+    assert tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 500, "end": 501}) == (
+        False,
+        "read_lines: drivers/k3demo.h has only 34 lines",
+    )
+    assert not tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 5, "end": 2})[0]
+
+
+def test_results_are_size_limited(ws, monkeypatch):
+    (ws / "big.c").write_text("".join(f"int v{i} = {i}; /* {'x' * 100} */\n" for i in range(5000)))
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 5000})
+    assert ok and len(text) <= tools.MAX_RESULT_CHARS + 200
+    assert "ask for" in text.split("\n")[-1]
+    ok, text = tools.run_tool(ws, "grep", {"pattern": r"int v\d+"})
+    assert ok and re.match(r"\d+\+ matching lines", text)  # "+": there were more
+    assert len(text) <= tools.MAX_RESULT_CHARS + 200 and len(text.split("\n")) <= tools.MAX_RESULT_LINES + 3
+    monkeypatch.setattr(tools, "MAX_FILE_BYTES", 1000)
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 2})
+    assert not ok and "over the 1000-byte limit" in text
+
+
+def test_find_definition_finds_functions_types_macros_and_globals(ws):
+    cases = {
+        "k3demo_alloc_table": "drivers/k3demo_syscalls.c:25-36 (function)",
+        "k3demo_msg": "drivers/k3demo.h:18-22 (type)",
+        "K3DEMO_NR_SLOTS": "drivers/k3demo.h:16-16 (macro)",
+        "k3demo_fops": "drivers/k3demo_chardev.c:75-79 (global)",
+    }
+    for symbol, where in cases.items():
+        ok, text = tools.run_tool(ws, "find_definition", {"symbol": symbol})
+        assert ok and text.startswith(where), (symbol, text)
+    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "k3demo_session_register"})
+    assert text.startswith("drivers/k3demo_session.c:64-67 (function)")  # the definition before the prototype
+    assert "drivers/k3demo_session.c:31-31 (prototype)" in text
+    assert tools.run_tool(ws, "find_definition", {"symbol": "stolen_key"}) == (
+        True,
+        "no definition of stolen_key found in the workspace's C files",
+    )
+    assert not tools.run_tool(ws, "find_definition", {"symbol": "a b; rm -rf"})[0]
+
+
+def test_grep_regex_fallbacks_and_confinement(ws):
+    ok, text = tools.run_tool(ws, "grep", {"pattern": r"copy_from_user\(.*hdr\.len"})
+    assert ok and text.split("\n")[1].startswith("drivers/k3demo_chardev.c:35: if (copy_from_user(slot->buf")
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "copy_from_user(", "path": "drivers/k3demo_syscalls.c"})
+    assert ok and "invalid regex" in text and "drivers/k3demo_syscalls.c:54:" in text
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "(a+)+$"})
+    assert ok and "nested quantifiers" in text
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "stolen_key"})
+    assert ok and text.startswith("0 matching lines")  # symlinks out of the workspace are not followed
+    assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "out_dir"})[0]
+    assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "../secret"})[0]
+    assert not tools.run_tool(ws, "grep", {"pattern": ""})[0]
+
+
+def test_special_files_are_refused_not_read(ws):
+    os.mkfifo(ws / "drivers" / "pipe.c")  # reading a FIFO would block the server forever
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "k3demo_ioctl"})
+    assert ok and "drivers/k3demo_chardev.c:61:" in text
+    assert tools.run_tool(ws, "read_lines", {"path": "drivers/pipe.c", "start": 1, "end": 1}) == (
+        False,
+        "read_lines: drivers/pipe.c: not a regular file",
+    )
+    assert tools.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})[0]
+
+
+def test_dispatch_errors_are_answers(ws):
+    assert tools.run_tool(ws, "rm", {}) == (False, "unknown tool 'rm'; available: find_definition, grep, read_lines")
+    assert tools.run_tool(ws, "grep", ["x"]) == (False, "grep: arguments must be an object")
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "x", "cmd": "sh"})
+    assert not ok and "unknown arguments ['cmd']" in text
+    assert not tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": "1", "end": 2})[0]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(["read_lines", "find_definition", "grep", "nope"]),
+    args=st.dictionaries(st.sampled_from(["path", "start", "end", "symbol", "pattern", "x"]), json_values, max_size=4),
+)
+def test_run_tool_never_raises(name, args):
+    ok, text = tools.run_tool(EXAMPLES, name, args)
+    assert isinstance(ok, bool) and isinstance(text, str) and len(text) <= tools.MAX_RESULT_CHARS + 1000
