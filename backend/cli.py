@@ -5,8 +5,9 @@ import argparse
 import sys
 
 from backend import serve, tiny
+from backend.fidelity import cli as fidelity
 
-COMMANDS = {"make-tiny": tiny, "serve": serve}
+COMMANDS = {"make-tiny": tiny, "serve": serve, "fidelity": fidelity}
 
 
 def main(argv: list[str] | None = None) -> int:

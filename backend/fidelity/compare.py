@@ -1,0 +1,147 @@
+"""`k3-backend fidelity compare`: the candidate on the BASE's tokens, against the stored reference.
+
+Per predicted token: KL(reference || candidate) over the full output distribution as far as the BASE
+keeps it (store.py states the error bound; the per-token bound is summed into `tail_bound`), whether the
+candidate's top token is the reference's, and both models' log-probability of the actual next token.
+These are tallied per corpus (perplexity ratio) and, on trace windows, per span.
+"""
+
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+
+from backend.fidelity import forward
+from backend.fidelity.spans import SPANS
+from backend.fidelity.store import Base, BaseError, tokenizer_fingerprint
+
+TRACES = "traces"
+ALL = "all"
+SMALL_KLD = 0.01  # the card's "share of tokens under 0.01 KLD"
+
+
+def candidate_rows(lp: mx.array, records: np.ndarray, targets: list[int]) -> dict[str, np.ndarray]:
+    """Per-token figures for one chunk of candidate log-probs [c, V] against its reference records."""
+    ids = mx.array(np.ascontiguousarray(records["ids"]))
+    p_lp = mx.array(np.ascontiguousarray(records["logprobs"]))
+    rest = mx.array(np.ascontiguousarray(records["rest"]))
+    q_top = mx.take_along_axis(lp, ids, axis=-1)
+    q_rest = mx.logsumexp(mx.put_along_axis(lp, ids, mx.array(-mx.inf), axis=-1), axis=-1)
+    q_tail_min = mx.min(mx.put_along_axis(lp, ids, mx.array(mx.inf), axis=-1), axis=-1)
+    r = mx.exp(rest)
+    has_rest = r > 0  # 0 * inf would be nan where the reference put no mass outside its top-k
+    kld = mx.sum(mx.exp(p_lp) * (p_lp - q_top), axis=-1) + mx.where(has_rest, r * (rest - q_rest), 0.0)
+    p_tail_max = mx.minimum(p_lp[:, -1] - rest, 0.0)  # log of the largest renormalised tail probability
+    tail = mx.where(has_rest, r * (p_tail_max - (q_tail_min - q_rest)), 0.0)
+    agree = mx.argmax(lp, axis=-1) == ids[:, 0]
+    target = mx.take_along_axis(lp, mx.array(targets, dtype=mx.int32)[:, None], axis=-1)[:, 0]
+    mx.eval(kld, tail, agree, target, r)
+    return {
+        # KL_S is a KL divergence, so >= 0; a negative value is float32 rounding of identical distributions.
+        "kld": np.maximum(np.array(kld), 0.0), "tail": np.maximum(np.array(tail), 0.0), "rest": np.array(r),
+        "agree": np.array(agree), "nll_cand": -np.array(target), "nll_ref": -records["target"].astype(np.float64),
+        "label": np.asarray(records["label"]),
+    }
+
+
+@dataclass
+class Tally:
+    """Running sums for one row of a table; KLDs are kept (4 bytes a token) for the median."""
+
+    tokens: int = 0
+    nll_ref: float = 0.0
+    nll_cand: float = 0.0
+    agree: int = 0
+    tail: float = 0.0
+    rest: float = 0.0
+    klds: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, rows: dict[str, np.ndarray], mask: np.ndarray) -> None:
+        self.tokens += int(mask.sum())
+        self.nll_ref += float(rows["nll_ref"][mask].sum())
+        self.nll_cand += float(rows["nll_cand"][mask].sum())
+        self.agree += int(rows["agree"][mask].sum())
+        self.tail += float(rows["tail"][mask].sum())
+        self.rest += float(rows["rest"][mask].sum())
+        self.klds.append(rows["kld"][mask].astype(np.float32))
+
+    def summary(self) -> dict:
+        if not self.tokens:
+            return {"tokens": 0}
+        kld = np.concatenate(self.klds).astype(np.float64)
+        ppl_ref, ppl_cand = float(np.exp(self.nll_ref / self.tokens)), float(np.exp(self.nll_cand / self.tokens))
+        return {
+            "tokens": self.tokens, "ppl_ref": ppl_ref, "ppl_cand": ppl_cand, "ppl_ratio": ppl_cand / ppl_ref,
+            "kld_mean": float(kld.mean()), "kld_median": float(np.median(kld)),
+            "top1_agreement": self.agree / self.tokens, "kld_under_0.01": float((kld < SMALL_KLD).mean()),
+            "tail_bound_mean": self.tail / self.tokens, "rest_mass_mean": self.rest / self.tokens,
+        }
+
+
+def check_candidate(base: Base, cand: forward.Loaded, vocab: int, window: int | None) -> None:
+    """Refuse a BASE the candidate cannot be compared on, saying why."""
+    h = base.header
+    if tokenizer_fingerprint(cand.tokenizer) != h.tokenizer:
+        raise BaseError(f"{base.path}: recorded with another tokenizer than {cand.path}'s (vocabulary hash differs); "
+                        "the token ids would mean different text")
+    if vocab != h.vocab_size:
+        raise BaseError(f"{base.path}: the reference has {h.vocab_size} outputs, {cand.path} has {vocab}")
+    if window is not None and window != h.window:
+        raise BaseError(f"{base.path}: recorded with --window {h.window}, not {window}; re-record the BASE")
+
+
+def _open(base_path: str, cand: forward.Loaded, vocab: int, window: int | None) -> Base:
+    base = Base(base_path)
+    check_candidate(base, cand, vocab, window)
+    return base
+
+
+def compare(model: str, base_path: str, *, window: int | None = None, generate: int = 0, max_tokens: int = 512,
+            seed: int = 0) -> dict | None:
+    """The report of `model` against the BASE (a dict on rank 0; None on the other ranks)."""
+    cand = forward.load(model)
+    vocab = forward.vocab_size(cand.model)  # a forward pass: every rank takes part
+    opened: list[Base] = []  # rank 0's BASE; the other ranks only get the token ids to run
+
+    def make_plan() -> dict:
+        opened.append(_open(base_path, cand, vocab, window))
+        n = len(opened[0].header.windows)
+        return {"chunk": opened[0].header.chunk, "windows": [opened[0].ids(i) for i in range(n)],
+                "prompts": [opened[0].prompt(i) for i in range(n)]}
+
+    plan = forward.share_result(make_plan, cand.group)
+    base = opened[0] if opened else None
+    corpora: dict[str, Tally] = {}
+    spans = {name: Tally() for name in (*SPANS, ALL)}
+    for i, ids in enumerate(plan["windows"]):
+        entry = base.header.windows[i] if base else None
+        records = base.records(i) if base else None
+        for start, lp in forward.log_probs(cand.model, ids, plan["chunk"]):
+            if base is None:
+                mx.eval(lp)
+                continue
+            end = start + lp.shape[0]
+            rows = candidate_rows(lp, records[start:end], ids[start + 1 : end + 1])
+            everything = np.ones(len(rows["kld"]), dtype=bool)
+            for name in (entry.corpus, ALL):
+                corpora.setdefault(name, Tally()).add(rows, everything)
+            if entry.corpus == TRACES:
+                spans[ALL].add(rows, everything)
+                for k, name in enumerate(SPANS):
+                    spans[name].add(rows, rows["label"] == k)
+    behaviour = None
+    if generate:
+        from backend.fidelity.generate import sample_sessions
+
+        behaviour = sample_sessions(cand, [p for p in plan["prompts"] if p], generate, max_tokens, seed)
+    if base is None:
+        return None
+    h = base.header
+    return {
+        "base": {"path": str(base.path), "reference": h.model, "window": h.window, "top_k": h.top_k,
+                 "windows": len(h.windows), "chunk": h.chunk},
+        "candidate": forward.model_info(cand.path) | {"ranks": cand.group.size()},
+        "corpora": {name: t.summary() for name, t in sorted(corpora.items(), key=lambda kv: kv[0] == ALL)},
+        "spans": {name: t.summary() for name, t in spans.items()},
+        "generate": behaviour,
+    }

@@ -1,0 +1,107 @@
+"""Loading a model on one process or as tensor-parallel ranks, and teacher-forced log-probs in chunks.
+
+Under `mlx.launch` every rank loads its shard with `mlx_lm.utils.sharded_load`, exactly like `serve`,
+and runs the same forward passes; the head is replicated, so every rank ends with the same log-probs
+and only rank 0 reads inputs, writes the BASE and prints. Rank 0 shares what it read with `share`.
+
+Memory stays bounded for long windows and a 163,840-token vocabulary: a window is fed `chunk` tokens
+at a time through one prompt cache, and only that chunk's [chunk, V] log-probs exist at once; the
+caller reduces them to a few numbers per token before the next chunk runs.
+"""
+
+import hashlib
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+
+@dataclass
+class Loaded:
+    model: object
+    tokenizer: object
+    path: Path
+    group: mx.distributed.Group
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank()
+
+    @property
+    def distributed(self) -> bool:
+        return self.group.size() > 1
+
+
+def load(path: str | Path) -> Loaded:
+    """The model at `path`: sharded over the `mlx.launch` ranks when there are several, else whole."""
+    from mlx_lm.utils import load as load_whole
+    from mlx_lm.utils import sharded_load
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+    group = mx.distributed.init()
+    model, tokenizer = sharded_load(str(path)) if group.size() > 1 else load_whole(str(path))
+    return Loaded(model, tokenizer, path, group)
+
+
+def model_info(path: Path) -> dict:
+    """What the report says about a model: its path and a hash of its config."""
+    return {"path": str(path), "config_sha256": hashlib.sha256((path / "config.json").read_bytes()).hexdigest()}
+
+
+def share(obj, group: mx.distributed.Group):
+    """Rank 0's `obj` on every rank (pickled bytes summed with zeros from the others, as mlx_lm.server does)."""
+    if group.size() == 1:
+        return obj
+    if group.rank() == 0:
+        data = mx.array(bytearray(pickle.dumps(obj)), dtype=mx.uint8)
+        mx.eval(mx.distributed.all_sum(data.size, group=group, stream=mx.cpu))
+        mx.eval(mx.distributed.all_sum(data, group=group, stream=mx.cpu))
+        return obj
+    size = mx.distributed.all_sum(0, group=group, stream=mx.cpu).item()
+    data = mx.distributed.all_sum(mx.zeros(size, dtype=mx.uint8), group=group, stream=mx.cpu)
+    return pickle.loads(bytes(data))
+
+
+def share_result(make, group: mx.distributed.Group):
+    """`make()` run on rank 0 and its result shared; its exception is raised on every rank, so none hangs."""
+    result = error = None
+    if group.rank() == 0:
+        try:
+            result = make()
+        except Exception as e:  # shared, then re-raised below on every rank
+            error = e
+    shared = share((result, None if error is None else str(error)), group)
+    if error is not None:
+        raise error
+    if shared[1] is not None:
+        raise RuntimeError(f"rank 0 failed: {shared[1]}")
+    return shared[0]
+
+
+def vocab_size(model) -> int:
+    """Width of the model's output distribution, from one forward pass (no config guessing)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    logits = model(mx.array([[0]]), cache=make_prompt_cache(model))
+    return int(logits.shape[-1])
+
+
+def log_probs(model, ids: list[int], chunk: int) -> Iterator[tuple[int, mx.array]]:
+    """(start, log-probs [c, V] in float32) for positions start..start+c-1, predicting ids[start+1 : start+1+c].
+
+    The caller must evaluate what it derives from each chunk before asking for the next one.
+    """
+    from mlx_lm.models.cache import make_prompt_cache
+
+    if chunk < 1:
+        raise ValueError("chunk must be at least 1")
+    cache = make_prompt_cache(model)
+    inputs = mx.array(ids[:-1], dtype=mx.int32)
+    for start in range(0, len(ids) - 1, chunk):
+        logits = model(inputs[None, start : start + chunk], cache=cache)[0].astype(mx.float32)
+        mx.eval([c.state for c in cache])
+        yield start, logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -1,0 +1,151 @@
+"""Audit-session traces and code corpora, turned into the token windows the fidelity report scores.
+
+A trace file is JSON lines, one session per line, in the daemon's own message format:
+
+    {"id": "optional name", "tools": [optional OpenAI tool schemas],
+     "messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "...",
+                   "tool_calls": [{"function": {"name": "...", "arguments": {...} or "json text"}}]}, ...]}
+
+Sessions are rendered through the model's own chat template (with the daemon's audit tools when a
+session names none), because that token structure is what the pruned build was calibrated on. Tool-call
+arguments given as JSON text are parsed first, as mlx_lm.server does. Thinking and response markup
+inside assistant content is kept verbatim: it is what the model generated.
+
+A session longer than the window keeps its LAST `window` tokens, where the assistant's thinking, tool
+calls and answers are; spans are classified on the whole session first, so a window that starts inside
+a span still labels it right. A corpus is a directory of source files; every file is tokenized as plain
+text and cut into consecutive windows.
+"""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.fidelity.spans import OTHER, classify
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass
+class Window:
+    """One scored window: token ids, a span label per token, and the opening prompt for --generate."""
+
+    source: str  # "file.jsonl:LINE" or "dir/file.c#N"
+    corpus: str  # "traces" or the corpus directory's name
+    ids: list[int]
+    labels: list[int]
+    prompt: list[int]  # system/user opening + generation prompt; empty for corpus windows
+
+
+class TraceError(ValueError):
+    """A trace that cannot be rendered, with the file and line it came from."""
+
+
+def trace_files(path: str | Path) -> list[Path]:
+    """A .jsonl file, or every .jsonl file under a directory, sorted."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        if not files:
+            raise TraceError(f"{path}: no .jsonl trace files")
+        return files
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file or directory")
+    return [path]
+
+
+def read_sessions(path: Path) -> Iterator[tuple[str, dict]]:
+    """(source, session) for every non-blank line of a trace file, validated."""
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                source = f"{path.name}:{n}"
+                try:
+                    session = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise TraceError(f"{source}: not JSON ({e.msg})") from None
+                yield source, _check_session(session, source)
+
+
+def _check_session(session, source: str) -> dict:
+    if not isinstance(session, dict) or not isinstance(session.get("messages"), list) or not session["messages"]:
+        raise TraceError(f'{source}: a session is an object with a non-empty "messages" list')
+    if "tools" in session and not isinstance(session["tools"], list):
+        raise TraceError(f'{source}: "tools" must be a list of tool schemas')
+    messages = [_check_message(m, f"{source}: message {i}") for i, m in enumerate(session["messages"])]
+    return {**session, "messages": messages}
+
+
+def _check_message(m, where: str) -> dict:
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise TraceError(f"{where}: needs a role in {ROLES}")
+    if not isinstance(m.get("content", ""), str | None):
+        raise TraceError(f"{where}: content must be text")
+    calls = m.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise TraceError(f"{where}: tool_calls must be a list")
+    if not calls:
+        return m
+    return {**m, "tool_calls": [_check_call(c, f"{where} tool call {j}") for j, c in enumerate(calls)]}
+
+
+def _check_call(call, where: str) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise TraceError(f'{where}: needs {{"function": {{"name": ..., "arguments": ...}}}}')
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: arguments are not JSON ({e.msg})") from None
+    if not isinstance(arguments, dict):
+        raise TraceError(f"{where}: arguments must be a JSON object")
+    return {**call, "function": {**function, "arguments": arguments}}
+
+
+def session_window(tokenizer, source: str, session: dict, window: int, default_tools: list[dict]) -> Window:
+    """Render one session and cut its scored window (the last `window` tokens)."""
+    messages, tools = session["messages"], session.get("tools", default_tools)
+    try:
+        ids = _render(tokenizer, messages, tools, add_generation_prompt=False)
+        opening = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+        prompt = _render(tokenizer, messages[:opening], tools, add_generation_prompt=True) if opening else []
+    except Exception as e:  # the template is the model's code; its errors name no trace line
+        raise TraceError(f"{source}: the chat template failed: {e}") from e
+    labels = classify(tokenizer, ids)
+    start = max(0, len(ids) - window)
+    return Window(session.get("id", source), "traces", ids[start:], labels[start:], prompt)
+
+
+def _render(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, tools=tools or None,
+                                              add_generation_prompt=add_generation_prompt))
+
+
+def trace_windows(tokenizer, path: str | Path, window: int, default_tools: list[dict]) -> list[Window]:
+    """One window per session of every trace file under `path`."""
+    windows = [session_window(tokenizer, source, session, window, default_tools)
+               for file in trace_files(path) for source, session in read_sessions(file)]
+    if not windows:
+        raise TraceError(f"{path}: no sessions")
+    return windows
+
+
+def corpus_windows(tokenizer, directory: str | Path, window: int) -> list[Window]:
+    """Every file under `directory` (UTF-8 text, undecodable bytes replaced), cut into windows of `window`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise TraceError(f"{directory}: a corpus must be a directory of source files")
+    windows = []
+    for file in sorted(p for p in directory.rglob("*") if p.is_file()):
+        ids = list(tokenizer.encode(file.read_text(encoding="utf-8", errors="replace")))
+        name = file.relative_to(directory).as_posix()
+        for n, start in enumerate(range(0, max(len(ids) - 1, 0), window)):
+            chunk = ids[start : start + window]
+            if len(chunk) >= 2:
+                windows.append(Window(f"{directory.name}/{name}#{n}", directory.name, chunk, [OTHER] * len(chunk), []))
+    if not windows:
+        raise TraceError(f"{directory}: no file with at least 2 tokens")
+    return windows
