@@ -110,8 +110,9 @@ test("workspace/configuration for section k3lsp answers with the server's keys o
 });
 
 test("unset settings (empty string, null) are left to the server's defaults", async () => {
-  const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "save" });
-  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { trigger: "save" });
+  const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "open" });
+  // minSeverity is package.json's default, which VS Code reports like a user value.
+  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { trigger: "open", minSeverity: "info" });
 });
 
 test("the four commands of package.json are registered", async () => {
@@ -206,7 +207,7 @@ test("restart disposes the client and starts a new one with the current settings
   assert.equal(lc.clients.length, 2);
   assert.equal(lc.clients[0].disposed, 1);
   assert.equal(lc.clients[1].serverOptions.command, "/opt/k3lsp/bin/k3lsp");
-  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { trigger: "manual" });
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { trigger: "manual", minSeverity: "info" });
   assert.ok(lc.clients[1].isRunning());
 });
 

@@ -7,6 +7,7 @@
  */
 const Module = require("node:module");
 const path = require("node:path");
+const { addRuntime } = require("./vscode-runtime");
 
 const OUT = path.resolve(__dirname, "..", "..", "out");
 
@@ -40,10 +41,49 @@ function disposable(fn = () => {}) {
   return { dispose: fn };
 }
 
-/** A fresh fake VS Code. `settings` is the flat `k3lsp` section, e.g. {"server.path": "x"}. */
+/** Setting ids (without "k3lsp.") -> the defaults package.json contributes, as VS Code reports them. */
+function contributedDefaults() {
+  const manifest = require(path.join(__dirname, "..", "..", "package.json"));
+  const props = manifest.contributes.configuration.properties;
+  return Object.fromEntries(Object.entries(props).map(([id, spec]) => [id.replace(/^k3lsp\./, ""), spec.default]));
+}
+
+/**
+ * `workspace.getConfiguration(section).get(key)` over the `k3lsp` settings: a full id gives its value,
+ * a prefix gives the nested object (getConfiguration().get("k3lsp") is the whole section).
+ */
+function configurationView(settings, section) {
+  const prefix = section ? `${section}.` : "";
+  return {
+    get(key) {
+      const id = `${prefix}${key}`;
+      if (id.startsWith("k3lsp.") && id.slice(6) in settings) {
+        return settings[id.slice(6)];
+      }
+      const nested = {};
+      let found = false;
+      for (const [name, value] of Object.entries(settings)) {
+        const full = `k3lsp.${name}`;
+        if (full.startsWith(`${id}.`)) {
+          const parts = full.slice(id.length + 1).split(".");
+          let node = nested;
+          parts.slice(0, -1).forEach((part) => (node = node[part] ??= {}));
+          node[parts.at(-1)] = value;
+          found = true;
+        }
+      }
+      return found ? nested : undefined;
+    },
+  };
+}
+
+/**
+ * A fresh fake VS Code. `settings` is the flat `k3lsp` section, e.g. {"server.path": "x"}, over
+ * the defaults of package.json.
+ */
 function makeVscode(settings) {
   const world = {
-    settings: { ...settings },
+    settings: { ...contributedDefaults(), ...settings },
     commands: new Map(),
     executed: [],
     messages: [],
@@ -62,11 +102,7 @@ function makeVscode(settings) {
     StatusBarAlignment: { Left: 1, Right: 2 },
     workspace: {
       getConfiguration(section) {
-        if (section !== "k3lsp") {
-          throw new Error(`unexpected configuration section ${section}`);
-        }
-        const snapshot = { ...world.settings };
-        return { get: (key) => snapshot[key] };
+        return configurationView({ ...world.settings }, section);
       },
       onDidChangeConfiguration(listener) {
         world.configListeners.push(listener);
@@ -79,8 +115,14 @@ function makeVscode(settings) {
       showWarningMessage: message("warning"),
       showInformationMessage: message("info"),
       createOutputChannel(name, options) {
-        const channel = { name, options, lines: [], shown: 0, disposed: false };
+        const channel = { name, options, lines: [], shown: 0, disposed: false, logLevel: 3 };
         channel.appendLine = (line) => channel.lines.push(line);
+        // The LogOutputChannel methods the language client logs through.
+        for (const level of ["trace", "debug", "info", "warn", "error", "append"]) {
+          channel[level] = (line) => channel.lines.push(`[${level}] ${line}`);
+        }
+        channel.onDidChangeLogLevel = () => disposable();
+        channel.clear = () => (channel.lines.length = 0);
         channel.show = () => (channel.shown += 1);
         channel.dispose = () => (channel.disposed = true);
         world.channels.push(channel);
@@ -221,22 +263,28 @@ Module._load = function load(request, parent, isMain) {
   if (current && request === "vscode") {
     return current.vscode.api;
   }
-  if (current && request === "vscode-languageclient/node") {
+  if (current?.lc && request === "vscode-languageclient/node") {
     return current.lc.api;
   }
   return originalLoad.call(this, request, parent, isMain);
 };
 
+const LANGUAGE_CLIENT = path.resolve(__dirname, "..", "..", "node_modules", "vscode-languageclient") + path.sep;
+
 /**
  * Fresh fakes plus a freshly loaded copy of the compiled extension (module state such as the
- * current session must not leak between tests).
+ * current session must not leak between tests). With `realClient`, the real vscode-languageclient
+ * is loaded (fresh, so it binds to this test's fake `vscode`) and `lc` is undefined.
  */
-function loadExtension(settings = {}) {
+function loadExtension(settings = {}, { realClient = false } = {}) {
   const vscode = makeVscode(settings);
-  const lc = makeLanguageClientModule(vscode);
+  const lc = realClient ? undefined : makeLanguageClientModule(vscode);
+  if (realClient) {
+    addRuntime(vscode.api);
+  }
   current = { vscode, lc };
   for (const key of Object.keys(require.cache)) {
-    if (key.startsWith(OUT + path.sep)) {
+    if (key.startsWith(OUT + path.sep) || key.startsWith(LANGUAGE_CLIENT)) {
       delete require.cache[key];
     }
   }
