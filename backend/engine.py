@@ -91,7 +91,7 @@ def seeded_sampler(temp: float, top_p: float, seed: int):
     same tokens whatever else is in the batch, and identically on every rank."""
     if temp == 0:
         return greedy_sampler
-    key = [mx.random.key(seed)]
+    key = [mx.random.key(seed % (1 << 64))]  # any int seed, negative ones too
 
     def sample(logprobs: mx.array) -> mx.array:
         key[0], draw = mx.random.split(key[0])
@@ -256,6 +256,8 @@ class Engine:
             return f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
             return f"max_tokens must be a positive integer, got {req.max_tokens!r}"
+        if not isinstance(req.seed, int):
+            return f"seed must be an integer, got {req.seed!r}"
         if not (req.temp >= 0 and 0 <= req.top_p <= 1):
             return f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):

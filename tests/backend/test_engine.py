@@ -173,7 +173,8 @@ def test_bad_requests_fail_alone(engine):
     tok = engine.tokenizer
     good = request(tok.encode("int ok;"), forced=tok.encode("fine"))
     bad = [request([]), request([1, 10**6]), request([5], max_tokens=0), request([5], forced=[-1]),
-           request([5, 6], segments=[9]), request([5], temp=-1.0)]
+           request([5, 6], segments=[9]), request([5], temp=-1.0), request([5], temp=float("nan")),
+           request([5], seed="x")]
     for r in [*bad, good]:
         engine.submit(r)
     out = drain(engine)
@@ -207,7 +208,7 @@ def test_same_seed_same_sample(engine):
     tok = engine.tokenizer
     prompt = tok.encode("int seeded(void)")
     texts = []
-    for seed in (7, 7, 8):
+    for seed in (-7, -7, 8):
         r = request(prompt, seed=seed, max_tokens=24)
         engine.submit(r)
         texts.append(drain(engine)[r.rid].text)
