@@ -207,7 +207,10 @@ class Engine:
         """Queue a request; a malformed one finishes with "error" at the next step."""
         if req.rid in self._live or any(q[2].rid == req.rid for q in self._queue):
             raise ValueError(f"request id {req.rid} is already in the engine")
-        problem = self._check(req)
+        try:
+            problem = self._check(req)
+        except TypeError as e:  # fields of the wrong type altogether
+            problem = f"malformed request: {e}"
         if problem:
             self._rejected.append(self._finish_queued(req, "error", problem))
             return
@@ -256,8 +259,8 @@ class Engine:
             return f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
             return f"max_tokens must be a positive integer, got {req.max_tokens!r}"
-        if not isinstance(req.seed, int):
-            return f"seed must be an integer, got {req.seed!r}"
+        if not isinstance(req.seed, int) or not isinstance(req.priority, int):
+            return f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
         if not (req.temp >= 0 and 0 <= req.top_p <= 1):
             return f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):
@@ -286,7 +289,8 @@ class Engine:
     def _finish_queued(self, req: GenRequest, reason: str, error: str | None = None) -> GenEvent:
         """End a request that never entered the BatchGenerator."""
         self._n.finishes.add(reason)
-        stats = {"prompt_tokens": len(req.prompt), "cached_tokens": 0, "generated_tokens": 0,
+        prompt_tokens = len(req.prompt) if isinstance(req.prompt, list) else 0
+        stats = {"prompt_tokens": prompt_tokens, "cached_tokens": 0, "generated_tokens": 0,
                  "batch_size_peak": 0, "prefill_step": 0}
         return GenEvent(req.rid, "", reason, stats | ({"error": error} if error else {}))
 

@@ -31,8 +31,8 @@ def unit(name: str, context: str = "#include <string.h>", path: str = "lib/unit.
 
 
 def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0, temp=1.0) -> GenRequest:
-    return GenRequest(next(rids), list(tokens), list(segments), max_tokens, temp, 0.95, seed, priority,
-                      list(forced) if forced is not None else None)
+    return GenRequest(next(rids), list(tokens) if tokens is not None else None, list(segments), max_tokens, temp,
+                      0.95, seed, priority, list(forced) if forced is not None else None)
 
 
 def test_forced_report_finding_round_trips(engine):
@@ -174,7 +174,7 @@ def test_bad_requests_fail_alone(engine):
     good = request(tok.encode("int ok;"), forced=tok.encode("fine"))
     bad = [request([]), request([1, 10**6]), request([5], max_tokens=0), request([5], forced=[-1]),
            request([5, 6], segments=[9]), request([5], temp=-1.0), request([5], temp=float("nan")),
-           request([5], seed="x")]
+           request([5], seed="x"), request([5], priority=None), request(None), request([5], temp="hot")]
     for r in [*bad, good]:
         engine.submit(r)
     out = drain(engine)
