@@ -254,8 +254,9 @@ def prune(src_dir: str | Path, out_dir: str | Path, keep: list[int]) -> Path:
     """Write a copy of the kimi_k3 checkpoint `src_dir` that keeps only the routed experts `keep`.
 
     Works on mlx-layout checkpoints (what `make_tiny`, `mlx_lm.convert` and this function write),
-    quantized or not: every tensor under `mlx.switch_mlp.` and the router (`mlp.gate.*`,
-    `mlp.e_score_correction_bias`) is sliced along its expert axis 0.
+    quantized or not: every tensor under `mlp.switch_mlp.` and the router (`mlp.gate.*`,
+    `mlp.e_score_correction_bias`) is sliced along its expert axis 0. Sized for test and doctor
+    checkpoints: all weights are loaded at once and written as one safetensors file.
     """
     import mlx.core as mx
 
