@@ -8,6 +8,7 @@ import { createClient, skipOwnedCommands } from "./client";
 import { EXTENSION_COMMANDS, Session, registerCommands } from "./commands";
 import { serverCommand } from "./config";
 import {
+  RUNNING_VIEW,
   STARTING_VIEW,
   STATUS_NOTIFICATION,
   STOPPED_VIEW,
@@ -70,12 +71,18 @@ class ClientSession implements Session {
     const settings = vscode.workspace.getConfiguration("k3lsp");
     const client = createClient(settings, this.output);
     skipOwnedCommands(client, EXTENSION_COMMANDS);
-    client.onNotification(STATUS_NOTIFICATION, (params: unknown) => this.show(backendView(params)));
+    let reported = false; // a backend state from this client wins over "running"
+    client.onNotification(STATUS_NOTIFICATION, (params: unknown) => {
+      reported = true;
+      this.show(backendView(params));
+    });
     client.onDidChangeState(({ newState }) => {
       if (newState === State.Stopped) {
         this.show(STOPPED_VIEW);
       } else if (newState === State.Starting) {
         this.show(STARTING_VIEW);
+      } else if (newState === State.Running && !reported) {
+        this.show(RUNNING_VIEW);
       }
     });
     this.current = client;

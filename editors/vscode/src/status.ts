@@ -43,10 +43,10 @@ export function parseStatus(params: unknown): BackendStatus {
   if (!isCount(p.queued) || !isCount(p.running)) {
     throw new Error(`k3lsp/status: queued and running must be counts, got ${JSON.stringify(params)}`);
   }
-  if (p.message !== undefined && typeof p.message !== "string") {
+  if (p.message !== undefined && p.message !== null && typeof p.message !== "string") {
     throw new Error(`k3lsp/status: message must be a string, got ${JSON.stringify(p.message)}`);
   }
-  return { state: p.state as BackendState, queued: p.queued, running: p.running, message: p.message };
+  return { state: p.state as BackendState, queued: p.queued, running: p.running, message: p.message ?? undefined };
 }
 
 function workText(status: BackendStatus): string {
@@ -101,6 +101,13 @@ export function statusView(status: BackendStatus): StatusView {
 export const STARTING_VIEW: StatusView = {
   text: "$(sync~spin) k3: starting",
   tooltip: tooltip("Starting the k3lsp language server.", undefined),
+  error: false,
+};
+
+/** The server runs but has not reported a backend state: it contacts the daemon at the first audit. */
+export const RUNNING_VIEW: StatusView = {
+  text: "$(shield) k3",
+  tooltip: tooltip("The k3lsp language server is running; it contacts the audit backend at the first audit.", undefined),
   error: false,
 };
 

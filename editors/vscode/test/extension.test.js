@@ -248,6 +248,12 @@ test("the status bar follows k3lsp/status notifications and opens the status on 
   assert.match(item.tooltip, /unknown state "sleeping"/);
 });
 
+test("before any backend state the status bar says the server runs", async () => {
+  const { vscode } = await activated();
+  assert.equal(vscode.statusItems[0].text, "$(shield) k3");
+  assert.match(vscode.statusItems[0].tooltip, /contacts the audit backend at the first audit/);
+});
+
 test("the status bar shows when the server process stops", async () => {
   const { lc, vscode } = await activated();
   onlyClient(lc).setState(State.Stopped);

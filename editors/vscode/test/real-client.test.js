@@ -11,6 +11,7 @@ const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
 const { loadExtension } = require("./support/fakes");
+const { eventually } = require("./support/wait");
 
 const ECHO_SERVER = path.join(__dirname, "support", "echo-server.js");
 
@@ -19,20 +20,6 @@ function received(log) {
     return [];
   }
   return fs.readFileSync(log, "utf8").trim().split("\n").filter(Boolean).map((line) => JSON.parse(line));
-}
-
-/** Polls until `predicate` holds; fails after `ms` with the last value, never hangs. */
-async function eventually(what, probe, predicate, ms = 15000) {
-  const deadline = Date.now() + ms;
-  let value = probe();
-  while (!predicate(value)) {
-    if (Date.now() > deadline) {
-      assert.fail(`timed out waiting for ${what}; last: ${JSON.stringify(value)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    value = probe();
-  }
-  return value;
 }
 
 test("real client: spawn, settings on the wire, status bar, commands, shutdown", { timeout: 60000 }, async () => {

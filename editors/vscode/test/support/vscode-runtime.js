@@ -150,9 +150,12 @@ function addRuntime(api) {
     onDidChangeActiveTextEditor: quietEvent(),
     withProgress: async (_options, task) => task({ report() {} }, new CancellationTokenSource().token),
   });
+  // Providers are registered (hover, code actions, ...) but nothing asks them in these tests.
   api.languages = {
     createDiagnosticCollection: diagnosticCollection,
     match: () => 0,
+    registerHoverProvider: () => new Disposable(),
+    registerCodeActionsProvider: () => new Disposable(),
   };
 }
 

@@ -1,0 +1,63 @@
+"use strict";
+/**
+ * The extension, the real vscode-languageclient and the real `k3lsp` server of this repository
+ * (from the project's .venv, or $K3LSP_TEST_SERVER), with the backend endpoint pointing at a free
+ * port where nothing listens. Checks the contract between the extension and the server: settings
+ * accepted without errors, commands routed, backend state on the status bar.
+ */
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const net = require("node:net");
+const os = require("node:os");
+const path = require("node:path");
+const { loadExtension } = require("./support/fakes");
+const { eventually } = require("./support/wait");
+
+const SERVER = process.env.K3LSP_TEST_SERVER || path.resolve(__dirname, "..", "..", "..", ".venv", "bin", "k3lsp");
+const skip = fs.existsSync(SERVER) ? false : `no k3lsp server at ${SERVER} (run uv sync, or set K3LSP_TEST_SERVER)`;
+
+/** A port nobody listens on: bound by the OS, then released. */
+async function deadPort() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+test("real server: settings accepted, audit with the backend down, status", { skip, timeout: 90000 }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+  process.env.XDG_CACHE_HOME = path.join(dir, "cache"); // the server's result cache stays in the test dir
+  const source = path.join(dir, "drv.c");
+  fs.writeFileSync(source, "#include <string.h>\nvoid copy(char *d, const char *s) {\n  strcpy(d, s);\n}\n");
+  const endpoint = `tcp://127.0.0.1:${await deadPort()}`;
+  const { extension, context, vscode } = loadExtension(
+    { "server.path": SERVER, endpoint, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
+    { realClient: true },
+  );
+  const item = () => vscode.statusItems[0];
+  const problems = () => vscode.messages.filter((m) => m.level === "error");
+  try {
+    await extension.activate(context);
+    await eventually("the server to run", () => item().text, (text) => text === "$(shield) k3");
+    // The server reports bad or unknown settings with window/showMessage; wait for its config round trip.
+    await eventually("k3lsp.status", () => vscode.commands.has("k3lsp.status"), Boolean);
+    await vscode.api.commands.executeCommand("k3lsp.showStatus");
+    assert.deepEqual(problems(), [], "the server accepted every setting the extension sent");
+    assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
+    const details = JSON.parse(vscode.channels[0].lines.find((l) => l.startsWith("k3 backend status:")).slice(19));
+    assert.equal(details.cache.path, path.join(dir, "cache", "k3lsp", "results.sqlite3"));
+
+    await vscode.api.commands.executeCommand("k3lsp.auditFile", vscode.api.Uri.file(source));
+    await eventually("the backend-down state", () => item().text, (text) => text === "$(error) k3: backend down");
+    assert.match(item().tooltip, new RegExp(endpoint.replace(/[.:/]/g, "\\$&")), "the configured endpoint is used");
+    // Fails while k3lsp/session.py's initialize() sets auditor.options before reconfigure(): the
+    // auditor then keeps its first client, built for the default endpoint.
+    assert.doesNotMatch(item().tooltip, /:5555\b/, "the server dialled the default endpoint, not k3lsp.endpoint");
+  } finally {
+    await extension.deactivate();
+  }
+  assert.equal(item().text, "$(error) k3: server stopped");
+  fs.rmSync(dir, { recursive: true, force: true });
+});
