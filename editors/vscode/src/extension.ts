@@ -46,7 +46,7 @@ class ClientSession implements Session {
 
   /** Serialised, so two quick restarts (command + settings change) cannot leave two servers running. */
   restart(): Promise<void> {
-    this.pending = this.pending.then(async () => {
+    this.pending = this.pending.catch(() => undefined).then(async () => {
       await this.stop();
       await this.start();
     });
@@ -80,6 +80,7 @@ class ClientSession implements Session {
       if (newState === State.Stopped) {
         this.show(STOPPED_VIEW);
       } else if (newState === State.Starting) {
+        reported = false; // the client restarts a crashed server itself: its old state is gone
         this.show(STARTING_VIEW);
       } else if (newState === State.Running && !reported) {
         this.show(RUNNING_VIEW);

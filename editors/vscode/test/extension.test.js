@@ -254,6 +254,16 @@ test("before any backend state the status bar says the server runs", async () =>
   assert.match(vscode.statusItems[0].tooltip, /contacts the audit backend at the first audit/);
 });
 
+test("after the client restarts a crashed server, the old backend state is not shown", async () => {
+  const { lc, vscode } = await activated();
+  const client = onlyClient(lc);
+  client.notify("k3lsp/status", { state: "connected", queued: 0, running: 0 });
+  assert.equal(vscode.statusItems[0].text, "$(shield) k3: idle");
+  client.setState(State.Starting);
+  client.setState(State.Running);
+  assert.equal(vscode.statusItems[0].text, "$(shield) k3");
+});
+
 test("the status bar shows when the server process stops", async () => {
   const { lc, vscode } = await activated();
   onlyClient(lc).setState(State.Stopped);
