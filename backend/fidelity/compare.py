@@ -39,8 +39,9 @@ def candidate_rows(lp: mx.array, records: np.ndarray, targets: list[int]) -> dic
     return {
         # KL_S is a KL divergence, so >= 0; a negative value is float32 rounding of identical distributions.
         "kld": np.maximum(np.array(kld), 0.0), "tail": np.maximum(np.array(tail), 0.0), "rest": np.array(r),
-        "agree": np.array(agree), "nll_cand": -np.array(target), "nll_ref": -records["target"].astype(np.float64),
-        "label": np.asarray(records["label"]),
+        "agree": np.array(agree), "label": np.asarray(records["label"]),
+        # float64 on both sides, so identical log-probs give identical perplexities
+        "nll_cand": -np.array(target).astype(np.float64), "nll_ref": -records["target"].astype(np.float64),
     }
 
 

@@ -20,7 +20,7 @@ def _table(title: str, head: list[str], rows: list[list[str]]) -> str:
 
 def corpus_table(corpora: dict) -> str:
     rows = [[name, str(s["tokens"]), _cell(s.get("ppl_ref"), ".3f"), _cell(s.get("ppl_cand"), ".3f"),
-             _cell(s.get("ppl_ratio"), ".2f"), _cell(s.get("kld_mean"), ".6f"), _cell(s.get("top1_agreement"), ".1%")]
+             _cell(s.get("ppl_ratio"), ".2f"), _cell(s.get("kld_mean"), ".4g"), _cell(s.get("top1_agreement"), ".1%")]
             for name, s in corpora.items()]
     return _table("Perplexity per corpus", ["corpus", "tokens", "ppl ref", "ppl cand", "ratio", "mean KLD", "top-1"],
                   rows)
@@ -28,7 +28,7 @@ def corpus_table(corpora: dict) -> str:
 
 def span_table(spans: dict) -> str:
     rows = [[SPAN_TITLES.get(name, name), str(s["tokens"]), _cell(s.get("ppl_ref"), ".3f"),
-             _cell(s.get("ppl_cand"), ".3f"), _cell(s.get("kld_mean"), ".6f"), _cell(s.get("kld_median"), ".6f"),
+             _cell(s.get("ppl_cand"), ".3f"), _cell(s.get("kld_mean"), ".4g"), _cell(s.get("kld_median"), ".4g"),
              _cell(s.get("top1_agreement"), ".1%"), _cell(s.get("kld_under_0.01"), ".1%")]
             for name, s in spans.items()]
     head = ["span", "tokens", "ppl ref", "ppl cand", "mean KLD", "median KLD", "top-1", "KLD<0.01"]

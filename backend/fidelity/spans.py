@@ -51,12 +51,10 @@ def classify(tokenizer, ids: list[int]) -> list[int]:
         if ids[i] == open_id:
             stack.append(name)
             label = _tag_label(stack)
-        elif name in stack:
-            top = _rindex(stack, name)
-            label = _tag_label(stack[: top + 1])
-            del stack[top:]
         else:
-            label = _tag_label(stack)
+            top = _innermost(stack, name.split(":")[0])
+            label = _tag_label(stack if top is None else stack[: top + 1])
+            del stack[len(stack) if top is None else top :]
         last = min(end, len(ids) - 1)
         labels[i : last + 1] = [label] * (last + 1 - i)
         i = last + 1
@@ -82,8 +80,12 @@ def _tag_name(header: str) -> str:
     return name
 
 
-def _rindex(stack: list[str], name: str) -> int:
-    return len(stack) - 1 - stack[::-1].index(name)
+def _innermost(stack: list[str], base: str) -> int | None:
+    """Index of the innermost open tag `base` (a close tag names no role), or None."""
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i].split(":")[0] == base:
+            return i
+    return None
 
 
 def _tag_label(stack: list[str]) -> int:

@@ -1,0 +1,48 @@
+"""The two-rank tensor-parallel candidate (mlx.launch, ring backend on 127.0.0.1) against its single self."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTFILE = REPO / "hostfiles" / "local-pair.json"
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p+1 free on 127.0.0.1 (the ring backend listens on one port per rank)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
+
+
+def launch_pair(*args: str) -> list[str]:
+    """`mlx.launch` for two ring ranks on 127.0.0.1 running `python -m backend.cli ARGS`."""
+    launcher = str(Path(sys.executable).with_name("mlx.launch"))
+    hosts = ["--hostfile", str(HOSTFILE)] if HOSTFILE.is_file() else ["--backend", "ring", "-n", "2"]
+    return [launcher, *hosts, "--starting-port", str(_free_port_pair()), "--",
+            sys.executable, "-m", "backend.cli", *args]
+
+
+def test_two_ranks_match_one_process(tiny_model, tiny_base):
+    cmd = launch_pair("fidelity", "compare", "--model", str(tiny_model), "--base", str(tiny_base), "--json")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)  # rank 0 alone prints
+    assert report["candidate"]["ranks"] == 2
+    rows = [*report["corpora"].values(), *report["spans"].values()]
+    assert all(row["tokens"] > 0 for row in rows)
+    for row in rows:
+        assert row["kld_mean"] < 1e-6 and row["kld_median"] < 1e-6
+        assert abs(row["ppl_ratio"] - 1.0) < 1e-4
