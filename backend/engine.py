@@ -43,6 +43,7 @@ class EngineArgs:
     top_p: float = 0.95
     prefill_step_size: int = 2048
     max_concurrency: int = 8  # completion batch size
+    interactive_reserve: int = 1  # slots background requests leave free, so an edit starts at once
     prompt_cache_size: int = 16  # LRU entries
     prompt_cache_bytes: int = 1 << 63  # LRU byte budget (a real Kimi K3 entry holds every layer's KDA state)
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
@@ -295,9 +296,16 @@ class Engine:
         return GenEvent(req.rid, "", reason, stats | ({"error": error} if error else {}))
 
     def _admit(self) -> list[GenEvent]:
+        """Start queued requests, interactive first; background ones never take the reserved slots
+        (but always get at least one), so a request for the document being edited never waits
+        for a workspace audit to finish."""
         events = []
+        background_limit = max(1, self.args.max_concurrency - self.args.interactive_reserve)
         while self._queue and len(self._live) < self.args.max_concurrency:
-            _, _, req = heapq.heappop(self._queue)
+            priority, _, req = self._queue[0]
+            if priority > 0 and len(self._live) >= background_limit:
+                break
+            heapq.heappop(self._queue)
             try:
                 self._insert(req)
             except Exception as e:  # one bad request must not stop the others

@@ -204,6 +204,23 @@ def test_interactive_requests_are_admitted_first(tiny_model):
     assert order == [fg.rid, bg1.rid, bg2.rid]
 
 
+def test_background_work_leaves_a_slot_for_an_edit(tiny_model):
+    e = Engine(EngineArgs(model=str(tiny_model), max_concurrency=3, interactive_reserve=1))
+    tok = e.tokenizer
+    background = [request(tok.encode(f"bg{i}"), forced=range(10, 40), priority=1) for i in range(4)]
+    for r in background:
+        e.submit(r)
+    e.step()
+    assert (e.stats()["active"], e.stats()["queued"]) == (2, 2)
+    edit = request(tok.encode("edit"), forced=tok.encode("now"), priority=0)
+    e.submit(edit)
+    e.step()
+    assert (e.stats()["active"], e.stats()["queued"]) == (3, 2)
+    out = drain(e)
+    assert out[edit.rid].text == "now" and out[edit.rid].stats["batch_size_peak"] == 3
+    assert all(out[r.rid].finish == "stop" for r in background)
+
+
 def test_same_seed_same_sample(engine):
     tok = engine.tokenizer
     prompt = tok.encode("int seeded(void)")
