@@ -61,3 +61,28 @@ test("real server: settings accepted, audit with the backend down, status", { sk
   assert.equal(item().text, "$(error) k3: server stopped");
   fs.rmSync(dir, { recursive: true, force: true });
 });
+
+const PYTHON = path.join(path.dirname(SERVER), "python");
+
+test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, timeout: 60000 }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+  process.env.XDG_CACHE_HOME = path.join(dir, "cache");
+  const { extension, context, vscode } = loadExtension(
+    { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}` },
+    { realClient: true },
+  );
+  try {
+    await extension.activate(context);
+    const settled = ["$(shield) k3", "$(error) k3: server stopped"];
+    const text = await eventually("the server to start or stop", () => vscode.statusItems[0].text, (t) =>
+      settled.includes(t),
+    );
+    assert.equal(text, "$(shield) k3", `python -m k3lsp did not start:\n${vscode.channels[0].lines.slice(-5).join("\n")}`);
+    await vscode.api.commands.executeCommand("k3lsp.showStatus");
+    assert.deepEqual(vscode.messages.filter((m) => m.level === "error"), []);
+    assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
+  } finally {
+    await extension.deactivate();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
