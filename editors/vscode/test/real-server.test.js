@@ -52,8 +52,7 @@ test("real server: settings accepted, audit with the backend down, status", { sk
     await vscode.api.commands.executeCommand("k3lsp.auditFile", vscode.api.Uri.file(source));
     await eventually("the backend-down state", () => item().text, (text) => text === "$(error) k3: backend down");
     assert.match(item().tooltip, new RegExp(endpoint.replace(/[.:/]/g, "\\$&")), "the configured endpoint is used");
-    // Fails while k3lsp/session.py's initialize() sets auditor.options before reconfigure(): the
-    // auditor then keeps its first client, built for the default endpoint.
+    // A server that keeps the backend client it built before reading the settings dials the default.
     assert.doesNotMatch(item().tooltip, /:5555\b/, "the server dialled the default endpoint, not k3lsp.endpoint");
   } finally {
     await extension.deactivate();
