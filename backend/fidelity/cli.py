@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from backend.fidelity import compare, forward, record, report
 from backend.fidelity.record import DEFAULT_CHUNK, DEFAULT_TOP_K, DEFAULT_WINDOW
 
 
@@ -22,7 +23,7 @@ def add_parser(subparsers) -> None:
     rec.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
                      help="reference log-probs kept per token (default %(default)s); see docs/fidelity.md")
     rec.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
-                     help="tokens per forward pass; memory ~ chunk x vocabulary x 12 bytes (default %(default)s)")
+                     help="tokens per forward pass; memory ~ chunk x vocabulary x 16 bytes (default %(default)s)")
     rec.add_argument("-o", "--output", required=True, help="the BASE file to write")
     cmp = sub.add_parser("compare", help="run a candidate on a BASE's tokens and print the tables")
     cmp.add_argument("--model", required=True, help="candidate checkpoint directory")
@@ -36,8 +37,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.fidelity import compare, record, report
+    try:
+        return _run(args)
+    except forward.PeerFailed:
+        return 2  # rank 0 has printed why
 
+
+def _run(args: argparse.Namespace) -> int:
     if args.fidelity_command == "record":
         path = record.record(args.model, args.output, traces=args.traces, corpora=args.corpus, window=args.window,
                              top_k=args.top_k, chunk=args.chunk)

@@ -11,11 +11,16 @@ caller reduces them to a few numbers per token before the next chunk runs.
 
 import hashlib
 import pickle
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+
+
+class PeerFailed(Exception):
+    """Rank 0 failed before the ranks' work began; it reports the reason, the other ranks just stop."""
 
 
 @dataclass
@@ -67,19 +72,25 @@ def share(obj, group: mx.distributed.Group):
 
 
 def share_result(make, group: mx.distributed.Group):
-    """`make()` run on rank 0 and its result shared; its exception is raised on every rank, so none hangs."""
+    """`make()` run on rank 0 and its result shared with every rank.
+
+    If `make` raises, every rank stops instead of waiting for work that never comes: on one process
+    the exception propagates; on several, rank 0 prints it before telling the others (the launcher
+    may kill rank 0 as soon as a peer exits) and all ranks raise PeerFailed.
+    """
+    if group.size() == 1:
+        return make()
     result = error = None
     if group.rank() == 0:
         try:
             result = make()
-        except Exception as e:  # shared, then re-raised below on every rank
-            error = e
-    shared = share((result, None if error is None else str(error)), group)
+        except (ValueError, OSError) as e:  # what the CLI reports as a usage error
+            error = str(e)
+            print(f"k3-backend fidelity: {error}", file=sys.stderr, flush=True)
+    result, error = share((result, error), group)
     if error is not None:
-        raise error
-    if shared[1] is not None:
-        raise RuntimeError(f"rank 0 failed: {shared[1]}")
-    return shared[0]
+        raise PeerFailed(error)
+    return result
 
 
 def vocab_size(model) -> int:

@@ -46,3 +46,17 @@ def test_two_ranks_match_one_process(tiny_model, tiny_base):
     for row in rows:
         assert row["kld_mean"] < 1e-6 and row["kld_median"] < 1e-6
         assert abs(row["ppl_ratio"] - 1.0) < 1e-4
+
+
+def test_a_refused_base_stops_both_ranks_with_the_reason(tiny_model, tiny_base, tmp_path):
+    broken = tmp_path / "broken.k3fb"
+    data = bytearray(tiny_base.read_bytes())
+    data[len(data) // 2] ^= 1
+    broken.write_bytes(bytes(data))
+    cmd = launch_pair("fidelity", "compare", "--model", str(tiny_model), "--base", str(broken))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    # mlx.launch itself exits 0 whatever its ranks do; it logs their exit codes.
+    logs = out.stdout + out.stderr
+    assert "corrupt BASE: checksum mismatch" in logs
+    assert "rank 1 exited with code 2" in logs
+    assert "Traceback" not in logs and "Perplexity" not in logs
