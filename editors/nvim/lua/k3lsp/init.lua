@@ -1,0 +1,352 @@
+--- k3lsp for Neovim: security findings from the k3 audit model on C files, through the `k3lsp` server.
+---
+--- `require('k3lsp').setup{...}` validates the options once, turns them into the server's keys (the
+--- same camelCase keys the VS Code extension sends) and registers the client: `vim.lsp.config` +
+--- `vim.lsp.enable` on 0.11+, a FileType autocmd around `vim.lsp.start` on 0.10. Nothing happens
+--- before `setup` is called, so installing the plugin never starts a process by itself.
+local M = {}
+
+M.name = 'k3lsp'
+
+--- Lua option -> server key; the server reads these from initializationOptions and from the
+--- workspace/configuration section `k3lsp`. Options left nil are not sent: the server's default
+--- applies (e.g. the endpoint from K3LSP_ENDPOINT).
+local SERVER_KEYS = {
+  endpoint = 'endpoint',
+  server_key = 'serverKey',
+  client_key = 'clientKey',
+  trigger = 'trigger',
+  min_severity = 'minSeverity',
+  max_file_bytes = 'maxFileBytes',
+  include = 'include',
+  exclude = 'exclude',
+}
+
+local TRIGGERS = { 'save', 'open', 'manual' }
+local SEVERITIES = { 'critical', 'high', 'medium', 'low', 'info' }
+
+--- The endpoint the server uses when none is configured (kept equal to k3lsp.client.default_endpoint).
+M.default_endpoint = 'tcp://127.0.0.1:5555'
+
+M.defaults = {
+  cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
+  python = nil, -- string: run `python -m k3lsp.cli` with this interpreter instead of `cmd`
+  endpoint = nil,
+  server_key = nil,
+  client_key = nil,
+  trigger = nil,
+  min_severity = nil,
+  max_file_bytes = nil,
+  include = nil,
+  exclude = nil,
+  filetypes = { 'c', 'cpp' }, -- cpp only for `*.h`: Neovim calls headers cpp unless g:c_syntax_for_h is set
+  root_markers = { '.git', 'compile_commands.json', '.k3audit-baseline.json' },
+  lsp = {}, -- extra fields for the client config: on_attach, capabilities, handlers, ...
+}
+
+local OPTION_NAMES = vim.list_extend(vim.tbl_keys(SERVER_KEYS), { 'cmd', 'python', 'filetypes', 'root_markers', 'lsp' })
+
+--- The resolved options of the last `setup` (nil before): `:checkhealth k3lsp` reads them.
+M.options = nil
+
+--- Last `k3lsp/status` per client id: { state, queued, running, message }.
+M.states = {}
+
+local function fail(msg)
+  error('k3lsp.setup: ' .. msg, 0)
+end
+
+local function check_type(opts, key, expected)
+  local value = opts[key]
+  if value ~= nil and type(value) ~= expected then
+    fail(('%s must be a %s, got %s'):format(key, expected, vim.inspect(value)))
+  end
+end
+
+local function check_choice(opts, key, choices)
+  local value = opts[key]
+  if value ~= nil and not vim.tbl_contains(choices, value) then
+    fail(('%s must be one of %s, got %s'):format(key, table.concat(choices, ', '), vim.inspect(value)))
+  end
+end
+
+local function check_strings(opts, key)
+  local value = opts[key]
+  if value == nil then
+    return
+  end
+  local ok = type(value) == 'table' and vim.islist(value)
+  for _, item in ipairs(ok and value or {}) do
+    ok = ok and type(item) == 'string' and item ~= ''
+  end
+  if not ok then
+    fail(('%s must be a list of non-empty strings, got %s'):format(key, vim.inspect(value)))
+  end
+end
+
+--- Every user mistake becomes one error naming the option, raised from `setup`, not a broken client later.
+local function validate(opts)
+  for key in pairs(opts) do
+    if not vim.tbl_contains(OPTION_NAMES, key) then
+      fail(('unknown option %s'):format(vim.inspect(key)))
+    end
+  end
+  for _, key in ipairs({ 'python', 'endpoint', 'server_key', 'client_key' }) do
+    check_type(opts, key, 'string')
+  end
+  check_type(opts, 'lsp', 'table')
+  check_choice(opts, 'trigger', TRIGGERS)
+  check_choice(opts, 'min_severity', SEVERITIES)
+  for _, key in ipairs({ 'cmd', 'include', 'exclude', 'filetypes', 'root_markers' }) do
+    check_strings(opts, key)
+  end
+  local bytes = opts.max_file_bytes
+  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 1 or bytes ~= math.floor(bytes)) then
+    fail(('max_file_bytes must be a positive integer, got %s'):format(vim.inspect(bytes)))
+  end
+  if opts.cmd and opts.python then
+    fail('set cmd or python, not both')
+  end
+  if opts.cmd and #opts.cmd == 0 then
+    fail('cmd must not be empty')
+  end
+end
+
+--- The server command line: `cmd`, else `python -m k3lsp.cli`, else `k3lsp` from PATH.
+function M.server_cmd(opts)
+  if opts.cmd then
+    return vim.deepcopy(opts.cmd)
+  end
+  if opts.python then
+    return { vim.fs.normalize(opts.python), '-m', 'k3lsp.cli' }
+  end
+  return { 'k3lsp' }
+end
+
+--- The server keys that are set. Key paths get `~` and `$VARS` expanded: the server sees them verbatim.
+function M.server_settings(opts)
+  local settings = {}
+  for key, server_key in pairs(SERVER_KEYS) do
+    local value = opts[key]
+    if value ~= nil then
+      if key == 'server_key' or key == 'client_key' then
+        value = vim.fs.normalize(value)
+      end
+      settings[server_key] = value
+    end
+  end
+  return settings
+end
+
+--- The endpoint the server will use, for messages and the health check.
+function M.endpoint(opts)
+  opts = opts or M.options or {}
+  return opts.endpoint or vim.env.K3LSP_ENDPOINT or M.default_endpoint
+end
+
+--- C sources always; other filetypes (cpp, from `filetypes`) only for `*.h` headers.
+local function wants(bufnr)
+  if vim.bo[bufnr].filetype == 'c' then
+    return true
+  end
+  return vim.api.nvim_buf_get_name(bufnr):match('%.h$') ~= nil
+end
+
+--- Status bar text for a `k3lsp/status` state; nil when the server has not said anything yet.
+local function status_text(status)
+  local work = {}
+  if (status.running or 0) > 0 then
+    table.insert(work, status.running .. ' running')
+  end
+  if (status.queued or 0) > 0 then
+    table.insert(work, status.queued .. ' queued')
+  end
+  local busy = table.concat(work, ', ')
+  if status.state == 'connected' then
+    return 'k3: ' .. (busy ~= '' and busy or 'idle')
+  elseif status.state == 'connecting' then
+    return 'k3: connecting' .. (busy ~= '' and (' (' .. busy .. ')') or '')
+  elseif status.state == 'down' then
+    return 'k3: backend down'
+  elseif status.state == 'unauthorized' then
+    return 'k3: key refused'
+  end
+  return 'k3: ' .. tostring(status.state)
+end
+
+--- For 'statusline' / lualine: the state of the k3lsp client of the current buffer (or of any).
+function M.statusline()
+  local clients = vim.lsp.get_clients({ name = M.name, bufnr = 0 })
+  if #clients == 0 then
+    clients = vim.lsp.get_clients({ name = M.name })
+  end
+  for _, client in ipairs(clients) do
+    local status = M.states[client.id]
+    if status then
+      return status_text(status)
+    end
+  end
+  return ''
+end
+
+--- `k3lsp/status` notification: remember it, tell `User K3lspStatus` autocmds, redraw status lines.
+local function on_status(_, params, ctx)
+  if type(params) ~= 'table' then
+    return
+  end
+  M.states[ctx.client_id] = params
+  vim.api.nvim_exec_autocmds('User', { pattern = 'K3lspStatus', data = params, modeline = false })
+  pcall(vim.cmd.redrawstatus)
+end
+
+--- The client config shared by the 0.11 and 0.10 paths.
+--- With no server keys set, nothing is sent (an empty Lua table would go out as the JSON list `[]`):
+--- the server then uses its defaults.
+function M.client_config(opts)
+  local settings = M.server_settings(opts)
+  local has_settings = next(settings) ~= nil
+  return vim.tbl_deep_extend('force', { handlers = { ['k3lsp/status'] = on_status } }, opts.lsp or {}, {
+    name = M.name,
+    cmd = M.server_cmd(opts),
+    filetypes = opts.filetypes,
+    root_markers = opts.root_markers,
+    init_options = has_settings and settings or nil,
+    settings = has_settings and { k3lsp = settings } or nil,
+  })
+end
+
+local function request(client, method, params, handler, bufnr)
+  if vim.fn.has('nvim-0.11') == 1 then
+    return client:request(method, params, handler, bufnr)
+  end
+  return client.request(method, params, handler, bufnr)
+end
+
+local function notify(msg, level)
+  vim.notify('k3lsp: ' .. msg, level or vim.log.levels.INFO)
+end
+
+--- The k3lsp client of `bufnr`, else any k3lsp client (workspace commands work from any buffer).
+local function find_client(bufnr, any)
+  local clients = vim.lsp.get_clients({ name = M.name, bufnr = bufnr })
+  if #clients == 0 and any then
+    clients = vim.lsp.get_clients({ name = M.name })
+  end
+  return clients[1]
+end
+
+--- `workspace/executeCommand`; `on_result(result)` runs on success, errors are reported here.
+function M.execute(command, arguments, on_result, bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local client = find_client(bufnr, command ~= 'k3lsp.auditFile')
+  if not client then
+    notify('no k3lsp server is attached to this buffer (a C file in a project, after setup{})', vim.log.levels.ERROR)
+    return false
+  end
+  request(client, 'workspace/executeCommand', { command = command, arguments = arguments }, function(err, result)
+    if err then
+      notify(('%s failed: %s'):format(command, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    elseif on_result then
+      on_result(result)
+    end
+  end, bufnr)
+  return true
+end
+
+--- One line per entry: scalars as `key: value`, nested tables inline.
+local function format_status(result)
+  if type(result) ~= 'table' then
+    return 'backend status: ' .. vim.inspect(result)
+  end
+  local lines = { 'backend status:' }
+  local keys = vim.tbl_keys(result)
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local value = result[key]
+    local text = type(value) == 'table' and vim.inspect(value, { newline = ' ', indent = '' }) or tostring(value)
+    table.insert(lines, ('  %s: %s'):format(key, text))
+  end
+  return table.concat(lines, '\n')
+end
+
+local function create_commands()
+  vim.api.nvim_create_user_command('K3Audit', function()
+    local bufnr = vim.api.nvim_get_current_buf()
+    local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ':~:.')
+    M.execute('k3lsp.auditFile', { vim.uri_from_bufnr(bufnr) }, function()
+      notify('audited ' .. name)
+    end, bufnr)
+  end, { desc = 'k3lsp: audit the current C file' })
+  vim.api.nvim_create_user_command('K3AuditWorkspace', function()
+    M.execute('k3lsp.auditWorkspace', {}, function()
+      notify('workspace audit done')
+    end)
+  end, { desc = 'k3lsp: audit every C file of the workspace (background priority)' })
+  vim.api.nvim_create_user_command('K3Status', function()
+    M.execute('k3lsp.status', {}, function(result)
+      notify(format_status(result))
+    end)
+  end, { desc = 'k3lsp: show the audit backend status' })
+end
+
+--- Neovim 0.10: start (or reuse) the client from a FileType autocmd, and for C buffers already open
+--- (setup{} may run late, e.g. when a plugin manager loads the plugin on the FileType event).
+local function enable_legacy(config)
+  local function start(bufnr)
+    if vim.bo[bufnr].buftype ~= '' or not vim.tbl_contains(config.filetypes, vim.bo[bufnr].filetype) then
+      return
+    end
+    if wants(bufnr) then
+      local start_config = vim.deepcopy(config)
+      start_config.root_dir = vim.fs.root(bufnr, config.root_markers)
+      vim.lsp.start(start_config, { bufnr = bufnr })
+    end
+  end
+  local group = vim.api.nvim_create_augroup('k3lsp', { clear = true })
+  vim.api.nvim_create_autocmd('FileType', {
+    group = group,
+    pattern = config.filetypes,
+    callback = function(args)
+      start(args.buf)
+    end,
+  })
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) then
+      start(bufnr)
+    end
+  end
+end
+
+function M.setup(user)
+  user = user or {}
+  if type(user) ~= 'table' then
+    fail('expected a table of options, got ' .. vim.inspect(user))
+  end
+  validate(user)
+  if vim.fn.has('nvim-0.10') == 0 then
+    notify('needs Neovim 0.10 or newer (0.11+ recommended)', vim.log.levels.ERROR)
+    return
+  end
+  local opts = vim.tbl_extend('force', vim.deepcopy(M.defaults), user)
+  local config = M.client_config(opts)
+  create_commands()
+  if vim.fn.has('nvim-0.11') == 1 then
+    config.root_dir = function(bufnr, on_dir)
+      if wants(bufnr) then
+        on_dir(vim.fs.root(bufnr, opts.root_markers))
+      end
+    end
+    if M.options then
+      -- A second setup{} replaces the first instead of merging into it (stale keys would stay).
+      vim.lsp.config[M.name] = config
+    else
+      vim.lsp.config(M.name, config) -- merges into what the user set with vim.lsp.config('k3lsp', ...)
+    end
+    vim.lsp.enable(M.name)
+  else
+    enable_legacy(config)
+  end
+  M.options = opts
+end
+
+return M
