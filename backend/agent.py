@@ -175,7 +175,8 @@ class Agent:
                     await on_text.feed(text)
             if event.finish is not None:
                 if event.finish == "error":
-                    raise AgentError("internal", f"generation failed: {event.error or 'engine error'}")
+                    why = (event.stats or {}).get("error", "engine error")
+                    raise AgentError("internal", f"generation failed: {why}")
                 if event.finish == "cancelled":
                     raise AgentError("shutdown", "the daemon cancelled the generation")
                 return Generation(text, event.finish, event.stats or {})

@@ -157,15 +157,24 @@ class Scheduler:
     def _run(self) -> None:
         in_flight: set[int] = set()
         while True:
-            commands = self._exchange(self._take())
-            events = self._apply(commands, in_flight)
-            if commands.stop:
-                events += self._finish_all(in_flight, "cancelled")
-                self._post(events)
-                return
-            if self.engine.busy():
-                events += self._step(in_flight)
-            self._post(events)
+            try:
+                if self._turn(in_flight):
+                    return
+            except Exception as exc:  # a bug here must not leave requests waiting forever
+                log.exception("scheduler turn failed")
+                self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
+
+    def _turn(self, in_flight: set[int]) -> bool:
+        """One turn: take and exchange commands, apply them, step; True when told to stop."""
+        commands = self._exchange(self._take())
+        events = self._apply(commands, in_flight)
+        if commands.stop:
+            self._post(events + self._drain(in_flight))
+            return True
+        if self.engine.busy():
+            events += self._step(in_flight)
+        self._post(events)
+        return False
 
     def _apply(self, commands: Commands, in_flight: set[int]) -> list[GenEvent]:
         events = []
@@ -180,7 +189,7 @@ class Scheduler:
                 in_flight.add(req.rid)
             except Exception as exc:
                 log.exception("engine refused request %s", req.rid)
-                events.append(GenEvent(req.rid, "", finish="error", error=str(exc)[:500]))
+                events.append(GenEvent(req.rid, "", finish="error", stats={"error": str(exc)[:500]}))
         for rid in cancels:
             if rid in in_flight:
                 self._guard(self.engine.cancel, rid)
@@ -203,8 +212,21 @@ class Scheduler:
         self._publish()
         return events
 
+    def _drain(self, in_flight: set[int], max_steps: int = 100) -> list[GenEvent]:
+        """Cancel everything in the engine and step until it is idle, so no computation is left running
+        when the process exits (mlx aborts at exit if a batch is abandoned mid-evaluation)."""
+        for rid in in_flight:
+            self._guard(self.engine.cancel, rid)
+        events = []
+        for _ in range(max_steps):
+            if not self.engine.busy():
+                break
+            events += self._step(in_flight)
+        return events + self._finish_all(in_flight, "cancelled")
+
     def _finish_all(self, in_flight: set[int], reason: str, error: str | None = None) -> list[GenEvent]:
-        events = [GenEvent(rid, "", finish=reason, stats={}, error=error) for rid in sorted(in_flight)]
+        stats = {"error": error} if error else {}
+        events = [GenEvent(rid, "", finish=reason, stats=dict(stats)) for rid in sorted(in_flight)]
         in_flight.clear()
         return events
 

@@ -178,12 +178,16 @@ async def test_vanished_client_requests_are_cancelled(daemon):
         assert status["vanished"] >= 1
 
 
-async def test_sigterm_ends_open_requests_with_shutdown(tiny_model):
-    with serving(tiny_model, script=SCRIPT) as d:
+async def test_deadline_then_sigterm_ends_open_requests_with_shutdown(tiny_model):
+    with serving(tiny_model, script=SCRIPT, args=["--deadline", "4"]) as d:
         async with Wire(d.endpoint) as wire:
-            await wire.send("audit", "s", **audit_fields("holder"))
-            await wire.until("s", "tool_request")
+            # the client never answers the tool call: the request ends on the deadline, as `done`
+            msgs = await wire.request("audit", "d", **audit_fields("holder"))
+            assert msgs[-1]["kind"] == "done" and msgs[-1]["stats"]["finish_reason"] == "deadline"
+            await wire.send("audit", "s", **audit_fields("long"))
+            assert (await wire.next_for("s"))["kind"] == "progress"  # the request is open
             d.proc.send_signal(signal.SIGTERM)
             end = await wire.next_for("s", timeout=60)
             assert end["kind"] == "error" and end["code"] == "shutdown"
-        assert stop(d.proc) == 0
+        code = stop(d.proc)
+        assert code == 0, d.log_text()[-3000:]
