@@ -34,6 +34,7 @@ def test_examples_split_into_their_functions_and_syscalls():
         "k3demo_session_register",
     ]
     assert spans(example_text("k3demo.h")) == []
+    assert units.split(example_text("k3demo.h")) == ()
 
 
 def test_unit_text_is_its_whole_lines():
@@ -168,7 +169,7 @@ def test_unit_at_and_items():
 
 
 def test_bad_input_never_crashes():
-    assert units.split("") == []
+    assert units.split("") == ()
     assert units.split(b"\xff\xfe\x00garbage {{{ ((( ") is not None
     (unit,) = units.split(b"int f(void)\n{\n\treturn '\xe9';\n}\n")  # latin-1 byte: replaced, kept
     assert unit.name == "f" and "\ufffd" in unit.text
