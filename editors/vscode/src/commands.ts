@@ -4,6 +4,7 @@
  */
 import * as vscode from "vscode";
 import { ExecuteCommandRequest, LanguageClient } from "vscode-languageclient/node";
+import { auditOutcome } from "./results";
 import { summarizeStatus } from "./status";
 
 /** Extension command -> server command. */
@@ -55,13 +56,37 @@ function targetUri(arg: unknown): vscode.Uri | undefined {
   return vscode.window.activeTextEditor?.document.uri;
 }
 
+const SUMMARY_MS = 8000;
+
+/**
+ * Runs an audit command and puts its outcome in the status bar (see results.ts). Errors go there
+ * too, not into a notification: the server already shows one when the backend goes down or a file
+ * is too large, and a second toast for the same cause is noise.
+ */
+async function audit(session: Session, command: string, args: unknown[]): Promise<void> {
+  const { error, summary } = auditOutcome(await execute(session, command, args));
+  if (error) {
+    vscode.window.setStatusBarMessage(`$(warning) k3: ${error}`, SUMMARY_MS);
+  } else if (summary) {
+    vscode.window.setStatusBarMessage(summary, SUMMARY_MS);
+  }
+}
+
+async function auditWorkspace(session: Session): Promise<void> {
+  if (!vscode.workspace.workspaceFolders?.length) {
+    void vscode.window.showWarningMessage("k3lsp: open a folder to audit a workspace.");
+    return;
+  }
+  await audit(session, SERVER_COMMANDS["k3lsp.auditWorkspace"], []);
+}
+
 async function auditFile(session: Session, arg: unknown): Promise<void> {
   const uri = targetUri(arg);
   if (!uri || uri.scheme !== "file") {
     void vscode.window.showWarningMessage("k3lsp: open a C file (.c, .h) to audit it.");
     return;
   }
-  await execute(session, SERVER_COMMANDS["k3lsp.auditFile"], [uri.toString()]);
+  await audit(session, SERVER_COMMANDS["k3lsp.auditFile"], [uri.toString()]);
 }
 
 async function showStatus(session: Session): Promise<void> {
@@ -79,9 +104,7 @@ async function showStatus(session: Session): Promise<void> {
 export function registerCommands(session: Session): vscode.Disposable[] {
   return [
     vscode.commands.registerCommand("k3lsp.auditFile", (arg: unknown) => auditFile(session, arg)),
-    vscode.commands.registerCommand("k3lsp.auditWorkspace", async () => {
-      await execute(session, SERVER_COMMANDS["k3lsp.auditWorkspace"], []);
-    }),
+    vscode.commands.registerCommand("k3lsp.auditWorkspace", () => auditWorkspace(session)),
     vscode.commands.registerCommand("k3lsp.showStatus", () => showStatus(session)),
     vscode.commands.registerCommand(RESTART_COMMAND, () => session.restart()),
   ];

@@ -159,6 +159,28 @@ test("audit file without a file-backed document warns and sends nothing", async 
   assert.deepEqual(vscode.messages.map((m) => m.level), ["warning", "warning"]);
 });
 
+test("an audit's summary or error goes to the status bar, not into another notification", async () => {
+  const { lc, vscode } = await activated();
+  vscode.api.window.activeTextEditor = { document: { uri: Uri.file("/w/a.c") } };
+  lc.responses.set("k3lsp.auditFile", { units: 3, done: 3, findings: 1, error: null });
+  await vscode.api.commands.executeCommand("k3lsp.auditFile");
+  lc.responses.set("k3lsp.auditWorkspace", { files: 2, error: "k3 audit backend at tcp://h:1: not reachable" });
+  await vscode.api.commands.executeCommand("k3lsp.auditWorkspace");
+  assert.deepEqual(
+    vscode.statusMessages.map((m) => m.text),
+    ["k3: 1 finding in 3 functions", "$(warning) k3: k3 audit backend at tcp://h:1: not reachable"],
+  );
+  assert.deepEqual(vscode.messages, []);
+});
+
+test("audit workspace without a folder warns and sends nothing", async () => {
+  const { lc, vscode } = await activated();
+  vscode.api.workspace.workspaceFolders = undefined;
+  await vscode.api.commands.executeCommand("k3lsp.auditWorkspace");
+  assert.equal(onlyClient(lc).requests.length, 0);
+  assert.deepEqual(vscode.messages.map((m) => m.text), ["k3lsp: open a folder to audit a workspace."]);
+});
+
 test("audit workspace forwards k3lsp.auditWorkspace", async () => {
   const { lc, vscode } = await activated();
   await vscode.api.commands.executeCommand("k3lsp.auditWorkspace");

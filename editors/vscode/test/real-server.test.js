@@ -36,6 +36,7 @@ test("real server: settings accepted, audit with the backend down, status", { sk
     { "server.path": SERVER, endpoint, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
     { realClient: true },
   );
+  vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
   const item = () => vscode.statusItems[0];
   const problems = () => vscode.messages.filter((m) => m.level === "error");
   try {
@@ -54,6 +55,10 @@ test("real server: settings accepted, audit with the backend down, status", { sk
     assert.match(item().tooltip, new RegExp(endpoint.replace(/[.:/]/g, "\\$&")), "the configured endpoint is used");
     // A server that keeps the backend client it built before reading the settings dials the default.
     assert.doesNotMatch(item().tooltip, /:5555\b/, "the server dialled the default endpoint, not k3lsp.endpoint");
+    // The audit's own answer carries the failure, which the command shows in the status bar.
+    await eventually("the audit's outcome", () => vscode.statusMessages.map((m) => m.text), (texts) =>
+      texts.some((t) => t.startsWith("$(warning) k3: ") && t.includes(endpoint)),
+    );
   } finally {
     await extension.deactivate();
   }

@@ -89,6 +89,7 @@ function makeVscode(settings) {
     messages: [],
     choices: [],
     configListeners: [],
+    statusMessages: [],
     statusItems: [],
     channels: [],
   };
@@ -104,6 +105,7 @@ function makeVscode(settings) {
       getConfiguration(section) {
         return configurationView({ ...world.settings }, section);
       },
+      workspaceFolders: [{ uri: Uri.file("/w"), name: "w", index: 0 }],
       onDidChangeConfiguration(listener) {
         world.configListeners.push(listener);
         return disposable();
@@ -111,6 +113,10 @@ function makeVscode(settings) {
     },
     window: {
       activeTextEditor: undefined,
+      setStatusBarMessage(text, timeout) {
+        world.statusMessages.push({ text, timeout });
+        return disposable();
+      },
       showErrorMessage: message("error"),
       showWarningMessage: message("warning"),
       showInformationMessage: message("info"),

@@ -125,7 +125,6 @@ function addRuntime(api) {
   Object.assign(api.workspace, {
     textDocuments: [],
     notebookDocuments: [],
-    workspaceFolders: undefined,
     onDidOpenTextDocument: quietEvent(),
     onDidChangeTextDocument: quietEvent(),
     onDidCloseTextDocument: quietEvent(),
