@@ -22,8 +22,9 @@ function received(log) {
   return fs.readFileSync(log, "utf8").trim().split("\n").filter(Boolean).map((line) => JSON.parse(line));
 }
 
-test("real client: spawn, settings on the wire, status bar, commands, shutdown", { timeout: 60000 }, async () => {
+test("real client: spawn, settings on the wire, status bar, commands, shutdown", { timeout: 60000 }, async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const log = path.join(dir, "received.jsonl");
   process.env.K3LSP_ECHO_LOG = log;
   const { extension, context, vscode } = loadExtension(
@@ -85,5 +86,4 @@ test("real client: spawn, settings on the wire, status bar, commands, shutdown",
   await eventually("shutdown", () => received(log), (m) => m.some((x) => x.method === "shutdown"));
   assert.equal(vscode.statusItems[0].text, "$(error) k3: server stopped");
   assert.equal(vscode.commands.has("k3lsp.explain"), false, "the stopped client unregisters server commands");
-  fs.rmSync(dir, { recursive: true, force: true });
 });

@@ -26,8 +26,9 @@ async function deadPort() {
   return port;
 }
 
-test("real server: settings accepted, audit with the backend down, status", { skip, timeout: 90000 }, async () => {
+test("real server: settings accepted, audit with the backend down, status", { skip, timeout: 90000 }, async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   process.env.XDG_CACHE_HOME = path.join(dir, "cache"); // the server's result cache stays in the test dir
   const source = path.join(dir, "drv.c");
   fs.writeFileSync(source, "#include <string.h>\nvoid copy(char *d, const char *s) {\n  strcpy(d, s);\n}\n");
@@ -63,13 +64,13 @@ test("real server: settings accepted, audit with the backend down, status", { sk
     await extension.deactivate();
   }
   assert.equal(item().text, "$(error) k3: server stopped");
-  fs.rmSync(dir, { recursive: true, force: true });
 });
 
 const PYTHON = path.join(path.dirname(SERVER), "python");
 
-test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, timeout: 60000 }, async () => {
+test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, timeout: 60000 }, async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   process.env.XDG_CACHE_HOME = path.join(dir, "cache");
   const { extension, context, vscode } = loadExtension(
     { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}` },
@@ -87,6 +88,5 @@ test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, time
     assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
   } finally {
     await extension.deactivate();
-    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
