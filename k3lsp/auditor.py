@@ -1,0 +1,298 @@
+"""Audit orchestration shared by the language server and ``k3lsp audit``: units in, findings per unit out.
+
+The expensive thing is the model, so this module's job is to ask it as little as possible: a unit whose
+content key (text + context) was audited before by the same model and prompt version is answered from the
+cache, and only the others are sent, a bounded number at a time, interactive ones first. Tool requests of
+the model are answered from the workspace through the sandbox in ``k3lsp.tools``.
+
+Connection problems are the normal case for a daemon on another machine: they end an audit with one
+:class:`BackendUnavailable` (after the cached units were delivered), the state is reported through
+``on_state``, and the next audit simply tries again (the client's socket reconnects by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from k3lsp import tools
+from k3lsp.cache import ResultCache
+from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.options import Options
+from k3lsp.slots import PrioritySlots
+from k3lsp.units import Unit
+
+log = logging.getLogger(__name__)
+
+# Codes that say the daemon as a whole cannot serve us (as opposed to one request failing).
+CONNECTION_CODES = frozenset(
+    {"unreachable", "down", "version", "unauthorized", "server_key", "security_mismatch", "keys", "shutdown"}
+)
+DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
+
+
+class BackendUnavailable(Exception):
+    """The daemon cannot be used right now; ``code`` is the BackendError code, the message is for people."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """The raw findings for one unit (protocol-valid, lines relative to the unit) and where they came from."""
+
+    unit: Unit
+    findings: list[dict]
+    cached: bool
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class Counters:
+    """What this process asked of the daemon: exposed by ``k3lsp.status`` and the CLI's stats line."""
+
+    units: int = 0  # units looked up
+    cached: int = 0  # answered from the cache
+    sent: int = 0  # audit requests sent to the daemon
+    audited: int = 0  # audit requests that completed
+    cancelled: int = 0
+    failed: int = 0
+    findings: int = 0
+    tokens: int = 0  # prompt + generated tokens, as the daemon reported them
+
+
+@dataclass(frozen=True)
+class BackendState:
+    """The ``k3lsp/status`` notification's payload."""
+
+    state: str  # connected | connecting | down | unauthorized
+    queued: int
+    running: int
+    message: str
+
+
+def state_for(code: str) -> str:
+    return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+
+
+def client_options(options: Options, name: str) -> ClientOptions:
+    return ClientOptions(
+        endpoint=options.endpoint,
+        connect_timeout=3.0,
+        client_name=name,
+        server_key=Path(options.server_key).expanduser() if options.server_key else None,
+        client_key=Path(options.client_key).expanduser() if options.client_key else None,
+    )
+
+
+class Auditor:
+    """One daemon connection, the cache and the bookkeeping; used from one event loop."""
+
+    def __init__(
+        self,
+        options: Options,
+        cache: ResultCache,
+        *,
+        client_name: str = "k3lsp",
+        concurrency: int = DEFAULT_CONCURRENCY,
+        on_state: Callable[[BackendState], None] | None = None,
+    ):
+        self.options = options
+        self.cache = cache
+        self.counters = Counters()
+        self.welcome: dict | None = None  # the last welcome: the cache key's model id survives an outage
+        self._client_name = client_name
+        self._client = BackendClient(client_options(options, client_name))
+        self._connected = False
+        self._connecting: asyncio.Future | None = None
+        self._slots = PrioritySlots(concurrency, on_change=self._notify)
+        self._on_state = on_state
+        self._state = "connecting"
+        self._message = ""
+
+    # --- state -------------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> BackendState:
+        return BackendState(self._state, self._slots.queued, self._slots.running, self._message)
+
+    def _set_state(self, state: str, message: str = "") -> None:
+        self._state, self._message = state, message
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._on_state is not None:
+            self._on_state(self.state)
+
+    async def reconfigure(self, options: Options) -> None:
+        """New settings; a new endpoint or key means a new connection."""
+        old, self.options = self.options, options
+        if client_options(old, self._client_name) != client_options(options, self._client_name):
+            await self._client.close()
+            self._client = BackendClient(client_options(options, self._client_name))
+            self._connected = False
+            self._set_state("connecting", f"connecting to {options.endpoint}")
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # --- connection --------------------------------------------------------------------------------------
+
+    async def connect(self) -> dict:
+        """Say hello if we have not since the last failure; one hello at a time however many callers wait."""
+        if self._connected and self.welcome is not None:
+            return self.welcome
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._hello())
+        try:
+            return await asyncio.shield(self._connecting)
+        finally:
+            if self._connecting is not None and self._connecting.done():
+                self._connecting = None
+
+    async def _hello(self) -> dict:
+        self._set_state("connecting", f"connecting to {self.options.endpoint}")
+        try:
+            welcome = await self._client.connect()
+        except BackendError as exc:
+            raise self._unavailable(exc.code, str(exc)) from exc
+        self.welcome, self._connected = welcome, True
+        self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
+        return welcome
+
+    def _unavailable(self, code: str, message: str) -> BackendUnavailable:
+        self._connected = False
+        where = "" if self.options.endpoint in message else f" at {self.options.endpoint}"
+        text = f"k3 audit backend{where}: {message}"
+        self._set_state(state_for(code), text)
+        return BackendUnavailable(code, text)
+
+    def _cache_id(self) -> tuple[str, str]:
+        assert self.welcome is not None
+        return self.welcome["model"], str(self.welcome["limits"].get("prompt_version", ""))
+
+    # --- audits ------------------------------------------------------------------------------------------
+
+    async def audit(
+        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
+    ) -> AsyncIterator[UnitResult]:
+        """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish.
+
+        ``path`` is workspace-relative (what the model and its tools see); ``force`` skips the cache (re-audit).
+        Raises BackendUnavailable once the daemon cannot be used; cancelling the caller cancels the requests.
+        """
+        try:
+            await self.connect()
+            down = None
+        except BackendUnavailable as exc:
+            if self.welcome is None:
+                raise
+            down = exc  # the last model id still names the cached results
+        todo = []
+        for unit in units:
+            self.counters.units += 1
+            hit = None if force else self.cache.get(unit.key, *self._cache_id())
+            if hit is None:
+                todo.append(unit)
+                continue
+            self.counters.cached += 1
+            yield UnitResult(unit, list(hit.findings), cached=True, stats=dict(hit.stats))
+        if todo and down is not None:
+            raise down
+        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority)) for unit in todo]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                result = await next_done
+                if result is not None:
+                    yield result
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _audit_one(self, root: Path, path: str, unit: Unit, priority: str) -> UnitResult | None:
+        fields = {
+            "path": path,
+            "unit": unit.name,
+            "code": unit.text,
+            "context": unit.context,
+            "first_line": unit.start_line + 1,
+            "priority": priority,
+        }
+        findings: list[dict] = []
+        async with self._slots.hold(priority):
+            try:
+                self.counters.sent += 1
+                stream = self._client.stream("audit", fields, tools=lambda req: self._tool(root, req))
+                async with contextlib.aclosing(stream) as messages:
+                    async for message in messages:
+                        kind = message["kind"]
+                        if kind == "finding":
+                            findings.append(message["finding"])
+                        elif kind == "done":
+                            return self._store(unit, findings, message["stats"])
+                        elif kind == "cancelled":
+                            self.counters.cancelled += 1
+                            return None
+                        elif kind == "error":
+                            return self._failed(unit, message["code"], message["message"])
+            except asyncio.CancelledError:
+                self.counters.cancelled += 1
+                raise
+            except BackendError as exc:
+                return self._failed(unit, exc.code, str(exc))
+        return None
+
+    def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:
+        self.cache.put(unit.key, *self._cache_id(), findings, stats)
+        self.counters.audited += 1
+        self.counters.findings += len(findings)
+        tokens = stats.get("prompt_tokens", 0) + stats.get("generated_tokens", 0)
+        self.counters.tokens += tokens if isinstance(tokens, int) else 0
+        return UnitResult(unit, findings, cached=False, stats=stats)
+
+    def _failed(self, unit: Unit, code: str, message: str) -> None:
+        """One request failed: a connection-level reason ends the whole audit, any other only this unit."""
+        self.counters.failed += 1
+        if code in CONNECTION_CODES:
+            raise self._unavailable(code, message)
+        log.warning("audit of %s failed (%s): %s", unit.name, code, message)
+
+    async def _tool(self, root: Path, request: dict) -> tuple[bool, str]:
+        """Answer a model's tool call from the workspace; the sandbox refuses anything outside ``root``."""
+        return await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+
+    # --- explain and status ------------------------------------------------------------------------------
+
+    async def explain(self, root: Path, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
+        """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
+        await self.connect()
+        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding}
+        stream = self._client.stream("explain", fields, tools=lambda req: self._tool(root, req))
+        async with contextlib.aclosing(stream) as messages:
+            async for message in messages:
+                if message["kind"] == "text":
+                    yield message["text"]
+                elif message["kind"] == "error":
+                    if message["code"] in CONNECTION_CODES:
+                        raise self._unavailable(message["code"], message["message"])
+                    raise BackendError(message["code"], message["message"])
+                elif message["kind"] == "cancelled":
+                    raise asyncio.CancelledError
+
+    async def status(self) -> dict:
+        """This side's counters and state, with the daemon's own status when it answers."""
+        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters), "welcome": self.welcome}
+        try:
+            await self.connect()
+            out["backend"] = await self._client.status(self._client.options.connect_timeout)
+        except (BackendUnavailable, BackendError) as exc:
+            out["backend"] = None
+            out["error"] = str(exc)
+        return out

@@ -1,0 +1,127 @@
+"""The pygls language server: handlers only, each delegating to ``k3lsp.session`` (jedi-language-server style).
+
+Diagnostics are pushed or pulled, never both (Neovim shows both copies otherwise): the pull handler is
+registered during ``initialize`` only for clients that can pull and refresh (see ``session.supports_pull``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+
+from k3lsp import __version__, actions, findings
+from k3lsp.session import Session
+
+log = logging.getLogger(__name__)
+
+server = LanguageServer("k3lsp", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+session = Session(server)
+
+
+@server.feature(lsp.INITIALIZE)
+def initialize(ls: LanguageServer, params: lsp.InitializeParams) -> None:
+    session.initialize(params)
+    if session.pull:
+        options = lsp.DiagnosticOptions(
+            identifier="k3-audit", inter_file_dependencies=False, workspace_diagnostics=False
+        )
+        ls.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, options)(pull_diagnostics)
+
+
+@server.feature(lsp.INITIALIZED)
+async def initialized(ls: LanguageServer, params: lsp.InitializedParams) -> None:
+    await session.initialized()
+
+
+@server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def did_change_configuration(ls: LanguageServer, params: lsp.DidChangeConfigurationParams) -> None:
+    await session.refresh_settings()
+
+
+@server.feature(lsp.SHUTDOWN)
+async def shutdown(ls: LanguageServer, params: None) -> None:
+    await session.shutdown()
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
+    doc = session.document(params.text_document.uri)
+    if session.options.audits_on_open():
+        session.audit(doc.uri)
+    else:
+        session.republish(doc)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
+def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
+    if session.options.audits_on_save():
+        session.audit(params.text_document.uri)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
+    session.changed(params.text_document.uri, list(params.content_changes))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+    session.closed(params.text_document.uri)
+
+
+def pull_diagnostics(ls: LanguageServer, params: lsp.DocumentDiagnosticParams) -> lsp.DocumentDiagnosticReport:
+    doc = session.document(params.text_document.uri)
+    result_id = str(doc.result_id)
+    if params.previous_result_id == result_id:
+        return lsp.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+    return lsp.RelatedFullDocumentDiagnosticReport(items=doc.diagnostics(), result_id=result_id)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_HOVER)
+def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    shown = session.shown_at(params.text_document.uri, params.position)
+    if shown is None:
+        return None
+    return findings.to_hover(shown.finding, shown.unit)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
+def code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction | lsp.Command] | None:
+    return session.code_actions(params)
+
+
+@server.command("k3lsp.auditFile")
+async def audit_file(ls: LanguageServer, uri: str) -> dict:
+    return await session.audit_and_wait(uri)
+
+
+@server.command("k3lsp.auditWorkspace")
+async def audit_workspace(ls: LanguageServer) -> dict:
+    return await session.audit_workspace()
+
+
+@server.command("k3lsp.status")
+async def status(ls: LanguageServer) -> dict:
+    return await session.status()
+
+
+@server.command(actions.EXPLAIN)
+async def explain(ls: LanguageServer, uri: str, fingerprint: str) -> str | None:
+    return await session.explain(uri, fingerprint)
+
+
+@server.command(actions.SUPPRESS_IN_BASELINE)
+def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
+    return session.suppress_in_baseline(uri, fingerprint)
+
+
+@server.command(actions.REAUDIT_FUNCTION)
+async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
+    return await session.audit_and_wait(uri, line=line)
+
+
+def serve_stdio() -> None:
+    """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
+    logging.basicConfig(level=logging.INFO, format="k3lsp %(levelname)s %(name)s: %(message)s")
+    server.start_io()

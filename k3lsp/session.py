@@ -1,0 +1,386 @@
+"""The language server's state and behaviour; ``server.py`` only routes LSP messages here.
+
+One session per server process: the settings, the auditor (daemon connection + cache), the documents,
+the audit tasks and how results reach the client. Results reach it in exactly one way per client:
+pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull
+and be told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on
+change, never after a save, so without refresh support an audit's results would never reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+from pygls.uris import from_fs_path, to_fs_path
+
+from k3lsp import actions, options, suppress, units
+from k3lsp.auditor import Auditor, BackendState, BackendUnavailable
+from k3lsp.cache import ResultCache
+from k3lsp.client import BackendError
+from k3lsp.documents import Document, Shown, View, present
+
+log = logging.getLogger(__name__)
+
+STATUS_NOTIFICATION = "k3lsp/status"
+SECTION = "k3lsp"
+MAX_WORKSPACE_FILES = 10_000
+READY_TIMEOUT = 10.0  # a client that never sends `initialized` still gets audits, with the settings it gave
+
+
+def supports_pull(caps: lsp.ClientCapabilities) -> bool:
+    """Pull only when the client can also be asked to pull again after a background audit."""
+    pull = caps.text_document is not None and caps.text_document.diagnostic is not None
+    diagnostics = caps.workspace.diagnostics if caps.workspace is not None else None
+    return pull and diagnostics is not None and bool(diagnostics.refresh_support)
+
+
+def _supports_related(caps: lsp.ClientCapabilities) -> bool:
+    publish = caps.text_document.publish_diagnostics if caps.text_document else None
+    return bool(publish and publish.related_information)
+
+
+class Session:
+    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None):
+        self.ls = ls
+        self.options = options.Options()
+        self.cache = cache or ResultCache()
+        self.auditor = Auditor(self.options, self.cache, on_state=self._state_changed)
+        self.docs: dict[str, Document] = {}
+        self.pull = False
+        self.related = True
+        self.progress = False
+        self.configurable = False
+        self.baseline: suppress.Baseline | None = None
+        self.root: Path | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._shown_state = "connecting"
+        self._pending_errors: list[str] = []
+        self._ready = asyncio.Event()  # set once `initialized` has applied the settings
+
+    # --- settings ----------------------------------------------------------------------------------------
+
+    def initialize(self, params: lsp.InitializeParams) -> None:
+        caps = params.capabilities
+        self.pull = supports_pull(caps)
+        self.related = _supports_related(caps)
+        self.progress = bool(caps.window and caps.window.work_done_progress)
+        self.configurable = bool(caps.workspace and caps.workspace.configuration)
+        root = self.ls.workspace.root_path
+        self.root = Path(root) if root else None
+        self.options, self._pending_errors = options.parse(params.initialization_options)
+
+    async def initialized(self) -> None:
+        await self.auditor.reconfigure(self.options)
+        for error in self._pending_errors:
+            self.message(error, lsp.MessageType.Error)
+        await self.refresh_settings()
+        self.load_baseline()
+        self._ready.set()
+
+    async def ready(self) -> None:
+        """Wait (bounded) until the settings are applied, so no audit goes to the default endpoint by mistake."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), READY_TIMEOUT)
+
+    async def refresh_settings(self) -> None:
+        """Re-read the ``k3lsp`` section (workspace/configuration) over what initializationOptions said."""
+        if not self.configurable:
+            return
+        try:
+            (raw,) = await self.ls.workspace_configuration_async(
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
+            )
+        except Exception as exc:  # a client that does not answer is not a reason to stop
+            log.warning("workspace/configuration failed: %s", exc)
+            return
+        self.options, errors = options.parse(raw, self.options)
+        for error in errors:
+            self.message(error, lsp.MessageType.Error)
+        await self.auditor.reconfigure(self.options)
+        self.republish_all()
+
+    def load_baseline(self) -> None:
+        if self.root is None:
+            return
+        self.baseline = suppress.Baseline.load(self.root)
+        if self.baseline.error:
+            self.message(self.baseline.error, lsp.MessageType.Error)
+
+    def view(self) -> View:
+        return View(self.options.min_severity, self.baseline, self.related)
+
+    # --- talking to the client ---------------------------------------------------------------------------
+
+    def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
+        self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=text))
+
+    def _state_changed(self, state: BackendState) -> None:
+        self.ls.protocol.notify(STATUS_NOTIFICATION, asdict(state))
+        if state.state == self._shown_state:
+            return
+        if state.state in ("down", "unauthorized"):
+            self.message(
+                f"{state.message}. Showing cached findings; retrying on the next audit.", lsp.MessageType.Warning
+            )
+        elif state.state == "connected" and self._shown_state in ("down", "unauthorized"):
+            self.message(f"k3 audit backend is back: {state.message}")
+        if state.state != "connecting":
+            self._shown_state = state.state
+
+    def publish(self, doc: Document) -> None:
+        if self.pull:
+            self.ls.workspace_diagnostic_refresh(None)
+        else:
+            self.ls.text_document_publish_diagnostics(
+                lsp.PublishDiagnosticsParams(uri=doc.uri, diagnostics=doc.diagnostics())
+            )
+
+    def republish(self, doc: Document) -> None:
+        """Derive what is shown from the stored results for the document's current text, and send it."""
+        text = self.text(doc)
+        if text is None:
+            return
+        doc.show(present(doc.uri, text, units.split(text), doc.results, self.view()))
+        self.publish(doc)
+
+    def republish_all(self) -> None:
+        for doc in self.docs.values():
+            self.republish(doc)
+
+    @contextlib.asynccontextmanager
+    async def progress_bar(self, title: str, total: int) -> AsyncIterator[Callable[[int, str], None]]:
+        """Work-done progress (uuid tokens, forgotten after end: pygls #607); cancelling it cancels this task."""
+        if not self.progress:
+            yield lambda done, note: None
+            return
+        token, bar = str(uuid.uuid4()), self.ls.work_done_progress
+        try:
+            await bar.create_async(token)
+        except Exception as exc:
+            log.warning("the client refused a progress token: %s", exc)
+            yield lambda done, note: None
+            return
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        bar.tokens[token].add_done_callback(lambda f: f.cancelled() and task and loop.call_soon_threadsafe(task.cancel))
+        bar.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0, message=f"0/{total}"))
+
+        def report(done: int, note: str) -> None:
+            pct = int(100 * done / total) if total else 100
+            bar.report(token, lsp.WorkDoneProgressReport(percentage=pct, message=note or f"{done}/{total}"))
+
+        try:
+            yield report
+        finally:
+            bar.end(token, lsp.WorkDoneProgressEnd())
+            bar.tokens.pop(token, None)
+
+    # --- documents ---------------------------------------------------------------------------------------
+
+    def document(self, uri: str) -> Document:
+        doc = self.docs.get(uri)
+        if doc is None:
+            path = Path(to_fs_path(uri) or uri)
+            root = self.root or path.parent
+            relpath = os.path.relpath(path, root).replace(os.sep, "/")
+            doc = self.docs[uri] = Document(uri, path, relpath)
+        return doc
+
+    def text(self, doc: Document) -> str | None:
+        try:
+            return self.ls.workspace.get_text_document(doc.uri).source
+        except OSError as exc:
+            log.warning("cannot read %s: %s", doc.uri, exc)
+            return None
+
+    def changed(self, uri: str, changes: list[Any]) -> None:
+        doc = self.docs.get(uri)
+        if doc is not None and doc.follow(changes):
+            self.publish(doc)
+
+    def closed(self, uri: str) -> None:
+        doc = self.docs.get(uri)
+        if doc is None:
+            return
+        if doc.task is not None:
+            doc.task.cancel()
+        if not self.pull:
+            self.ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    def shown_at(self, uri: str, position: lsp.Position) -> Shown | None:
+        doc = self.docs.get(uri)
+        hits = doc.at(position) if doc else []
+        return hits[0] if hits else None
+
+    def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction | lsp.Command] | None:
+        doc = self.docs.get(params.text_document.uri)
+        if doc is None or not doc.shown:
+            return None
+        wanted = {d.data.get("fingerprint") for d in params.context.diagnostics if isinstance(d.data, dict)}
+        rng = params.range
+        hits = [s for s in doc.shown if s.fingerprint in wanted or s.contains(rng.start) or s.contains(rng.end)]
+        text = self.text(doc)
+        if not hits or text is None:
+            return None
+        lines = text.split("\n")
+        return [action for shown in hits for action in actions.for_finding(shown, doc.uri, lines)] or None
+
+    # --- audits ------------------------------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """A background task the session owns: cancelled at shutdown, its failures logged, never raised."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    def audit(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> asyncio.Task:
+        """Start auditing a document (or, with ``line``, re-audit the unit there); a newer audit cancels the older."""
+        doc = self.document(uri)
+        if doc.task is not None and not doc.task.done():
+            doc.task.cancel()
+        doc.task = self.spawn(self._audit(doc, priority, line))
+        return doc.task
+
+    async def audit_and_wait(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> dict:
+        """Audit and wait for the summary; a newer audit of the same document superseding it is not an error."""
+        task = self.audit(uri, priority=priority, line=line)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # we were cancelled ourselves
+            return {"units": 0, "cancelled": True}
+
+    async def _audit(self, doc: Document, priority: str, line: int | None) -> dict:
+        await self.ready()
+        text = self.text(doc)
+        if text is None:
+            return {"units": 0, "error": f"cannot read {doc.relpath}"}
+        if len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
+            note = f"{doc.relpath} is larger than maxFileBytes ({self.options.max_file_bytes}); not audited"
+            self.message(note, lsp.MessageType.Warning)
+            return {"units": 0, "error": note}
+        all_units = units.split(text)
+        todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
+        root = self.root or doc.path.parent
+        done, error = 0, None
+        async with self.progress_bar(f"k3 audit {doc.relpath}", len(todo)) as report:
+            try:
+                results = self.auditor.audit(root, doc.relpath, todo, priority=priority, force=line is not None)
+                async with contextlib.aclosing(results) as stream:
+                    async for result in stream:
+                        done += 1
+                        doc.results[result.unit.key] = result.findings
+                        report(done, f"{done}/{len(todo)} units ({result.unit.name})")
+                        if not result.cached:
+                            self.republish(doc)
+            except BackendUnavailable as exc:
+                error = str(exc)
+        if line is None and error is None:
+            doc.keep_results_for(all_units)
+        self.republish(doc)
+        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error}
+
+    async def audit_workspace(self) -> dict:
+        """All C files of the workspace at background priority, one file at a time (the daemon batches units)."""
+        if self.root is None:
+            return {"files": 0, "error": "no workspace folder is open"}
+        files = list(self.workspace_files())
+        async with self.progress_bar("k3 audit workspace", len(files)) as report:
+            for i, path in enumerate(files, 1):
+                doc = self.document(from_fs_path(str(path)) or path.as_uri())
+                result = await self.audit_and_wait(doc.uri, priority="background")
+                report(i, f"{i}/{len(files)} files ({doc.relpath})")
+                if result.get("error") and self.auditor.state.state != "connected":
+                    return {"files": i, "error": result["error"]}
+        return {"files": len(files)}
+
+    def workspace_files(self) -> Iterator[Path]:
+        """C files under the root that the include/exclude globs and maxFileBytes admit, in a stable order."""
+        assert self.root is not None
+        count = 0
+        for folder, dirs, names in os.walk(self.root):
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(folder) / name
+                rel = path.relative_to(self.root).as_posix()
+                with contextlib.suppress(OSError):
+                    if (
+                        self.options.wants(rel)
+                        and path.is_file()
+                        and path.stat().st_size <= self.options.max_file_bytes
+                    ):
+                        count += 1
+                        yield path
+                if count >= MAX_WORKSPACE_FILES:
+                    return
+
+    async def explain(self, uri: str, fingerprint: str) -> str | None:
+        doc = self.docs.get(uri)
+        shown = doc.by_fingerprint(fingerprint) if doc else None
+        if doc is None or shown is None:
+            self.message("That finding is no longer shown; save to re-audit.", lsp.MessageType.Warning)
+            return None
+        await self.ready()
+        root = self.root or doc.path.parent
+        parts: list[str] = []
+        async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
+            try:
+                async for piece in self.auditor.explain(root, doc.relpath, shown.unit, shown.finding.to_dict()):
+                    parts.append(piece)
+                    report(0, f"{len(''.join(parts))} characters")
+            except (BackendUnavailable, BackendError) as exc:
+                self.message(f"Cannot explain the finding: {exc}", lsp.MessageType.Error)
+                return None
+        answer = "".join(parts).strip() or "(the model gave no explanation)"
+        self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
+        return answer
+
+    def suppress_in_baseline(self, uri: str, fingerprint: str) -> bool:
+        doc = self.docs.get(uri)
+        shown = doc.by_fingerprint(fingerprint) if doc else None
+        if doc is None or shown is None or self.root is None:
+            self.message(
+                "Cannot add to the baseline: no workspace folder or the finding is gone.", lsp.MessageType.Error
+            )
+            return False
+        self.load_baseline()
+        assert self.baseline is not None
+        try:
+            self.baseline.add(fingerprint, shown.finding.cwe, shown.finding.title, doc.relpath)
+        except suppress.BaselineError as exc:
+            self.message(str(exc), lsp.MessageType.Error)
+            return False
+        self.republish_all()
+        return True
+
+    async def status(self) -> dict:
+        await self.ready()
+        out = await self.auditor.status()
+        out["documents"] = len(self.docs)
+        out["diagnostics"] = "pull" if self.pull else "push"
+        out["cache"] = self.cache.stats()
+        return out
+
+    async def shutdown(self) -> None:
+        """Cancel our own tasks before pygls tears down (pygls #606 crashes on running work otherwise)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.auditor.close()

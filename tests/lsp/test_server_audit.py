@@ -1,0 +1,66 @@
+"""The language server against a real scripted `k3-backend`: save -> diagnostics, caching, incremental audits,
+diagnostics following edits. Push (VS Code profile) and pull clients."""
+
+from __future__ import annotations
+
+import pytest
+from lsprotocol import types as lsp
+
+from tests.lsp import scripted
+from tests.support.daemon import serving
+from tests.support.lsp import editor
+
+
+@pytest.fixture(scope="module")
+def daemon(tiny_model):
+    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
+        yield d
+
+
+@pytest.fixture
+def root(tmp_path):
+    return scripted.workspace(tmp_path)
+
+
+def codes(diagnostics):
+    return sorted((d.range.start.line, d.code) for d in diagnostics)
+
+
+@pytest.mark.parametrize("profile", ["vscode", "pull"])
+async def test_save_publishes_findings_with_ranges_codes_and_trace(daemon, root, tmp_path, profile):
+    async with editor(root, profile=profile, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("demo.c")
+        ed.save(uri)
+        diags = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
+        assert codes(diags) == [(scripted.COPY_MSG_LINE, "CWE-787"), (scripted.GET_SLOT_LINE, "CWE-129")]
+        copy = next(d for d in diags if d.code == "CWE-787")
+        line = scripted.DEMO_C.split("\n")[scripted.COPY_MSG_LINE]
+        assert copy.range.start == lsp.Position(scripted.COPY_MSG_LINE, 1)  # after the tab
+        assert copy.range.end == lsp.Position(scripted.COPY_MSG_LINE, len(line))
+        assert copy.source == "k3-audit" and copy.severity == lsp.DiagnosticSeverity.Error
+        assert copy.code_description.href == "https://cwe.mitre.org/data/definitions/787.html"
+        assert [r.location.range.start.line for r in copy.related_information] == [6, 8]
+        assert len(copy.data["fingerprint"]) == 32
+        status = await ed.status()
+        assert status["diagnostics"] == ("pull" if profile == "pull" else "push")
+        assert status["counters"]["sent"] == 2 and status["counters"]["audited"] == 2
+
+
+async def test_second_save_is_served_from_cache_and_one_edited_function_is_reaudited(daemon, root, tmp_path):
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("demo.c")
+        first = await ed.command("k3lsp.auditFile", uri)
+        assert first["units"] == 2 and first["findings"] == 2
+        sent = (await ed.status())["counters"]["sent"]
+
+        second = await ed.command("k3lsp.auditFile", uri)  # nothing changed
+        counters = (await ed.status())["counters"]
+        assert second["findings"] == 2
+        assert counters["sent"] == sent and counters["cached"] == 2
+
+        # Edit the body of get_slot only: exactly one unit goes to the daemon again.
+        ed.change(uri, lsp.Range(lsp.Position(14, 8), lsp.Position(14, 8)), " ")
+        ed.save(uri)
+        after = await ed.wait_for_status(lambda c: c["audited"] == 3)
+        assert after["sent"] == sent + 1 and after["cached"] == 3
+        assert len(await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)) == 2

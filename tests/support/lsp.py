@@ -1,0 +1,159 @@
+"""Drive a real `k3lsp` server process over stdio with pytest-lsp's client, as an editor would.
+
+`editor(...)` starts `python -m k3lsp.cli` with its own cache directory, initializes it with a client
+capability profile (VS Code pushes, a pull-capable profile pulls) and the settings given, and shuts it
+down at the end. Every wait here is bounded: a server that misbehaves fails the test, never hangs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+from lsprotocol import types as lsp
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+WAIT = 60.0  # seconds: an audit on the tiny model on 2 busy cores takes a few
+
+
+def pull_capabilities() -> lsp.ClientCapabilities:
+    """Neovim 0.11's profile plus diagnostic refresh: a client that pulls and can be told to pull again."""
+    caps = client_capabilities("neovim@v0.11.0")
+    workspace = attrs.evolve(
+        caps.workspace, diagnostics=lsp.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+    )
+    return attrs.evolve(caps, workspace=workspace)
+
+
+PROFILES: dict[str, Callable[[], lsp.ClientCapabilities]] = {
+    "vscode": lambda: client_capabilities("visual-studio-code"),  # 1.65: push
+    "neovim": lambda: client_capabilities("neovim@v0.11.0"),  # pulls, but cannot be asked to re-pull: push
+    "pull": pull_capabilities,
+}
+
+
+class Editor:
+    """A started client, the workspace it has open and the mode the server chose."""
+
+    def __init__(self, client: LanguageClient, root: Path, pull: bool):
+        self.client, self.root, self.pull = client, root, pull
+        self.versions: dict[str, int] = {}
+        self.texts: dict[str, str] = {}
+        self.status_notes: list[dict] = []
+
+    def uri(self, name: str) -> str:
+        return (self.root / name).as_uri()
+
+    def open(self, name: str) -> str:
+        uri, text = self.uri(name), (self.root / name).read_text()
+        self.versions[uri], self.texts[uri] = 1, text
+        item = lsp.TextDocumentItem(uri=uri, language_id="c", version=1, text=text)
+        self.client.text_document_did_open(lsp.DidOpenTextDocumentParams(text_document=item))
+        return uri
+
+    def change(self, uri: str, rng: lsp.Range, text: str) -> None:
+        from tests.support.edits import apply_change
+
+        self.versions[uri] += 1
+        self.texts[uri] = apply_change(self.texts[uri], rng, text)
+        doc = lsp.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri])
+        change = lsp.TextDocumentContentChangePartial(range=rng, text=text)
+        self.client.text_document_did_change(
+            lsp.DidChangeTextDocumentParams(text_document=doc, content_changes=[change])
+        )
+
+    def save(self, uri: str) -> None:
+        """Write the editor's text to disk and send didSave, as an editor's :write does."""
+        Path(uri.removeprefix("file://")).write_text(self.texts[uri])
+        doc = lsp.TextDocumentIdentifier(uri=uri)
+        self.client.text_document_did_save(lsp.DidSaveTextDocumentParams(text_document=doc))
+
+    async def command(self, name: str, *args: Any, timeout: float = WAIT) -> Any:
+        params = lsp.ExecuteCommandParams(command=name, arguments=list(args))
+        return await asyncio.wait_for(self.client.workspace_execute_command_async(params), timeout)
+
+    async def status(self) -> dict:
+        return await self.command("k3lsp.status")
+
+    async def diagnostics(self, uri: str) -> list[lsp.Diagnostic]:
+        """What the client shows now: pushed ones, or a fresh pull."""
+        if not self.pull:
+            return list(self.client.diagnostics.get(uri, []))
+        params = lsp.DocumentDiagnosticParams(text_document=lsp.TextDocumentIdentifier(uri=uri))
+        report = await asyncio.wait_for(self.client.text_document_diagnostic_async(params), WAIT)
+        return list(report.items)
+
+    async def wait_diagnostics(
+        self, uri: str, until: Callable[[list[lsp.Diagnostic]], bool], timeout: float = WAIT
+    ) -> list[lsp.Diagnostic]:
+        """Poll what the client shows until `until` holds (bounded)."""
+
+        async def poll() -> list[lsp.Diagnostic]:
+            while True:
+                current = await self.diagnostics(uri)
+                if until(current):
+                    return current
+                await asyncio.sleep(0.05)
+
+        return await asyncio.wait_for(poll(), timeout)
+
+    async def wait_for_status(self, until: Callable[[dict], bool], timeout: float = WAIT) -> dict:
+        """Poll the server's counters (k3lsp.status) until `until` holds."""
+
+        async def poll() -> dict:
+            while not until(counters := (await self.status())["counters"]):
+                await asyncio.sleep(0.1)
+            return counters
+
+        return await asyncio.wait_for(poll(), timeout)
+
+    async def wait_for(self, condition: Callable[[], Any], timeout: float = WAIT) -> Any:
+        async def poll() -> Any:
+            while not (value := condition()):
+                await asyncio.sleep(0.05)
+            return value
+
+        return await asyncio.wait_for(poll(), timeout)
+
+
+@contextlib.asynccontextmanager
+async def editor(
+    root: Path, *, profile: str = "vscode", settings: dict | None = None, cache_dir: Path, env: dict | None = None
+) -> AsyncIterator[Editor]:
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "k3lsp.cli"],
+        server_env=os.environ | {"K3LSP_CACHE_DIR": str(cache_dir)} | (env or {}),
+    )
+    client = await asyncio.wait_for(config.start(), WAIT)
+    clean = False
+    try:
+        ed = Editor(client, root, pull=profile == "pull")
+
+        @client.feature("k3lsp/status")
+        def on_status(params: Any) -> None:
+            ed.status_notes.append(params if isinstance(params, dict) else attrs.asdict(params))
+
+        params = lsp.InitializeParams(
+            capabilities=PROFILES[profile](),
+            root_uri=root.as_uri(),
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
+            initialization_options=settings or {},
+        )
+        await asyncio.wait_for(client.initialize_session(params), WAIT)
+        yield ed
+        await asyncio.wait_for(client.shutdown_session(), WAIT)  # the server must exit cleanly
+        clean = True
+    finally:
+        if not clean:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.shutdown_session(), 10)
+        server = client._server  # the process pytest-lsp started for us
+        if server is not None and server.returncode is None:
+            server.kill()
+        await asyncio.wait_for(client.stop(), WAIT)
