@@ -2,8 +2,7 @@
 /*
  * k3demo - shared definitions for the k3lsp demo driver.
  *
- * Every file in this directory contains one plausible kernel bug for the
- * auditor to find; see examples/README.md.
+ * Shared by the k3demo driver sources in this directory.
  */
 #ifndef _K3DEMO_H
 #define _K3DEMO_H

