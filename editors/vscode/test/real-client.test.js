@@ -22,68 +22,72 @@ function received(log) {
   return fs.readFileSync(log, "utf8").trim().split("\n").filter(Boolean).map((line) => JSON.parse(line));
 }
 
-test("real client: spawn, settings on the wire, status bar, commands, shutdown", { timeout: 60000 }, async (t) => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const log = path.join(dir, "received.jsonl");
-  process.env.K3LSP_ECHO_LOG = log;
-  const { extension, context, vscode } = loadExtension(
-    {
-      "server.path": ECHO_SERVER,
-      "server.python": "",
-      "trace.server": "off",
-      endpoint: "",
-      trigger: "manual",
-      minSeverity: "high",
-      include: null,
-      exclude: ["gen/**"],
-    },
-    { realClient: true },
-  );
-  try {
-    await extension.activate(context);
-    const item = vscode.statusItems[0];
-    await eventually("the k3lsp/status notification", () => item.text, (t) => t === "$(shield) k3: 1 running, 2 queued");
-
-    const [initialize] = received(log);
-    assert.equal(initialize.method, "initialize");
-    assert.deepEqual(initialize.params.argv, [], "k3lsp with no arguments is LSP on stdio");
-    assert.deepEqual(initialize.params.initializationOptions, {
-      trigger: "manual",
-      minSeverity: "high",
-      exclude: ["gen/**"],
-    });
-    const messages = await eventually(
-      "configuration answers",
-      () => received(log),
-      (m) => m.some((x) => x.method === "configuration-result") && m.some((x) => x.method === "didChangeConfiguration"),
+for (const client of ["real", "bundle"]) {
+  test(`${client} client: spawn, settings on the wire, status bar, commands, shutdown`, { timeout: 60000 }, async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const log = path.join(dir, "received.jsonl");
+    process.env.K3LSP_ECHO_LOG = log;
+    const { extension, context, vscode } = loadExtension(
+      {
+        "server.path": ECHO_SERVER,
+        "server.python": "",
+        "trace.server": "off",
+        endpoint: "",
+        trigger: "manual",
+        minSeverity: "high",
+        include: null,
+        exclude: ["gen/**"],
+      },
+      { client },
     );
-    const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"] };
-    assert.deepEqual(messages.find((m) => m.method === "configuration-result").params, [expected]);
-    assert.deepEqual(messages.find((m) => m.method === "didChangeConfiguration").params, { settings: { k3lsp: expected } });
+    try {
+      await extension.activate(context);
+      const item = vscode.statusItems[0];
+      await eventually("the k3lsp/status notification", () => item.text, (text) =>
+        text === "$(shield) k3: 1 running, 2 queued",
+      );
 
-    // The library registered the server's other commands; ours stayed ours and forward the uri.
-    assert.ok(vscode.commands.has("k3lsp.explain"));
-    vscode.api.window.activeTextEditor = { document: { uri: vscode.api.Uri.file("/w/drv.c") } };
-    await vscode.api.commands.executeCommand("k3lsp.auditFile");
-    await vscode.api.commands.executeCommand("k3lsp.explain", "fp-1");
-    await vscode.api.commands.executeCommand("k3lsp.showStatus");
-    const commands = received(log).filter((m) => m.method === "executeCommand").map((m) => m.params);
-    assert.deepEqual(commands, [
-      { command: "k3lsp.auditFile", arguments: ["file:///w/drv.c"] },
-      { command: "k3lsp.explain", arguments: ["fp-1"] },
-      { command: "k3lsp.status", arguments: [] },
-    ]);
-    assert.deepEqual(
-      vscode.messages.filter((m) => m.level !== "info").map((m) => m.text),
-      [],
-      "no error or warning was shown",
-    );
-    assert.equal(vscode.messages.at(-1).text, "k3 backend status: backend: connected, queued: 2");
-  } finally {
-    await extension.deactivate();
-  }
-  await eventually("shutdown", () => received(log), (m) => m.some((x) => x.method === "shutdown"));
-  assert.equal(vscode.statusItems[0].text, "$(error) k3: server stopped");
-  assert.equal(vscode.commands.has("k3lsp.explain"), false, "the stopped client unregisters server commands");
-});
+      const [initialize] = received(log);
+      assert.equal(initialize.method, "initialize");
+      assert.deepEqual(initialize.params.argv, [], "k3lsp with no arguments is LSP on stdio");
+      assert.deepEqual(initialize.params.initializationOptions, {
+        trigger: "manual",
+        minSeverity: "high",
+        exclude: ["gen/**"],
+      });
+      const messages = await eventually(
+        "configuration answers",
+        () => received(log),
+        (m) => m.some((x) => x.method === "configuration-result") && m.some((x) => x.method === "didChangeConfiguration"),
+      );
+      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"] };
+      assert.deepEqual(messages.find((m) => m.method === "configuration-result").params, [expected]);
+      assert.deepEqual(messages.find((m) => m.method === "didChangeConfiguration").params, { settings: { k3lsp: expected } });
+
+      // The library registered the server's other commands; ours stayed ours and forward the uri.
+      assert.ok(vscode.commands.has("k3lsp.explain"));
+      vscode.api.window.activeTextEditor = { document: { uri: vscode.api.Uri.file("/w/drv.c") } };
+      await vscode.api.commands.executeCommand("k3lsp.auditFile");
+      await vscode.api.commands.executeCommand("k3lsp.explain", "fp-1");
+      await vscode.api.commands.executeCommand("k3lsp.showStatus");
+      const commands = received(log).filter((m) => m.method === "executeCommand").map((m) => m.params);
+      assert.deepEqual(commands, [
+        { command: "k3lsp.auditFile", arguments: ["file:///w/drv.c"] },
+        { command: "k3lsp.explain", arguments: ["fp-1"] },
+        { command: "k3lsp.status", arguments: [] },
+      ]);
+      assert.deepEqual(
+        vscode.messages.filter((m) => m.level !== "info").map((m) => m.text),
+        [],
+        "no error or warning was shown",
+      );
+      assert.equal(vscode.messages.at(-1).text, "k3 backend status: backend: connected, queued: 2");
+    } finally {
+      await extension.deactivate();
+    }
+    await eventually("shutdown", () => received(log), (m) => m.some((x) => x.method === "shutdown"));
+    assert.equal(vscode.statusItems[0].text, "$(error) k3: server stopped");
+    assert.equal(vscode.commands.has("k3lsp.explain"), false, "the stopped client unregisters server commands");
+  });
+}

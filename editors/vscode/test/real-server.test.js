@@ -35,7 +35,7 @@ test("real server: settings accepted, audit with the backend down, status", { sk
   const endpoint = `tcp://127.0.0.1:${await deadPort()}`;
   const { extension, context, vscode } = loadExtension(
     { "server.path": SERVER, endpoint, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
-    { realClient: true },
+    { client: "real" },
   );
   vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
   const item = () => vscode.statusItems[0];
@@ -74,7 +74,7 @@ test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, time
   process.env.XDG_CACHE_HOME = path.join(dir, "cache");
   const { extension, context, vscode } = loadExtension(
     { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}` },
-    { realClient: true },
+    { client: "real" },
   );
   try {
     await extension.activate(context);

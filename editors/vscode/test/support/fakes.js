@@ -277,24 +277,28 @@ Module._load = function load(request, parent, isMain) {
 
 const LANGUAGE_CLIENT = path.resolve(__dirname, "..", "..", "node_modules", "vscode-languageclient") + path.sep;
 
+const DIST = path.resolve(__dirname, "..", "..", "dist");
+
 /**
- * Fresh fakes plus a freshly loaded copy of the compiled extension (module state such as the
- * current session must not leak between tests). With `realClient`, the real vscode-languageclient
- * is loaded (fresh, so it binds to this test's fake `vscode`) and `lc` is undefined.
+ * Fresh fakes plus a freshly loaded copy of the extension (module state such as the current
+ * session must not leak between tests). `client`:
+ * - "fake": out/ (tsc) with the recording fake of vscode-languageclient (`lc`);
+ * - "real": out/ with the real vscode-languageclient, loaded fresh so it binds to this fake `vscode`;
+ * - "bundle": dist/extension.js, the esbuild bundle that ships in the .vsix (the real client inside).
  */
-function loadExtension(settings = {}, { realClient = false } = {}) {
+function loadExtension(settings = {}, { client = "fake" } = {}) {
   const vscode = makeVscode(settings);
-  const lc = realClient ? undefined : makeLanguageClientModule(vscode);
-  if (realClient) {
+  const lc = client === "fake" ? makeLanguageClientModule(vscode) : undefined;
+  if (client !== "fake") {
     addRuntime(vscode.api);
   }
   current = { vscode, lc };
   for (const key of Object.keys(require.cache)) {
-    if (key.startsWith(OUT + path.sep) || key.startsWith(LANGUAGE_CLIENT)) {
+    if ([OUT, DIST, LANGUAGE_CLIENT].some((dir) => key.startsWith(dir.endsWith(path.sep) ? dir : dir + path.sep))) {
       delete require.cache[key];
     }
   }
-  const extension = require(path.join(OUT, "extension.js"));
+  const extension = require(path.join(client === "bundle" ? DIST : OUT, "extension.js"));
   const context = { subscriptions: [] };
   return { extension, context, vscode, lc };
 }
