@@ -9,8 +9,12 @@ see changes. tree-sitter-c gives the functions; kernel code defeats it in known 
   expression followed by a stray compound statement: the pair becomes one unit (kind ``macro_body``).
 - ``static __always_inline int __must_check`` splits into a declaration with a MISSING ``;`` and the
   definition: the broken declaration is folded into the unit when it sits right above it.
-- Definitions nested inside ERROR nodes are found, but the walk never descends into a definition, and
-  units that share a line are merged, so units never overlap and each line belongs to at most one unit.
+- Unbalanced braces (``#if ... if (x) {`` / ``#else {`` / ``#endif``) make tree-sitter swallow the
+  functions that follow into one definition: the unit is cut where the first swallowed definition
+  starts, and the walk resumes there. A function it gave up on entirely (loose tokens in an ERROR node:
+  header, ``{``, statements) still becomes a unit, up to the next definition.
+- The walk never descends into a unit, and units that share a line are merged ("a+b"), so units never
+  overlap and each line belongs to at most one unit.
 
 Line numbers here are 0-based file lines, ``end_line`` inclusive (tree-sitter rows, LSP lines). A unit's
 text is always whole lines, so line ``k`` (1-based) of the unit is file line ``start_line + k - 1``; that
@@ -101,7 +105,7 @@ class Unit:
     start_line: int  # 0-based file line of the unit's first line
     end_line: int  # 0-based file line of its last line, inclusive
     text: str  # the whole lines start_line..end_line, joined by "\n", without a final newline
-    context: str  # the context items, in file order, separated by blank lines
+    context: str  # the context items in file order (adjacent ones on adjacent lines, others a blank line apart)
     key: str  # sha256 of (text, context): the cache address
 
     @property

@@ -3,6 +3,8 @@
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lsprotocol import converters
 from lsprotocol import types as lsp
 
@@ -204,3 +206,21 @@ def test_diagnostic_data_from_another_version_is_refused():
         findings.from_diagnostic_data(data, edited)
     with pytest.raises(findings.FindingError):
         findings.from_diagnostic_data("junk", WRITE)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=10,
+)
+keys = st.sampled_from(["cwe", "severity", "title", "message", "start_line", "end_line", "confidence", "trace", "fix"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(keys, json_values, max_size=9))
+def test_accept_never_raises_and_keeps_only_findings_inside_the_unit(overrides):
+    for f in findings.accept([raw(**overrides)], WRITE):
+        assert 1 <= f.start_line <= f.end_line <= WRITE.line_count
+        assert all(1 <= s.line <= WRITE.line_count for s in f.trace)
+        findings.to_diagnostic(f, WRITE, "file:///x.c")
+        findings.hover_markdown(f, WRITE)
