@@ -21,28 +21,42 @@ SMALL_KLD = 0.01  # the card's "share of tokens under 0.01 KLD"
 
 
 def candidate_rows(lp: mx.array, records: np.ndarray, targets: list[int]) -> dict[str, np.ndarray]:
-    """Per-token figures for one chunk of candidate log-probs [c, V] against its reference records."""
+    """Per-token figures for one chunk of candidate log-probs [c, V] against its reference records.
+
+    The [c, V] work (gathering the reference's top-k, the candidate's rest mass and tail minimum) runs in
+    mlx; the KLD itself runs on [c, k] in float64 with both coarse distributions renormalised, so float32
+    normalisation error does not leave a first-order KLD floor (~1e-7) between near-identical models.
+    """
     ids = mx.array(np.ascontiguousarray(records["ids"]))
-    p_lp = mx.array(np.ascontiguousarray(records["logprobs"]))
-    rest = mx.array(np.ascontiguousarray(records["rest"]))
     q_top = mx.take_along_axis(lp, ids, axis=-1)
     q_rest = mx.logsumexp(mx.put_along_axis(lp, ids, mx.array(-mx.inf), axis=-1), axis=-1)
     q_tail_min = mx.min(mx.put_along_axis(lp, ids, mx.array(mx.inf), axis=-1), axis=-1)
-    r = mx.exp(rest)
-    has_rest = r > 0  # 0 * inf would be nan where the reference put no mass outside its top-k
-    kld = mx.sum(mx.exp(p_lp) * (p_lp - q_top), axis=-1) + mx.where(has_rest, r * (rest - q_rest), 0.0)
-    p_tail_max = mx.minimum(p_lp[:, -1] - rest, 0.0)  # log of the largest renormalised tail probability
-    tail = mx.where(has_rest, r * (p_tail_max - (q_tail_min - q_rest)), 0.0)
     agree = mx.argmax(lp, axis=-1) == ids[:, 0]
     target = mx.take_along_axis(lp, mx.array(targets, dtype=mx.int32)[:, None], axis=-1)[:, 0]
-    mx.eval(kld, tail, agree, target, r)
+    mx.eval(q_top, q_rest, q_tail_min, agree, target)
+    p_top, p_rest = _normalised(records["logprobs"], records["rest"])
+    q_top64, q_rest64 = _normalised(np.array(q_top), np.array(q_rest))
+    r = np.exp(p_rest)
+    with np.errstate(invalid="ignore"):  # 0 * inf where the reference put no mass outside its top-k
+        rest_term = np.where(r > 0, r * (p_rest - q_rest64), 0.0)
+        # log of the largest renormalised reference tail probability minus log of the smallest candidate one
+        spread = np.minimum(p_top[:, -1] - p_rest, 0.0) - (np.array(q_tail_min, np.float64) - np.array(q_rest))
+        tail = np.where(r > 0, r * spread, 0.0)
+    kld = (np.exp(p_top) * (p_top - q_top64)).sum(axis=-1) + rest_term
     return {
-        # KL_S is a KL divergence, so >= 0; a negative value is float32 rounding of identical distributions.
-        "kld": np.maximum(np.array(kld), 0.0), "tail": np.maximum(np.array(tail), 0.0), "rest": np.array(r),
+        # KL_S is a KL divergence, so >= 0; a negative value is rounding between identical distributions.
+        "kld": np.maximum(kld, 0.0), "tail": np.maximum(tail, 0.0), "rest": r,
         "agree": np.array(agree), "label": np.asarray(records["label"]),
-        # float64 on both sides, so identical log-probs give identical perplexities
         "nll_cand": -np.array(target).astype(np.float64), "nll_ref": -records["target"].astype(np.float64),
     }
+
+
+def _normalised(top: np.ndarray, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k and rest log-probs in float64, shifted so that top-k + rest sum to exactly 1."""
+    top, rest = np.asarray(top, np.float64), np.asarray(rest, np.float64)
+    peak = top.max(axis=-1)
+    total = np.logaddexp(peak + np.log(np.exp(top - peak[:, None]).sum(axis=-1)), rest)
+    return top - total[:, None], rest - total
 
 
 @dataclass
