@@ -42,6 +42,7 @@ TOKENS = 32
 SEQUENTIAL, CONCURRENT, WARMUP, REPEATS = 20, 8, 2, 3
 EOS = 3  # the tiny tokenizer's <|end_of_msg|>
 ANSWER = " ".join(f"n{i} = len[{i}] - {i % 5};" for i in range(40))  # well over 32 tokens, no short period
+CACHED: dict[str, list[int]] = {"k3-backend": [], "mlx_lm.server": []}  # prompt tokens served from cache
 CONTEXT = "#include <linux/uaccess.h>\nstruct req { size_t len; char data[64]; };"
 
 
@@ -61,6 +62,7 @@ async def k3_one(wire: Wire, rid: str, fields: dict) -> tuple[float, dict]:
     done = msgs[-1]
     if done["kind"] != "done" or done["stats"]["generated_tokens"] != TOKENS:
         raise RuntimeError(f"k3-backend: unexpected end {done}")
+    CACHED["k3-backend"].append(done["stats"]["cached_tokens"])
     return latency, done["stats"]
 
 
@@ -132,6 +134,7 @@ def mlx_one(url: str, fields: dict) -> tuple[float, dict]:
     latency = time.perf_counter() - tic
     if answer["usage"]["completion_tokens"] != TOKENS:
         raise RuntimeError(f"mlx_lm.server: unexpected usage {answer['usage']}")
+    CACHED["mlx_lm.server"].append(answer["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0))
     return latency, answer["usage"]
 
 
@@ -189,6 +192,8 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} CPU cores, mlx on CPU; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"prompt tokens per request: k3-backend {ours['prompt_tokens']}, mlx_lm.server {theirs['prompt_tokens']}"
           f"; {TOKENS} generated tokens each; both servers up, scenarios interleaved, {REPEATS} repeats")
+    print("prompt tokens served from the prompt cache, median per request: "
+          + ", ".join(f"{name} {statistics.median(c):.0f}" for name, c in CACHED.items()))
     ratios = {}
     for scenario, n in (("sequential", SEQUENTIAL), ("concurrent", CONCURRENT)):
         print(f"{scenario} x{n}:")
