@@ -14,8 +14,8 @@ import numpy as np
 from backend.fidelity import forward
 from backend.fidelity.spans import SPANS
 from backend.fidelity.store import Base, BaseError, tokenizer_fingerprint
+from backend.fidelity.traces import TRACES
 
-TRACES = "traces"
 ALL = "all"
 SMALL_KLD = 0.01  # the card's "share of tokens under 0.01 KLD"
 

@@ -25,14 +25,15 @@ from pathlib import Path
 from backend.fidelity.spans import OTHER, classify
 
 ROLES = ("system", "user", "assistant", "tool")
+TRACES = "traces"  # the corpus name of trace windows
 
 
 @dataclass
 class Window:
     """One scored window: token ids, a span label per token, and the opening prompt for --generate."""
 
-    source: str  # "file.jsonl:LINE" or "dir/file.c#N"
-    corpus: str  # "traces" or the corpus directory's name
+    source: str  # the session id, or "file.jsonl:LINE"; "dir/file.c#N" for corpus windows
+    corpus: str  # TRACES or the corpus directory's name
     ids: list[int]
     labels: list[int]
     prompt: list[int]  # system/user opening + generation prompt; empty for corpus windows
@@ -116,7 +117,7 @@ def session_window(tokenizer, source: str, session: dict, window: int, default_t
         raise TraceError(f"{source}: the chat template failed: {e}") from e
     labels = classify(tokenizer, ids)
     start = max(0, len(ids) - window)
-    return Window(session.get("id", source), "traces", ids[start:], labels[start:], prompt)
+    return Window(str(session.get("id", source)), TRACES, ids[start:], labels[start:], prompt)
 
 
 def _render(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:

@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from backend.fidelity.compare import compare
+from backend.fidelity.store import Base
+
 REPO = Path(__file__).resolve().parents[2]
 HOSTFILE = REPO / "hostfiles" / "local-pair.json"
 
@@ -47,6 +50,20 @@ def test_two_ranks_match_one_process(tiny_model, tiny_base):
         assert row["kld_mean"] < 1e-6 and row["kld_median"] < 1e-6
         assert abs(row["ppl_ratio"] - 1.0) < 1e-4
         assert row["top1_agreement"] >= 0.99  # only near-ties of the random model may flip
+
+
+def test_a_base_recorded_by_two_ranks_matches_one_process(tiny_model, tiny_base, trace_file, tmp_path):
+    out_path = tmp_path / "pair.k3fb"
+    cmd = launch_pair("fidelity", "record", "--model", str(tiny_model), "--traces", str(trace_file),
+                      "--top-k", "16", "--chunk", "96", "--window", "2048", "-o", str(out_path))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.count(f"wrote {out_path}") == 1, out.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pair.k3fb"]
+    pair, single = Base(out_path), Base(tiny_base)
+    assert pair.ids(0) == single.ids(0) and pair.header.windows[0] == single.header.windows[0]
+    report = compare(str(tiny_model), str(out_path))
+    assert report["spans"]["all"]["tokens"] == single.header.windows[0].tokens - 1
+    assert all(row["kld_mean"] < 1e-6 for row in report["spans"].values())
 
 
 def test_a_refused_base_stops_both_ranks_with_the_reason(tiny_model, tiny_base, tmp_path):
