@@ -48,6 +48,13 @@ _MIN_ITEM_CHARS = 24  # below this much budget nothing useful fits: stop looking
 
 IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
+_DECLARATOR_WRAPPERS = (
+    "function_declarator",
+    "pointer_declarator",
+    "attributed_declarator",
+    "parenthesized_declarator",
+)
+_MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # SYSCALL_DEFINE3, BPF_CALL_2, DEFINE_SHOW_ATTRIBUTE
 
 # Nodes whose children are top-level code: walked through, never units or context themselves.
 _CONTAINERS = frozenset(
@@ -222,13 +229,16 @@ class _Scan:
             kind = child.type
             if node.type == "ERROR" and kind in _HEADER_PARTS and self.loose_function(node, i - 1):
                 return
+            if kind == "function_definition" and _is_data(child):
+                self.items += filter(None, [_context_item(child, data)])
+                continue
             if kind == "function_definition":
                 span, body = _function_span(child, data), child
             elif nxt is not None and nxt.type == "function_definition" and _is_split_header(child, nxt):
                 span, body = _function_span(nxt, data, header=child), nxt
                 i += 1
             elif nxt is not None and nxt.type == "compound_statement" and _macro_call(child) is not None:
-                span, body = _macro_span(child, nxt, data), nxt
+                span, body = _macro_body(child, nxt, data), nxt
                 i += 1
             elif kind == "compound_statement":
                 # A stray block whose header tree-sitter could not recognise: audited, never dropped.
@@ -296,12 +306,21 @@ def _function_span(fn: Node, data: bytes, header: Node | None = None) -> _Span:
     type_node = fn.child_by_field_name("type")
     if name is None or (type_node is not None and _SYSCALL.match(_text(type_node, data) or "")):
         # SYSCALL_DEFINE0(name) parses as a definition whose "type" is the macro.
-        macro = _text(type_node, data) if type_node is not None else "function"
+        if type_node is None:
+            return _Span(f"block@{start + 1}", "block", start, end)
+        macro = _text(type_node, data)
         declarator = fn.child_by_field_name("declarator")
         first = _first_identifier(declarator, data) if declarator is not None else None
-        return _Span(_macro_name(macro, first, start), "macro_body", start, end)
+        return _macro_span(macro, first, start, end)
     head = (header or fn).start_byte
     return _Span(_text(name, data), "function", start, end, (head, body.start_byte) if body is not None else None)
+
+
+def _is_data(fn: Node) -> bool:
+    """`static SQLITE_WSD struct s {...} x = {...};` parses as a "function" named by a bare identifier
+    (no parameter list anywhere): it is data, so context, not a unit."""
+    declarator = fn.child_by_field_name("declarator")
+    return declarator is not None and declarator.type == "identifier"
 
 
 def _is_split_header(node: Node, fn: Node) -> bool:
@@ -315,17 +334,24 @@ def _is_split_header(node: Node, fn: Node) -> bool:
 
 
 def _declarator_name(node: Node | None) -> Node | None:
-    """Follow a declarator chain (pointers, parentheses, attributes) to the function's name."""
+    """The name a function declarator chain declares: through pointers, parentheses, attributes and the
+    function declarators of `static void (*f(int))(void)`. None when no function declarator is on the way."""
+    function = False
     while node is not None:
-        if node.type == "function_declarator":
-            inner = node.child_by_field_name("declarator")
-            while inner is not None and inner.type in ("parenthesized_declarator", "pointer_declarator"):
-                inner = next((c for c in inner.named_children if c.type != "ms_pointer_modifier"), None)
-            return inner if inner is not None and inner.type in ("identifier", "field_identifier") else None
-        if node.type in ("pointer_declarator", "attributed_declarator", "parenthesized_declarator"):
-            node = node.child_by_field_name("declarator") or (node.named_children or [None])[0]
-            continue
-        return None
+        kind = node.type
+        if kind in ("identifier", "field_identifier"):
+            return node if function else None
+        if kind not in (
+            "function_declarator",
+            "pointer_declarator",
+            "attributed_declarator",
+            "parenthesized_declarator",
+        ):
+            return None
+        function = function or kind == "function_declarator"
+        node = node.child_by_field_name("declarator") or next(
+            (c for c in node.named_children if c.type not in ("ms_pointer_modifier", "type_qualifier")), None
+        )
     return None
 
 
@@ -341,21 +367,25 @@ def _macro_call(node: Node) -> Node | None:
     return None
 
 
-def _macro_span(head: Node, body: Node, data: bytes) -> _Span:
+def _macro_body(head: Node, body: Node, data: bytes) -> _Span:
+    """The span of `MACRO(args)` followed by a block."""
     call = _macro_call(head)
     assert call is not None
     macro_node = call.child_by_field_name("function") or call.child_by_field_name("name") or call.children[0]
     args = call.child_by_field_name("arguments") or call.child_by_field_name("type")
     first = _first_identifier(args, data) if args is not None else None
-    start = head.start_point.row
-    return _Span(_macro_name(_text(macro_node, data), first, start), "macro_body", start, _rows(body)[1])
+    return _macro_span(_text(macro_node, data), first, head.start_point.row, _rows(body)[1])
 
 
-def _macro_name(macro: str, first: str | None, row: int) -> str:
-    """The kernel's own name for a macro-defined function: SYSCALL_DEFINE3(read, ...) is sys_read."""
+def _macro_span(macro: str, first: str | None, start: int, end: int) -> _Span:
+    """A macro-defined function under the kernel's own name (SYSCALL_DEFINE3(read, ...) is sys_read). A
+    lower-case "macro" is a function whose header tree-sitter misread (`API_MACRO int f(void){` seen
+    as a call `f(void)` or a type `f`): it keeps its own name."""
+    if not _MACRO_NAME.match(macro):
+        return _Span(macro, "function", start, end)
     if first and _SYSCALL.match(macro):
-        return ("compat_sys_" if macro.startswith("COMPAT_") else "sys_") + first
-    return f"{macro}({first})" if first else f"{macro}@{row + 1}"
+        return _Span(("compat_sys_" if macro.startswith("COMPAT_") else "sys_") + first, "macro_body", start, end)
+    return _Span(f"{macro}({first})" if first else f"{macro}@{start + 1}", "macro_body", start, end)
 
 
 def _first_identifier(node: Node, data: bytes) -> str | None:
@@ -412,6 +442,9 @@ def _context_item(node: Node, data: bytes) -> ContextItem | None:
         item_kind = "prototype" if is_proto else "global"
     elif kind == "expression_statement":
         item_kind, names = "reference", ()  # module_init(f); EXPORT_SYMBOL(f);
+    elif kind == "function_definition":  # misparsed data (see _is_data)
+        declarator = node.child_by_field_name("declarator")
+        item_kind, names = "global", (_text(declarator, data),) if declarator is not None else ()
     else:
         return None
     start, end = _rows(node)

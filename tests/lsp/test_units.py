@@ -87,6 +87,33 @@ def test_kernel_macros_split_headers_and_shared_lines():
     ]
 
 
+MISREAD_HEADERS = """\
+static SQLITE_WSD struct stat_type {
+	int now[10];
+} stat_value = { {0,}, {0,} };
+BPF_CALL_2(bpf_map_lookup_elem, struct bpf_map *, map, void *, key)
+{
+	return (unsigned long) map->ops->map_lookup_elem(map, key);
+}
+static void (*dl_sym(void *p, const char *sym))(void){
+	return 0;
+}
+SQLITE_API long long memory_used(void){
+	return 1;
+}
+"""
+
+
+def test_misread_headers_keep_their_function_names_and_data_is_context():
+    assert spans(MISREAD_HEADERS) == [
+        ("BPF_CALL_2(bpf_map_lookup_elem)", "macro_body", 4, 7),
+        ("dl_sym", "function", 8, 10),  # returns a function pointer
+        ("memory_used", "function", 11, 13),
+    ]
+    (item,) = [i for i in units.parse(MISREAD_HEADERS).items if "stat_type" in i.names]
+    assert item.kind == "global" and item.start_line == 0  # a struct seen as a "function": context
+
+
 UNBALANCED = """\
 static int win_write(int fd)
 {
