@@ -105,45 +105,55 @@ def check_candidate(base: Base, cand: forward.Loaded, vocab: int, window: int | 
         raise BaseError(f"{base.path}: recorded with --window {h.window}, not {window}; re-record the BASE")
 
 
-def _open(base_path: str, cand: forward.Loaded, vocab: int, window: int | None) -> Base:
+def _open(base_path: str, cand: forward.Loaded, vocab: int, window: int | None, generate: int) -> Base:
     base = Base(base_path)
     check_candidate(base, cand, vocab, window)
+    if generate and not any(w.prompt for w in base.header.windows):
+        raise BaseError(f"{base.path}: --generate needs trace sessions with an opening prompt; this BASE has none")
     return base
 
 
-def compare(model: str, base_path: str, *, window: int | None = None, generate: int = 0, max_tokens: int = 512,
-            seed: int = 0) -> dict | None:
-    """The report of `model` against the BASE (a dict on rank 0; None on the other ranks)."""
-    cand = forward.load(model)
-    vocab = forward.vocab_size(cand.model)  # a forward pass: every rank takes part
-    opened: list[Base] = []  # rank 0's BASE; the other ranks only get the token ids to run
-
-    def make_plan() -> dict:
-        opened.append(_open(base_path, cand, vocab, window))
-        n = len(opened[0].header.windows)
-        return {"chunk": opened[0].header.chunk, "windows": [opened[0].ids(i) for i in range(n)],
-                "prompts": [opened[0].prompt(i) for i in range(n)]}
-
-    plan = forward.share_result(make_plan, cand.group)
-    base = opened[0] if opened else None
+def _score(cand: forward.Loaded, base: Base | None, plan: dict) -> tuple[dict[str, Tally], dict[str, Tally]]:
+    """Run the candidate on every window; on rank 0 (which has the BASE) tally per corpus and per span."""
     corpora: dict[str, Tally] = {}
     spans = {name: Tally() for name in (*SPANS, ALL)}
     for i, ids in enumerate(plan["windows"]):
-        entry = base.header.windows[i] if base else None
-        records = base.records(i) if base else None
         for start, lp in forward.log_probs(cand.model, ids, plan["chunk"]):
             if base is None:
                 mx.eval(lp)
                 continue
             end = start + lp.shape[0]
-            rows = candidate_rows(lp, records[start:end], ids[start + 1 : end + 1])
+            rows = candidate_rows(lp, base.records(i)[start:end], ids[start + 1 : end + 1])
             everything = np.ones(len(rows["kld"]), dtype=bool)
-            for name in (entry.corpus, ALL):
+            corpus = base.header.windows[i].corpus
+            for name in (corpus, ALL):
                 corpora.setdefault(name, Tally()).add(rows, everything)
-            if entry.corpus == TRACES:
+            if corpus == TRACES:
                 spans[ALL].add(rows, everything)
                 for k, name in enumerate(SPANS):
                     spans[name].add(rows, rows["label"] == k)
+    return dict(sorted(corpora.items(), key=lambda kv: kv[0] == ALL)), spans
+
+
+def compare(model: str, base_path: str, *, window: int | None = None, generate: int = 0, max_tokens: int = 512,
+            seed: int = 0) -> dict | None:
+    """The report of `model` against the BASE (a dict on rank 0; None on the other ranks)."""
+    if generate < 0 or max_tokens < 1:
+        raise ValueError("--generate must be >= 0 and --max-tokens positive")
+    cand = forward.load(model)
+    vocab = forward.vocab_size(cand.model)  # a forward pass: every rank takes part
+    opened: list[Base] = []  # rank 0's BASE; the other ranks only get the token ids to run
+
+    def make_plan() -> dict:
+        base = _open(base_path, cand, vocab, window, generate)
+        opened.append(base)
+        n = len(base.header.windows)
+        return {"chunk": base.header.chunk, "windows": [base.ids(i) for i in range(n)],
+                "prompts": [base.prompt(i) for i in range(n)]}
+
+    plan = forward.share_result(make_plan, cand.group)
+    base = opened[0] if opened else None
+    corpora, spans = _score(cand, base, plan)
     behaviour = None
     if generate:
         from backend.fidelity.generate import sample_sessions
@@ -156,7 +166,7 @@ def compare(model: str, base_path: str, *, window: int | None = None, generate: 
         "base": {"path": str(base.path), "reference": h.model, "window": h.window, "top_k": h.top_k,
                  "windows": len(h.windows), "chunk": h.chunk},
         "candidate": forward.model_info(cand.path) | {"ranks": cand.group.size()},
-        "corpora": {name: t.summary() for name, t in sorted(corpora.items(), key=lambda kv: kv[0] == ALL)},
+        "corpora": {name: t.summary() for name, t in corpora.items()},
         "spans": {name: t.summary() for name, t in spans.items()},
         "generate": behaviour,
     }

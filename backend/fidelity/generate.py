@@ -14,10 +14,8 @@ from backend.prompts import parse_turn
 
 def sample_sessions(cand: Loaded, prompts: list[list[int]], n: int, max_tokens: int, seed: int) -> dict:
     """Sample `n` turns (cycling over `prompts`, seeds seed..seed+n-1) and summarise how they ended."""
-    if not prompts:
-        raise ValueError("--generate needs trace sessions with an opening prompt in the BASE; it has none")
-    if n < 1 or max_tokens < 1:
-        raise ValueError("--generate and --max-tokens must be positive")
+    if not prompts or n < 1 or max_tokens < 1:
+        raise ValueError("sampling needs prompts, n >= 1 and max_tokens >= 1")
     args = EngineArgs(model=str(cand.path), max_tokens=max_tokens)
     engine = Engine(args, cand.model, cand.tokenizer, cand.group)
     for i in range(n):

@@ -117,3 +117,26 @@ def test_cli_reports_a_refused_base_and_exits_2(tiny_model, copy, capsys):
     copy.write_bytes(copy.read_bytes()[:-1])
     assert main(["fidelity", "compare", "--model", str(tiny_model), "--base", str(copy)]) == 2
     assert "k3-backend fidelity:" in capsys.readouterr().err
+
+
+def test_generate_needs_trace_prompts(tiny_model, corpus_dir, tmp_path):
+    from backend.fidelity.record import record
+
+    base = record(str(tiny_model), str(tmp_path / "code.k3fb"), corpora=[str(corpus_dir)], window=256, top_k=8)
+    with pytest.raises(BaseError, match="--generate needs trace sessions"):
+        compare(str(tiny_model), str(base), generate=1)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({}, "nothing to record"),
+    ({"window": 1}, "at least 2 tokens"),
+    ({"top_k": 512}, "--top-k must be in 1..511"),
+    ({"corpora": ["/nonexistent/dir"]}, "must be a directory"),
+])
+def test_record_refuses_bad_arguments_and_writes_nothing(tiny_model, trace_file, tmp_path, kwargs, message):
+    from backend.fidelity.record import record
+
+    args = {"traces": str(trace_file)} | kwargs if kwargs else {}
+    with pytest.raises(ValueError, match=message):
+        record(str(tiny_model), str(tmp_path / "b.k3fb"), **args)
+    assert list(tmp_path.iterdir()) == []
