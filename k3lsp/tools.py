@@ -29,7 +29,7 @@ MAX_LINE_CHARS = 400  # one minified line must not eat the whole answer
 MAX_FILES = 20_000  # files visited by one grep / find_definition
 MAX_PATTERN_CHARS = 500
 MAX_DEFINITIONS = 5
-GREP_SECONDS = 2.0
+SEARCH_SECONDS = 3.0  # grep and find_definition stop here: the model waits, and so does the audit
 C_SUFFIXES = (".c", ".h")
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
@@ -158,7 +158,12 @@ def find_definition(root: str | os.PathLike[str], symbol: str) -> str:
     base = Path(root).resolve()
     word = re.compile(rb"\b" + symbol.encode() + rb"\b")
     found: list[tuple[int, str]] = []  # (rank, text): real definitions before prototypes
+    deadline = time.monotonic() + SEARCH_SECONDS
+    note = ""
     for real, shown in _files(base, base, C_SUFFIXES):
+        if time.monotonic() > deadline:
+            note = f"(search stopped after {SEARCH_SECONDS:g} s: later files were not searched)"
+            break
         try:
             if real.stat().st_size > MAX_FILE_BYTES:
                 continue
@@ -178,21 +183,21 @@ def find_definition(root: str | os.PathLike[str], symbol: str) -> str:
         if sum(1 for rank, _ in found if rank < 2) >= MAX_DEFINITIONS:
             break
     if not found:
-        return f"no definition of {symbol} found in the workspace's C files"
+        return f"no definition of {symbol} found in the workspace's C files {note}".rstrip()
     found.sort(key=lambda f: f[0])
     out = _Output()
     for _, text in found[:MAX_DEFINITIONS]:
         for line in [*text.split("\n"), ""]:
             if not out.add(line):
                 break
-    return out.text()
+    return out.text(note)
 
 
 def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) -> str:
     """Lines matching a regular expression in a file or directory of the workspace (`path:line: text`).
 
     An invalid regex, or one shaped for catastrophic backtracking, is searched as a fixed string; the
-    search stops after GREP_SECONDS or at the size limits, and says so.
+    search stops after SEARCH_SECONDS or at the size limits, and says so.
     """
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
@@ -210,25 +215,24 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     else:
         real = resolve(root, path)
         targets = _files(base, real, None) if real.is_dir() else iter([(real, real.relative_to(base).as_posix())])
-    deadline = time.monotonic() + GREP_SECONDS
+    deadline = time.monotonic() + SEARCH_SECONDS
     out = _Output()
-    note = ""
     matches = 0
     for real, shown in targets:
-        if time.monotonic() > deadline:
-            note = f"(stopped after {GREP_SECONDS:g} s; narrow the path)"
-            break
         try:
             text = _read_text(real, shown)
         except (ToolError, OSError):
             continue
         for n, line in enumerate(text.split("\n"), 1):
+            if n % 1024 == 0 and time.monotonic() > deadline:
+                break
             if regex.search(line[: MAX_LINE_CHARS * 4]):
                 matches += 1
                 if not out.add(f"{shown}:{n}: {line.strip()}"):
                     break
-        if out.full:
+        if out.full or time.monotonic() > deadline:
             break
+    note = f"(stopped after {SEARCH_SECONDS:g} s; narrow the path)" if time.monotonic() > deadline else ""
     header = f"{matches}{'+' if out.full else ''} matching lines for {pattern!r} ({mode})"
     return header + ("\n" + out.text(note) if out.lines or note else "")
 

@@ -150,3 +150,13 @@ json_values = st.recursive(
 def test_run_tool_never_raises(name, args):
     ok, text = tools.run_tool(EXAMPLES, name, args)
     assert isinstance(ok, bool) and isinstance(text, str) and len(text) <= tools.MAX_RESULT_CHARS + 1000
+
+
+def test_searches_stop_at_the_time_limit(ws, monkeypatch):
+    monkeypatch.setattr(tools, "SEARCH_SECONDS", -1.0)  # already past the deadline: stop at once
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "k3demo"})
+    assert ok and "stopped after -1 s" in text
+    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})
+    assert ok and text == "no definition of k3demo_ioctl found in the workspace's C files " + (
+        "(search stopped after -1 s: later files were not searched)"
+    )
