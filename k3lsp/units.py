@@ -164,7 +164,7 @@ def unit_key(text: str, context: str) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)  # a few open documents; each entry holds its text
 def split(source: str | bytes) -> tuple[Unit, ...]:
     """The audit units of a C file, in file order.
 
