@@ -102,7 +102,11 @@ report.run(function()
   end) then
     return
   end
-  out('CLIENT', { root = client.root_dir, pull = client.server_capabilities.diagnosticProvider ~= nil })
+  out('CLIENT', {
+    root = client.root_dir,
+    pull = client.server_capabilities.diagnosticProvider ~= nil,
+    enabled = vim.lsp.is_enabled('k3lsp'),
+  })
 
   vim.cmd('write')
   wait('diagnostics', 120000, function()

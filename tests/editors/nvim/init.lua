@@ -2,6 +2,13 @@
 -- (set by tests/editors/test_nvim.py). Loaded with `nvim --headless --clean -u`, so nothing of the
 -- machine's own Neovim config takes part.
 vim.opt.rtp:prepend(vim.env.K3_TEST_PLUGIN)
+if vim.env.K3_TEST_LEGACY == '1' then
+  -- The plugin's Neovim 0.10 branch (vim.lsp.start from a FileType autocmd), run on this 0.11.
+  local has = vim.fn.has
+  vim.fn.has = function(feature)
+    return feature == 'nvim-0.11' and 0 or has(feature)
+  end
+end
 vim.opt.swapfile = false
 require('k3lsp').setup({
   python = vim.env.K3_TEST_PYTHON,
