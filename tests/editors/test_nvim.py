@@ -73,15 +73,18 @@ SCRIPT = [
 EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
 
 
-def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False) -> list[tuple]:
+def run_scenario(
+    scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False, trigger: str = ""
+) -> list[tuple]:
     """Runs one scenario in headless Neovim inside `workspace`; returns its (tag, value) lines.
 
-    `legacy` makes the plugin take its Neovim 0.10 branch (see nvim/init.lua).
+    `legacy` makes the plugin take its Neovim 0.10 branch (see nvim/init.lua); `trigger` sets that option.
     """
     home = workspace.parent / "home"
     env = {
         **os.environ,
         "K3_TEST_LEGACY": "1" if legacy else "0",
+        "K3_TEST_TRIGGER": trigger,
         "K3_TEST_PLUGIN": str(PLUGIN),
         "K3_TEST_PYTHON": sys.executable,
         "K3_TEST_ENDPOINT": endpoint,
@@ -157,7 +160,7 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
     assert status and "backend status" in status and "tiny" in status, status
     assert values(lines, "STATUSLINE")[0].startswith("k3: "), lines
 
-    assert values(lines, "AUDITED")[0] == "k3lsp: audited main.c"
+    assert values(lines, "AUDITED")[0] == "k3lsp: audited main.c: 2 units, 2 findings"
     assert values(lines, "COUNT") == [len(EXPECTED)]  # a re-audit of unchanged code adds no duplicates
 
     explained = values(lines, "EXPLAIN")[0]  # shown with window/showMessage, which Neovim keeps in :messages
@@ -172,6 +175,23 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
 
     fixed = values(lines, "FIXED")[0]
     assert fixed[8:11] == FIX.split("\n"), fixed
+
+
+def test_manual_trigger_audits_only_on_command(daemon, workspace):
+    lines = run_scenario("manual.lua", workspace, daemon, "main.c", trigger="manual")
+    assert values(lines, "TIMEOUT") == [], lines
+
+    saved = values(lines, "SAVED")[0]
+    assert saved["diagnostics"] == 0 and saved["counters"]["units"] == 0, saved
+
+    audit = values(lines, "AUDIT")[0]
+    assert audit == {"note": "k3lsp: audited main.c: 2 units, 2 findings", "diagnostics": 2}, audit
+
+    workspace_audit = values(lines, "WORKSPACE")[0]
+    assert workspace_audit["note"] == "k3lsp: audited the workspace: 1 files", workspace_audit
+    counters = workspace_audit["counters"]
+    assert (counters["sent"], counters["cached"]) == (2, 2), counters  # the workspace pass hit the cache
+    assert workspace_audit["diagnostics"] == 2
 
 
 def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers(workspace, unused_tcp_port):

@@ -13,5 +13,5 @@ vim.opt.swapfile = false
 require('k3lsp').setup({
   python = vim.env.K3_TEST_PYTHON,
   endpoint = vim.env.K3_TEST_ENDPOINT,
-  trigger = vim.env.K3_TEST_TRIGGER,
+  trigger = vim.env.K3_TEST_TRIGGER ~= '' and vim.env.K3_TEST_TRIGGER or nil,
 })

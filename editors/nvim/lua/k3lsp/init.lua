@@ -280,17 +280,36 @@ local function format_status(result, indent)
   return table.concat(lines, '\n')
 end
 
+--- The summary an audit command returns (`{units, findings, error}` or `{files, error}`) as one message.
+local function report_audit(what, result)
+  if type(result) ~= 'table' then
+    notify('audited ' .. what)
+  elseif type(result.error) == 'string' then
+    notify(('audit of %s stopped: %s'):format(what, result.error), vim.log.levels.WARN)
+  elseif result.cancelled == true then
+    notify(('audit of %s was superseded by a newer one'):format(what))
+  else
+    local counts = {}
+    for _, key in ipairs({ 'files', 'units', 'findings' }) do
+      if type(result[key]) == 'number' then
+        table.insert(counts, ('%d %s'):format(result[key], key))
+      end
+    end
+    notify(('audited %s%s'):format(what, #counts > 0 and (': ' .. table.concat(counts, ', ')) or ''))
+  end
+end
+
 local function create_commands()
   vim.api.nvim_create_user_command('K3Audit', function()
     local bufnr = vim.api.nvim_get_current_buf()
     local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ':~:.')
-    M.execute('k3lsp.auditFile', { vim.uri_from_bufnr(bufnr) }, function()
-      notify('audited ' .. name)
+    M.execute('k3lsp.auditFile', { vim.uri_from_bufnr(bufnr) }, function(result)
+      report_audit(name, result)
     end, bufnr)
   end, { desc = 'k3lsp: audit the current C file' })
   vim.api.nvim_create_user_command('K3AuditWorkspace', function()
-    M.execute('k3lsp.auditWorkspace', {}, function()
-      notify('workspace audit done')
+    M.execute('k3lsp.auditWorkspace', {}, function(result)
+      report_audit('the workspace', result)
     end)
   end, { desc = 'k3lsp: audit every C file of the workspace (background priority)' })
   vim.api.nvim_create_user_command('K3Status', function()
