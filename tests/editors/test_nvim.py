@@ -73,18 +73,18 @@ SCRIPT = [
 EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
 
 
-def run_scenario(
-    scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False, trigger: str = ""
-) -> list[tuple]:
+def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False,
+                 **options: str) -> list[tuple]:
     """Runs one scenario in headless Neovim inside `workspace`; returns its (tag, value) lines.
 
-    `legacy` makes the plugin take its Neovim 0.10 branch (see nvim/init.lua); `trigger` sets that option.
+    `legacy` makes the plugin take its Neovim 0.10 branch; `options` (trigger, server_key, client_key) are
+    passed to setup{} (see nvim/init.lua).
     """
     home = workspace.parent / "home"
     env = {
         **os.environ,
         "K3_TEST_LEGACY": "1" if legacy else "0",
-        "K3_TEST_TRIGGER": trigger,
+        **{f"K3_TEST_{name.upper()}": options.get(name, "") for name in ("trigger", "server_key", "client_key")},
         "K3_TEST_PLUGIN": str(PLUGIN),
         "K3_TEST_PYTHON": sys.executable,
         "K3_TEST_ENDPOINT": endpoint,
@@ -248,3 +248,17 @@ def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace, unu
     errors = [line for line in lines if "ERROR" in line]
     assert len(errors) == 1 and f"backend not reachable at {endpoint}" in errors[0], lines
     assert any("OK" in line and "server runs" in line for line in lines), lines
+
+
+def test_checkhealth_checks_the_key_files(workspace, unused_tcp_port):
+    secret = workspace.parent / "client.key_secret"
+    secret.write_text("not checked here, only its permissions\n")
+    secret.chmod(0o644)
+    missing = workspace.parent / "server.key"
+    lines = values(run_scenario("health.lua", workspace, f"tcp://127.0.0.1:{unused_tcp_port}",
+                                server_key=str(missing), client_key=str(secret)), "HEALTH")
+    assert any("ERROR" in line and f"server_key {missing} is not a readable file" in line for line in lines), lines
+    assert any("WARNING" in line and f"client_key {secret} is readable by other users" in line for line in lines), lines
+    assert any(f"chmod 600 {secret}" in line for line in lines), lines
+    assert len([line for line in lines if "ERROR" in line]) == 1, lines
+    assert any("backend not checked: fix the key files first" in line for line in lines), lines

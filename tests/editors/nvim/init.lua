@@ -14,4 +14,6 @@ require('k3lsp').setup({
   python = vim.env.K3_TEST_PYTHON,
   endpoint = vim.env.K3_TEST_ENDPOINT,
   trigger = vim.env.K3_TEST_TRIGGER ~= '' and vim.env.K3_TEST_TRIGGER or nil,
+  server_key = vim.env.K3_TEST_SERVER_KEY ~= '' and vim.env.K3_TEST_SERVER_KEY or nil,
+  client_key = vim.env.K3_TEST_CLIENT_KEY ~= '' and vim.env.K3_TEST_CLIENT_KEY or nil,
 })

@@ -58,34 +58,39 @@ local function check_server(cmd)
   return true
 end
 
+--- Returns false when the file cannot be read (the backend check would fail for that reason).
 local function check_key(label, path, secret)
   local full = vim.fs.normalize(path)
   if vim.fn.filereadable(full) == 0 then
     vim.health.error(('%s %s is not a readable file'):format(label, full))
-    return
+    return false
   end
   local stat = vim.uv.fs_stat(full)
   if secret and stat and bit.band(stat.mode, tonumber('077', 8)) ~= 0 then
     vim.health.warn(('%s %s is readable by other users'):format(label, full), { 'chmod 600 ' .. full })
-    return
+  else
+    vim.health.ok(('%s %s is readable'):format(label, full))
   end
-  vim.health.ok(('%s %s is readable'):format(label, full))
+  return true
 end
 
+--- Returns false when a configured key file cannot be read.
 local function check_keys(opts)
   if not opts.server_key and not opts.client_key then
     vim.health.info('no server_key / client_key: the connection is not encrypted (fine for a daemon on 127.0.0.1)')
-    return
+    return true
   end
   if not (opts.server_key and opts.client_key) then
     vim.health.warn('CurveZMQ needs both server_key (the daemon public key) and client_key (your secret key)')
   end
+  local ok = true
   if opts.server_key then
-    check_key('server_key', opts.server_key, false)
+    ok = check_key('server_key', opts.server_key, false) and ok
   end
   if opts.client_key then
-    check_key('client_key', opts.client_key, true)
+    ok = check_key('client_key', opts.client_key, true) and ok
   end
+  return ok
 end
 
 --- One line about the model from `k3lsp status --json` (`{welcome = {...}, status = {...}}`).
@@ -143,10 +148,14 @@ function M.check()
     opts = k3lsp.defaults
   end
   local cmd = k3lsp.server_cmd(opts)
-  if check_server(cmd) then
+  local keys_ok = check_keys(opts)
+  if not check_server(cmd) then
+    vim.health.info('backend not checked: it is asked through the server command')
+  elseif not keys_ok then
+    vim.health.info('backend not checked: fix the key files first')
+  else
     check_backend(k3lsp, cmd, opts)
   end
-  check_keys(opts)
   check_clients(k3lsp)
 end
 
