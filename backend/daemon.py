@@ -68,7 +68,9 @@ class Job:
     def stop(self, reason: str) -> None:
         if self.task is not None and not self.task.done() and not self.reason:
             self.reason = reason
-            self.task.cancel()
+            # Not task.cancel() directly: a task cancelled before its first step never enters its body, so
+            # _run_job could not answer. The ready queue is FIFO, so the first step has run by then.
+            asyncio.get_running_loop().call_soon(self.task.cancel)
 
 
 class Daemon:

@@ -191,3 +191,16 @@ async def test_deadline_then_sigterm_ends_open_requests_with_shutdown(tiny_model
             assert end["kind"] == "error" and end["code"] == "shutdown"
         code = stop(d.proc)
         assert code == 0, d.log_text()[-3000:]
+
+
+async def test_cancel_right_after_the_request_still_ends_it_once(daemon):
+    async with Wire(daemon.endpoint) as wire:
+        for i in range(5):
+            await wire.send("audit", f"q{i}", **audit_fields("holder"))
+            await wire.send("cancel", f"q{i}")
+        for i in range(5):
+            ends = [m for m in await wire.finish(f"q{i}") if m["kind"] in protocol.TERMINAL_KINDS]
+            assert [m["kind"] for m in ends] == ["cancelled"]
+        await wire.send("ping", "after")
+        assert (await wire.recv(10))["id"] == "after"  # nothing else was sent for those requests
+        assert (await wire.ask("status", "s"))["status"]["open_requests"] == 0
