@@ -102,6 +102,7 @@ class Auditor:
         client_name: str = "k3lsp",
         concurrency: int = DEFAULT_CONCURRENCY,
         on_state: Callable[[BackendState], None] | None = None,
+        on_tool: Callable[[dict, bool, str], None] | None = None,
     ):
         self.options = options
         self.cache = cache
@@ -113,6 +114,7 @@ class Auditor:
         self._connecting: asyncio.Future | None = None
         self._slots = PrioritySlots(concurrency, on_change=self._notify)
         self._on_state = on_state
+        self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
         self._state = "connecting"
         self._message = ""
 
@@ -266,7 +268,10 @@ class Auditor:
 
     async def _tool(self, root: Path, request: dict) -> tuple[bool, str]:
         """Answer a model's tool call from the workspace; the sandbox refuses anything outside ``root``."""
-        return await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+        ok, text = await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+        if self._on_tool is not None:
+            self._on_tool(request, ok, text)
+        return ok, text
 
     # --- explain and status ------------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ class Session:
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
-        self.auditor = Auditor(self.options, self.cache, on_state=self._state_changed)
+        self.auditor = Auditor(self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used)
         self.docs: dict[str, Document] = {}
         self.pull = False
         self.related = True
@@ -136,6 +136,15 @@ class Session:
             self.message(f"k3 audit backend is back: {state.message}")
         if state.state != "connecting":
             self._shown_state = state.state
+
+    def _tool_used(self, request: dict, ok: bool, answer: str) -> None:
+        """Log every workspace read the model asked for, and every refusal: the user can audit the auditor."""
+        args = ", ".join(f"{k}={v!r}" for k, v in request["args"].items())
+        outcome = f"answered ({len(answer)} characters)" if ok else f"refused: {answer}"
+        kind = lsp.MessageType.Log if ok else lsp.MessageType.Warning
+        self.ls.window_log_message(
+            lsp.LogMessageParams(type=kind, message=f"model tool {request['tool']}({args}) {outcome}")
+        )
 
     def publish(self, doc: Document) -> None:
         if self.pull:

@@ -51,12 +51,14 @@ async def test_second_save_is_served_from_cache_and_one_edited_function_is_reaud
         uri = ed.open("demo.c")
         first = await ed.command("k3lsp.auditFile", uri)
         assert first["units"] == 2 and first["findings"] == 2
-        sent = (await ed.status())["counters"]["sent"]
+        status = await ed.status()
+        sent, daemon_requests = status["counters"]["sent"], status["backend"]["requests"]
 
         second = await ed.command("k3lsp.auditFile", uri)  # nothing changed
-        counters = (await ed.status())["counters"]
+        status = await ed.status()
         assert second["findings"] == 2
-        assert counters["sent"] == sent and counters["cached"] == 2
+        assert status["counters"]["sent"] == sent and status["counters"]["cached"] == 2
+        assert status["backend"]["requests"] == daemon_requests  # the daemon's own count: nothing arrived
 
         # Edit the body of get_slot only: exactly one unit goes to the daemon again.
         ed.change(uri, lsp.Range(lsp.Position(14, 8), lsp.Position(14, 8)), " ")

@@ -137,7 +137,8 @@ async def editor(
 
         @client.feature("k3lsp/status")
         def on_status(params: Any) -> None:
-            ed.status_notes.append(params if isinstance(params, dict) else attrs.asdict(params))
+            # pygls hands unknown methods' params over as a namedtuple-like object
+            ed.status_notes.append(params if isinstance(params, dict) else params._asdict())
 
         params = lsp.InitializeParams(
             capabilities=PROFILES[profile](),
