@@ -17,12 +17,14 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
-from k3lsp import __version__, protocol
+from k3lsp import __version__, keys, protocol
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ class BackendError(Exception):
     """The daemon could not serve a request. ``code`` says why, for programs; the message says it for people.
 
     Codes: ``unreachable`` (no answer in time), ``down`` (it stopped answering mid-request), ``version``,
+    ``unauthorized`` (the daemon refused our key), ``server_key`` (the daemon is not the one our server key
+    names), ``security_mismatch`` (one side uses CurveZMQ, the other not), ``keys`` (a local key file problem),
     ``protocol`` (it sent something malformed), or the daemon's own ``error`` code.
     """
 
@@ -53,6 +57,8 @@ class ClientOptions:
     liveness_interval: float = 2.0  # ping period while requests are open
     liveness_timeout: float = 6.0  # no message at all for this long while requests are open -> down
     client_name: str = "k3lsp"
+    server_key: Path | None = None  # the daemon's public key file: turns CurveZMQ on
+    client_key: Path | None = None  # this client's secret key file (its public half must be in the daemon's allow-list)
 
     def __post_init__(self) -> None:
         self.endpoint = self.endpoint or default_endpoint()
@@ -74,6 +80,8 @@ class BackendClient:
         self._ids = itertools.count(1)
         self._prefix = os.urandom(4).hex()
         self._last_heard = 0.0
+        self._handshake_error: BackendError | None = None
+        self._monitor: asyncio.Task | None = None
         self.welcome: dict | None = None
 
     # --- connection --------------------------------------------------------------------------------------
@@ -88,8 +96,66 @@ class BackendClient:
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 4000)
+        try:
+            self._set_curve(sock)
+        except BackendError:
+            sock.close(linger=0)
+            raise
+        self._monitor = asyncio.create_task(
+            self._watch_handshakes(
+                sock.get_monitor_socket(addr=f"inproc://k3lsp-monitor-{id(self)}-{os.urandom(4).hex()}"),
+            ),
+            name="k3lsp-monitor",
+        )
         sock.connect(self.options.endpoint)
         return sock
+
+    def _set_curve(self, sock: zmq.Socket) -> None:
+        opts = self.options
+        if not (opts.server_key or opts.client_key):
+            return
+        if not (opts.server_key and opts.client_key):
+            raise BackendError(
+                "keys",
+                "CurveZMQ needs both serverKey (the daemon's public key) and clientKey (this client's secret key file)",
+            )
+        try:
+            sock.curve_serverkey = keys.load_public(opts.server_key)
+            sock.curve_publickey, sock.curve_secretkey = keys.load_secret(opts.client_key)
+        except keys.KeyFileError as exc:
+            raise BackendError("keys", str(exc)) from exc
+
+    async def _watch_handshakes(self, monitor: zmq.asyncio.Socket) -> None:
+        """Turn libzmq's silent refusals into reasons: a refused client otherwise just waits forever."""
+        endpoint = self.options.endpoint
+        reasons = {
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH: BackendError(
+                "unauthorized",
+                f"the audit daemon at {endpoint} refused this client's key: add the public half "
+                f"of {self.options.client_key} to the daemon's authorized keys",
+            ),
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: BackendError(
+                "server_key",
+                f"the handshake with {endpoint} failed: the configured server key does not match the daemon's key",
+            ),
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: BackendError(
+                "security_mismatch",
+                f"the audit daemon at {endpoint} and this client disagree on encryption: "
+                "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
+            ),
+        }
+        try:
+            while True:
+                event = parse_monitor_message(await monitor.recv_multipart())["event"]
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._handshake_error = None
+                elif event in reasons:
+                    self._handshake_error = reasons[event]
+                    self._fail_all(reasons[event].code, str(reasons[event]))
+        except (asyncio.CancelledError, zmq.ZMQError):
+            pass
+        finally:
+            monitor.close(linger=0)
 
     async def connect(self) -> dict:
         """Open the socket and say hello; returns the daemon's ``welcome`` or raises BackendError."""
@@ -112,7 +178,7 @@ class BackendClient:
         return reply
 
     async def close(self) -> None:
-        for task in (self._reader, self._watchdog):
+        for task in (self._reader, self._watchdog, self._monitor):
             if task:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -120,7 +186,7 @@ class BackendClient:
         self._fail_all("down", "client closed")
         if self._sock is not None:
             self._sock.close(linger=0)
-        self._sock = self._reader = self._watchdog = None
+        self._sock = self._reader = self._watchdog = self._monitor = None
 
     async def __aenter__(self) -> BackendClient:
         await self.connect()
@@ -142,7 +208,9 @@ class BackendClient:
         try:
             await asyncio.wait_for(self._sock.send(frame), self.options.connect_timeout)
         except TimeoutError as exc:
-            raise BackendError("unreachable", f"the audit daemon at {self.options.endpoint} is not reachable") from exc
+            raise self._handshake_error or BackendError(
+                "unreachable", f"the audit daemon at {self.options.endpoint} is not reachable"
+            ) from exc
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,7 +253,7 @@ class BackendClient:
             await self.send(kind, msg_id, **fields)
             return await asyncio.wait_for(queue.get(), timeout)
         except TimeoutError as exc:
-            raise BackendError(
+            raise self._handshake_error or BackendError(
                 "unreachable", f"the audit daemon at {self.options.endpoint} did not answer within {timeout:g} s"
             ) from exc
         finally:

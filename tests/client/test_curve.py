@@ -1,0 +1,124 @@
+"""CurveZMQ end to end on loopback: backend.auth on a real ROUTER, k3lsp.client with keys, each refusal named.
+
+The daemon's own socket uses the same ``secure_router``; tests/backend covers it with the real daemon.
+"""
+
+import asyncio
+import contextlib
+import stat
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from backend.auth import InsecureBindError, Security, is_loopback, secure_router
+from k3lsp import keys, protocol
+from k3lsp.client import BackendClient, BackendError, ClientOptions
+
+
+@pytest.fixture
+def keyring(tmp_path):
+    server = keys.init_keypair(tmp_path / "server", "server")
+    good = keys.init_keypair(tmp_path / "clients", "good")
+    bad = keys.init_keypair(tmp_path / "clients", "bad")
+    other_server = keys.init_keypair(tmp_path / "other", "server")
+    allowed = tmp_path / "authorized"
+    allowed.mkdir()
+    (allowed / "good.key").write_bytes(good[0].read_bytes())
+    return {"server": server, "good": good, "bad": bad, "other_server": other_server, "allowed": allowed}
+
+
+@contextlib.asynccontextmanager
+async def curve_daemon(keyring):
+    """A ROUTER secured exactly like the daemon's, answering hello and ping, recording each User-Id."""
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    curve = secure_router(sock, "tcp://127.0.0.1:0", Security(keyring["server"][1], keyring["allowed"]))
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    users = []
+
+    async def serve():
+        while True:
+            ident, frame = await sock.recv_multipart(copy=False)
+            users.append(frame.get("User-Id"))
+            msg = protocol.decode(frame.bytes, "to_daemon")
+            kind = {"hello": "welcome", "ping": "pong"}[msg["kind"]]
+            fields = {"protocol": 1, "server": "t", "model": "m", "experts": 8, "ranks": 1, "limits": {}}
+            reply = protocol.make(kind, msg["id"], **(fields if kind == "welcome" else {}))
+            await sock.send_multipart([ident.bytes, protocol.encode(reply)])
+
+    task = asyncio.create_task(serve())
+    try:
+        yield f"tcp://127.0.0.1:{port}", users, curve
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        curve.stop()
+        sock.close()
+        ctx.term()
+
+
+async def connect(endpoint, server_key=None, client_key=None):
+    client = BackendClient(
+        ClientOptions(endpoint=endpoint, server_key=server_key, client_key=client_key, connect_timeout=3.0)
+    )
+    try:
+        return await asyncio.wait_for(client.connect(), 10)
+    finally:
+        await client.close()
+
+
+def test_secret_keys_are_private(keyring):
+    public, secret = keyring["good"]
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert keys.load_public(public) == keys.load_secret(secret)[0]
+    secret.chmod(0o644)
+    with pytest.raises(keys.KeyFileError, match="readable by others"):
+        keys.load_secret(secret)
+
+
+async def test_authorised_client_works_and_is_identified(keyring):
+    async with curve_daemon(keyring) as (endpoint, users, _):
+        welcome = await connect(endpoint, keyring["server"][0], keyring["good"][1])
+    assert welcome["kind"] == "welcome"
+    assert users == [keys.load_public(keyring["good"][0]).decode()]
+
+
+@pytest.mark.parametrize(
+    ("server", "client", "code"),
+    [("server", "bad", "unauthorized"), ("other_server", "good", "server_key"), (None, None, "security_mismatch")],
+    ids=["unauthorised key", "wrong server key", "plain client"],
+)
+async def test_refusals_are_told_apart_while_the_good_client_keeps_working(keyring, server, client, code):
+    async with curve_daemon(keyring) as (endpoint, _, _):
+        with pytest.raises(BackendError) as err:
+            await connect(endpoint, server and keyring[server][0], client and keyring[client][1])
+        assert err.value.code == code
+        assert endpoint in str(err.value)
+        assert (await connect(endpoint, keyring["server"][0], keyring["good"][1]))["kind"] == "welcome"
+
+
+async def test_allow_list_reloads_without_restart(keyring):
+    async with curve_daemon(keyring) as (endpoint, _, curve):
+        with pytest.raises(BackendError):
+            await connect(endpoint, keyring["server"][0], keyring["bad"][1])
+        (keyring["allowed"] / "bad.key").write_bytes(keyring["bad"][0].read_bytes())
+        assert (await connect(endpoint, keyring["server"][0], keyring["bad"][1]))["kind"] == "welcome"
+        (keyring["allowed"] / "bad.key").unlink()
+        assert not curve.allow.allows(keys.load_public(keyring["bad"][0]))
+
+
+def test_plain_bind_beyond_loopback_is_refused():
+    assert is_loopback("tcp://127.0.0.1:5555") and is_loopback("ipc:///tmp/x") and is_loopback("tcp://[::1]:1")
+    assert not is_loopback("tcp://0.0.0.0:5555") and not is_loopback("tcp://*:5555")
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        with pytest.raises(InsecureBindError, match="--insecure"):
+            secure_router(sock, "tcp://0.0.0.0:5555", Security())
+        assert secure_router(sock, "tcp://0.0.0.0:5555", Security(insecure=True)) is None
+    finally:
+        sock.close(linger=0)
+        ctx.term()
