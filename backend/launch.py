@@ -1,0 +1,64 @@
+"""Start `k3-backend serve` as a child process and learn its endpoint from the ready line.
+
+Used by the demo (`k3-backend demo`) and by the tests, which both need a real daemon process on a free
+loopback port: `--bind tcp://127.0.0.1:0` lets the daemon pick the port and its one ready line says which.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+READY = "k3-backend ready on "
+
+
+class LaunchError(RuntimeError):
+    """The daemon exited or stayed silent before its ready line; the message ends with its log."""
+
+
+def start(
+    serve_args: list[str], *, stderr: IO | int | None = None, ready_timeout: float = 180.0, cwd: Path | None = None
+) -> tuple[subprocess.Popen, str]:
+    """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", "serve", *serve_args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        cwd=cwd,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        text=True,
+    )
+    found: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith(READY):
+                found.append(line[len(READY) :].strip())
+                return
+
+    reader = threading.Thread(target=read, daemon=True)  # a thread, so that the wait is bounded
+    reader.start()
+    reader.join(ready_timeout)
+    if not found:
+        code = stop(proc)
+        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (exit code {code})")
+    return proc, found[0]
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM the process we started (by PID), SIGKILL it if it does not exit; returns its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    if proc.stdout:
+        proc.stdout.close()
+    return proc.returncode
