@@ -33,6 +33,24 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from k3lsp import batch, options
+
+    settings = {"endpoint": args.endpoint, "minSeverity": args.min_severity}
+    opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
+    if errors:
+        print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
+        return batch.EXIT_ERROR
+    report = asyncio.run(batch.audit_paths([Path(p) for p in args.paths], opts))
+    if args.json:
+        batch.print_json(report)
+    else:
+        batch.print_text(report)
+    return report.exit_status()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k3lsp", description="k3 security-audit language server and tools")
     sub = parser.add_subparsers(dest="command")
@@ -42,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon")
     status.set_defaults(run=_status)
+
+    audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
+    audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
+    audit.add_argument("--endpoint", default=default_endpoint(), help="daemon endpoint (env K3LSP_ENDPOINT)")
+    audit.add_argument("--json", action="store_true", help="print JSON (findings, errors, stats) instead of text")
+    audit.add_argument("--min-severity", choices=("critical", "high", "medium", "low", "info"), default=None)
+    audit.set_defaults(run=_audit)
     return parser
 
 

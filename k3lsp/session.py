@@ -387,13 +387,10 @@ class Session:
         return out
 
     async def shutdown(self) -> None:
-        """Cancel our own tasks before pygls tears down (pygls #606 crashes on running work otherwise).
-
-        Cancelling the audits sends their ``cancel`` to the daemon. The socket itself is left to process
-        exit (LINGER 0): BackendClient.close() can block in zmq's disable_monitor once the monitor socket
-        is closed, and a blocked shutdown is worse than an unclosed socket in a process about to exit.
-        """
+        """Cancel our own tasks before pygls tears down (pygls #606 crashes on running work otherwise);
+        cancelling an audit sends its ``cancel`` to the daemon before the socket closes."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.auditor.close()
