@@ -158,7 +158,7 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
 
     status = values(lines, "STATUS")[0]
     assert status and "backend status" in status and "tiny" in status, status
-    assert values(lines, "STATUSLINE")[0].startswith("k3: "), lines
+    assert values(lines, "STATUSLINE") == ["k3: idle"], lines
 
     assert values(lines, "AUDITED")[0] == "k3lsp: audited main.c: 2 units, 2 findings"
     assert values(lines, "COUNT") == [len(EXPECTED)]  # a re-audit of unchanged code adds no duplicates
@@ -232,6 +232,11 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
         {"file": "include/api.h", "filetype": "cpp", "attached": True},
         {"file": "tool.cpp", "filetype": "cpp", "attached": False},
     ]
+
+    refused = values(lines, "REFUSED")[0]
+    assert refused["statusline"] == "k3: key refused" and refused["states"][-1] == "unauthorized", refused
+    assert refused["note"].startswith("k3lsp: audit of main.c stopped: "), refused
+    assert f"{home}/keys/server.key" in refused["note"], refused
 
 
 def test_checkhealth_reports_a_running_backend(daemon, workspace):

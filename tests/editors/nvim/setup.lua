@@ -61,4 +61,28 @@ report.run(function()
   out('ATTACH', attached('main.c', 20000))
   out('ATTACH', attached('include/api.h', 20000))
   out('ATTACH', attached('tool.cpp', 500))
+
+  -- The key files of the last setup{} do not exist: the server says so through k3lsp/status (shown in the
+  -- status line) and in the audit summary.
+  local states, notes = {}, {}
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'K3lspStatus',
+    callback = function(args)
+      table.insert(states, args.data.state)
+    end,
+  })
+  local notify = vim.notify
+  vim.notify = function(msg, level, opts)
+    table.insert(notes, msg)
+    return notify(msg, level, opts)
+  end
+  vim.cmd.edit('main.c')
+  wait('initialized', 30000, function()
+    return #vim.lsp.get_clients({ name = 'k3lsp', bufnr = 0 }) > 0
+  end)
+  vim.cmd('K3Audit')
+  wait('refused', 60000, function()
+    return #notes > 0 and not vim.list_contains({ '', 'k3: connecting' }, k3lsp.statusline())
+  end)
+  out('REFUSED', { statusline = k3lsp.statusline(), states = states, note = notes[1] or vim.NIL })
 end)

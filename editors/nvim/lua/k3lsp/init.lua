@@ -152,7 +152,7 @@ local function wants(bufnr)
   return vim.api.nvim_buf_get_name(bufnr):match('%.h$') ~= nil
 end
 
---- Status bar text for a `k3lsp/status` state; nil when the server has not said anything yet.
+--- Status line text for the params of a `k3lsp/status` notification.
 local function status_text(status)
   local work = {}
   if (status.running or 0) > 0 then
@@ -352,11 +352,11 @@ function M.setup(user)
   if type(user) ~= 'table' then
     fail('expected a table of options, got ' .. vim.inspect(user))
   end
-  validate(user)
   if vim.fn.has('nvim-0.10') == 0 then
     notify('needs Neovim 0.10 or newer (0.11+ recommended)', vim.log.levels.ERROR)
     return
   end
+  validate(user)
   local opts = vim.tbl_extend('force', vim.deepcopy(M.defaults), user)
   local config = M.client_config(opts)
   create_commands()
