@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def values(lines: list[tuple], tag: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def daemon(tiny_model) -> str:
+def daemon(tiny_model) -> Iterator[str]:
     with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512"]) as backend:
         yield backend.endpoint
 
