@@ -25,6 +25,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import mlx.core as mx
+
 from backend.engine import Engine, GenEvent, GenRequest
 
 log = logging.getLogger(__name__)
@@ -156,13 +158,18 @@ class Scheduler:
 
     def _run(self) -> None:
         in_flight: set[int] = set()
-        while True:
-            try:
-                if self._turn(in_flight):
-                    return
-            except Exception as exc:  # a bug here must not leave requests waiting forever
-                log.exception("scheduler turn failed")
-                self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
+        try:
+            while True:
+                try:
+                    if self._turn(in_flight):
+                        return
+                except Exception as exc:  # a bug here must not leave requests waiting forever
+                    log.exception("scheduler turn failed")
+                    self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
+        finally:
+            # mlx needs every thread that ran computations to destroy its streams before it ends, or the
+            # process may abort at exit ("terminate called without an active exception"; ml-explore/mlx#4327).
+            mx.clear_streams()
 
     def _turn(self, in_flight: set[int]) -> bool:
         """One turn: take and exchange commands, apply them, step; True when told to stop."""

@@ -69,14 +69,17 @@ def _check(args: argparse.Namespace) -> str | None:
 
 async def _serve(args: argparse.Namespace, script: Script) -> int:
     # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
+    import mlx.core as mx
+
     from backend.engine import Engine, EngineArgs
     from backend.scheduler import Scheduler
 
     engine_args = EngineArgs(model=args.model, max_tokens=args.max_tokens, temp=args.temp, top_p=args.top_p,
                              prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency)
     try:
-        engine = await asyncio.to_thread(Engine, engine_args)
-        await asyncio.to_thread(engine.warmup)
+        # On this thread, whose mlx streams are cleared at the end (see below), not in an executor thread.
+        engine = Engine(engine_args)
+        engine.warmup()
     except Exception as exc:
         log.exception("cannot load %s", args.model)
         print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
@@ -96,6 +99,11 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
         loop.add_signal_handler(sig, daemon.stop)
     scheduler.start()
     print(READY + endpoint, flush=True)
-    await daemon.serve()
+    try:
+        await daemon.serve()
+    finally:
+        # Every thread that ran mlx must destroy its streams before the process exits, or mlx may abort
+        # at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327).
+        mx.clear_streams()
     log.info("stopped")
     return 0

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from k3lsp import protocol
-from tests.support.daemon import Wire, audit_fields, serving, stop
+from tests.support.daemon import Wire, audit_fields, serving
 from tests.support.kimi import turn
 
 READ = ("read_lines", {"path": "src/f.c", "start": 1, "end": 2})
@@ -189,7 +189,7 @@ async def test_deadline_then_sigterm_ends_open_requests_with_shutdown(tiny_model
             d.proc.send_signal(signal.SIGTERM)
             end = await wire.next_for("s", timeout=60)
             assert end["kind"] == "error" and end["code"] == "shutdown"
-        code = stop(d.proc)
+        code = d.proc.wait(60)  # it exits by itself after SIGTERM
         assert code == 0, d.log_text()[-3000:]
 
 
