@@ -8,11 +8,11 @@ File format (JSON)::
 
     [{"unit": "<unit name or *>", "turns": ["<assistant text of turn 1>", "<turn 2>", ...]}, ...]
 
-The n-th generation of a request for a matching unit (first entry that matches wins) is forced to
-``encode(turn n)``, then the end of message (the engine's forcing processor appends eos). A turn may instead
-be ``{"repeat": "<text>", "tokens": N}``: the text's tokens repeated to N tokens, a generation that loops
-(for the loop guard, which fires long before the end of message when N is large enough). Generations past
-the last turn, and units no entry matches, get the model's own output.
+The n-th generation of a request (audit or explain) for a matching unit (the first entry that matches
+wins) is forced to ``encode(turn n)``, then the end of message (the engine's forcing processor appends
+eos). A turn may instead be ``{"repeat": "<text>", "tokens": N}``: the text's tokens repeated to N tokens,
+a generation that loops (for the loop guard, which fires long before the end of message when N is large
+enough). Generations past the last turn, and units no entry matches, get the model's own output.
 """
 
 from __future__ import annotations
