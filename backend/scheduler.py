@@ -63,7 +63,7 @@ class Scheduler:
         self._queues: dict[int, asyncio.Queue[GenEvent]] = {}
         self._rids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None
         self._snapshot: dict = {}  # published by the thread after every step; read by status
         self._steps = 0
         self._started = time.monotonic()
@@ -75,16 +75,16 @@ class Scheduler:
         """Start the engine thread; events are delivered on the running event loop."""
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self.thread.start()
 
     async def close(self) -> None:
         """Stop the thread after its current step; requests still open end with ``cancelled``."""
         with self._cond:
             self._pending.stop = True
             self._cond.notify()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 30)
+        if self.thread is not None:
+            await asyncio.to_thread(self.thread.join, 30)
 
     def new_rid(self) -> int:
         return next(self._rids)

@@ -1,0 +1,122 @@
+"""The scheduler around a real Engine on the tiny checkpoint, in this process (no sockets)."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from backend.engine import Engine, EngineArgs, GenRequest
+from backend.scheduler import Commands, Scheduler
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4))
+    engine.warmup()
+    return engine
+
+
+class FailingOnce(Engine):
+    """The real engine, except that its next step() raises (a fault step() did not contain itself)."""
+
+    fail_next = False
+
+    def step(self):
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("injected step failure")
+        return super().step()
+
+
+def request(sched: Scheduler, engine: Engine, n: int = 8, forced: list[int] | None = None) -> GenRequest:
+    prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
+    return GenRequest(rid=sched.new_rid(), prompt=prompt, segments=[], max_tokens=n, temp=1.0, top_p=0.95,
+                      seed=7, forced=forced)
+
+
+async def collect(sched: Scheduler, req: GenRequest):
+    return [ev async for ev in sched.stream(req)]
+
+
+async def test_streams_end_in_one_finish_and_run_together(engine):
+    sched = Scheduler(engine)
+    sched.start()
+    try:
+        reqs = [request(sched, engine, 6, forced=[100 + i] * 3) for i in range(3)]
+        results = await asyncio.wait_for(asyncio.gather(*(collect(sched, r) for r in reqs)), 120)
+        for evs in results:
+            assert [ev.finish for ev in evs].count(None) == len(evs) - 1 and evs[-1].finish == "stop"
+            assert evs[-1].stats["generated_tokens"] == 4  # 3 forced + eos
+        assert max(evs[-1].stats["batch_size_peak"] for evs in results) > 1
+    finally:
+        await sched.close()
+
+
+def cpu_ticks(native_id: int) -> int:
+    """User + system CPU time of one thread of this process, in clock ticks (Linux /proc)."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+async def test_idle_thread_does_not_spin(engine):
+    sched = Scheduler(engine)
+    sched.start()
+    try:
+        await asyncio.wait_for(collect(sched, request(sched, engine, 4)), 120)
+        steps, ticks = sched.stats()["steps"], cpu_ticks(sched.thread.native_id)
+        await asyncio.sleep(0.5)
+        assert sched.stats()["steps"] == steps
+        assert cpu_ticks(sched.thread.native_id) - ticks <= 2  # waiting on its condition (a spin would be ~50)
+    finally:
+        await sched.close()
+
+
+async def test_abandoned_stream_cancels_in_the_engine(engine):
+    sched = Scheduler(engine)
+    sched.start()
+    try:
+        before = engine.stats()["finish"]["cancelled"]
+        req = request(sched, engine, 2000, forced=list(range(100, 400)))
+        async for ev in sched.stream(req):
+            if ev.text:
+                break  # abandons the stream mid-generation
+        for _ in range(200):
+            if engine.stats()["finish"]["cancelled"] == before + 1 and not engine.busy():
+                break
+            await asyncio.sleep(0.05)
+        assert engine.stats()["finish"]["cancelled"] == before + 1 and engine.stats()["active"] == 0
+    finally:
+        await sched.close()
+
+
+async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model):
+    engine = FailingOnce(EngineArgs(model=str(tiny_model)))
+    sched = Scheduler(engine)
+    sched.start()
+    try:
+        engine.fail_next = True
+        evs = await asyncio.wait_for(collect(sched, request(sched, engine, 8)), 120)
+        assert evs[-1].finish == "error" and "injected" in evs[-1].stats["error"]
+        evs = await asyncio.wait_for(collect(sched, request(sched, engine, 3)), 120)
+        assert evs[-1].finish in ("stop", "length", "loop")
+    finally:
+        await sched.close()
+
+
+async def test_close_cancels_what_is_running_and_exchange_sees_every_command(engine):
+    seen: list[Commands] = []
+
+    def exchange(commands: Commands) -> Commands:  # what issue 4 broadcasts to the other ranks
+        seen.append(commands)
+        return commands
+
+    sched = Scheduler(engine, exchange)
+    sched.start()
+    req = request(sched, engine, 2000, forced=list(range(100, 400)))
+    stream = sched.stream(req)
+    first = await asyncio.wait_for(anext(stream), 120)
+    assert first.finish is None
+    await sched.close()
+    rest = [ev async for ev in stream]
+    assert rest[-1].finish == "cancelled" and not engine.busy()
+    assert [r.rid for c in seen for r in c.submits] == [req.rid] and seen[-1].stop
