@@ -81,7 +81,7 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
         engine = Engine(engine_args)
         engine.warmup()
     except Exception as exc:
-        log.exception("cannot load %s", args.model)
+        log.debug("cannot load %s", args.model, exc_info=True)
         print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
         return 1
     scheduler = Scheduler(engine)
