@@ -242,7 +242,14 @@ class Daemon:
             del self._jobs[(job.peer, job.id)]
             for future in job.tools.values():
                 future.cancel()
-        if job.reason != "vanished" and not await self._send(job.route, terminal):
+        if job.reason == "vanished":
+            return
+        try:
+            delivered = await self._send(job.route, terminal)
+        except protocol.ProtocolError as exc:
+            log.error("cannot encode the end of request %s: %s", job.id, exc)
+            delivered = await self._send(job.route, protocol.error(job.id, "internal", f"cannot encode reply: {exc}"))
+        if not delivered:
             log.info("could not deliver the end of request %s", job.id)
 
     async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
@@ -251,16 +258,15 @@ class Daemon:
 
     async def _ask_tool(self, job: Job, tool: str, args: dict) -> tuple[bool, str]:
         """Forward one read-only tool call to the client and wait (bounded) for its tool_result."""
-        try:
-            protocol.free_map(args, "args")
-        except protocol.ProtocolError as exc:
-            return False, f"invalid arguments: {exc}"
         call = f"c{next(job.calls)}"
         future = asyncio.get_running_loop().create_future()
         job.tools[call] = future
         try:
+            protocol.free_map(args, "args")
             await self._job_send(job, "tool_request", call=call, tool=tool, args=args)
             return await asyncio.wait_for(future, self.config.tool_timeout)
+        except protocol.ProtocolError as exc:  # the model's arguments cannot travel (too deep, too large)
+            return False, f"invalid arguments: {exc}"
         except TimeoutError:
             return False, f"the editor did not answer {tool} within {self.config.tool_timeout:g} s"
         finally:
@@ -269,14 +275,11 @@ class Daemon:
     # --- sending -------------------------------------------------------------------------------------------
 
     async def _send(self, route: bytes, msg: dict) -> bool:
-        """Send without ever blocking; a peer that cannot take the message loses its jobs. True if sent."""
-        try:
-            frame = protocol.encode(msg)
-        except protocol.ProtocolError as exc:
-            log.error("cannot encode %s for %s: %s", msg.get("kind"), msg.get("id"), exc)
-            if msg.get("kind") in protocol.TERMINAL_KINDS and msg.get("kind") != "error":
-                return await self._send(route, protocol.error(msg["id"], "internal", f"cannot encode reply: {exc}"))
-            return False
+        """Send without ever blocking; a peer that cannot take the message loses its jobs. True if sent.
+
+        A message that cannot be encoded raises ProtocolError: that is a fault of ours, not of the peer.
+        """
+        frame = protocol.encode(msg)
         try:
             await self._sock.send_multipart([route, frame], flags=zmq.DONTWAIT)
             return True
