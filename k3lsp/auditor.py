@@ -53,6 +53,15 @@ class UnitResult:
     stats: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """What the cache answered for some units, and what still needs the daemon."""
+
+    hits: list[UnitResult]
+    misses: list[Unit]
+    down: BackendUnavailable | None  # set when the daemon is unusable but the last model id served the cache
+
+
 @dataclass
 class Counters:
     """What this process asked of the daemon: exposed by ``k3lsp.status`` and the CLI's stats line."""
@@ -181,13 +190,10 @@ class Auditor:
 
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def audit(
-        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
-    ) -> AsyncIterator[UnitResult]:
-        """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish.
+    async def lookup(self, units: Sequence[Unit], *, force: bool = False) -> Lookup:
+        """Split units into cached results and units to audit; ``force`` (re-audit) treats everything as a miss.
 
-        ``path`` is workspace-relative (what the model and its tools see); ``force`` skips the cache (re-audit).
-        Raises BackendUnavailable once the daemon cannot be used; cancelling the caller cancels the requests.
+        Raises BackendUnavailable only when the daemon was never reached (no model id to look results up by).
         """
         try:
             await self.connect()
@@ -195,19 +201,40 @@ class Auditor:
         except BackendUnavailable as exc:
             if self.welcome is None:
                 raise
-            down = exc  # the last model id still names the cached results
-        todo = []
+            down = exc
+        hits, misses = [], []
         for unit in units:
             self.counters.units += 1
             hit = None if force else self.cache.get(unit.key, *self._cache_id())
             if hit is None:
-                todo.append(unit)
-                continue
-            self.counters.cached += 1
-            yield UnitResult(unit, list(hit.findings), cached=True, stats=dict(hit.stats))
-        if todo and down is not None:
-            raise down
-        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority)) for unit in todo]
+                misses.append(unit)
+            else:
+                self.counters.cached += 1
+                hits.append(UnitResult(unit, list(hit.findings), cached=True, stats=dict(hit.stats)))
+        return Lookup(hits, misses, down)
+
+    async def audit(
+        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
+    ) -> AsyncIterator[UnitResult]:
+        """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
+        found = await self.lookup(units, force=force)
+        for hit in found.hits:
+            yield hit
+        if found.misses and found.down is not None:
+            raise found.down
+        async with contextlib.aclosing(self.audit_uncached(root, path, found.misses, priority=priority)) as results:
+            async for result in results:
+                yield result
+
+    async def audit_uncached(
+        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive"
+    ) -> AsyncIterator[UnitResult]:
+        """Send units to the daemon (bounded, by priority) and yield their results as they finish.
+
+        ``path`` is workspace-relative (what the model and its tools see). Raises BackendUnavailable once the
+        daemon cannot be used; leaving early or cancelling the caller cancels the requests on the daemon.
+        """
+        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority)) for unit in units]
         try:
             for next_done in asyncio.as_completed(tasks):
                 result = await next_done

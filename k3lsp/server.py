@@ -124,4 +124,5 @@ async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
 def serve_stdio() -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
     logging.basicConfig(level=logging.INFO, format="k3lsp %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     server.start_io()

@@ -287,23 +287,38 @@ class Session:
         all_units = units.split(text)
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
         root = self.root or doc.path.parent
-        done, error = 0, None
-        async with self.progress_bar(f"k3 audit {doc.relpath}", len(todo)) as report:
-            try:
-                results = self.auditor.audit(root, doc.relpath, todo, priority=priority, force=line is not None)
-                async with contextlib.aclosing(results) as stream:
-                    async for result in stream:
-                        done += 1
-                        doc.results[result.unit.key] = result.findings
-                        report(done, f"{done}/{len(todo)} units ({result.unit.name})")
-                        if not result.cached:
-                            self.republish(doc)
-            except BackendUnavailable as exc:
-                error = str(exc)
+        try:
+            found = await self.auditor.lookup(todo, force=line is not None)
+        except BackendUnavailable as exc:
+            return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
+        for hit in found.hits:
+            doc.results[hit.unit.key] = hit.findings
+        done, error = len(found.hits), str(found.down) if found.misses and found.down else None
+        if found.misses and error is None:  # progress only for real work: a no-op save stays one message
+            self.republish(doc)  # the cached part now, the rest as it arrives
+            done, error = await self._audit_misses(doc, root, found.misses, priority, done)
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
         return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error}
+
+    async def _audit_misses(
+        self, doc: Document, root: Path, misses: list[units.Unit], priority: str, done: int
+    ) -> tuple[int, str | None]:
+        """Audit what the cache did not have, with cancellable progress; returns (units done, error)."""
+        audited = 0
+        async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
+            try:
+                results = self.auditor.audit_uncached(root, doc.relpath, misses, priority=priority)
+                async with contextlib.aclosing(results) as stream:
+                    async for result in stream:
+                        audited += 1
+                        doc.results[result.unit.key] = result.findings
+                        report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")
+                        self.republish(doc)
+            except BackendUnavailable as exc:
+                return done + audited, str(exc)
+        return done + audited, None
 
     async def audit_workspace(self) -> dict:
         """All C files of the workspace at background priority, one file at a time (the daemon batches units)."""

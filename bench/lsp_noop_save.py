@@ -1,0 +1,134 @@
+"""Save with nothing changed -> publishDiagnostics, through a real `k3lsp` server and a real `k3-backend`.
+
+    uv run python bench/lsp_noop_save.py --file X.c [--runs 20]
+
+(`bench/lsp_incremental.py` calls `measure` on its 10k-line slice.) Every unit of the file is already in
+the result cache for the daemon's model and prompt version (entries written up front, as a previous audit
+would have), so a save must not reach the daemon at all: the figure is the server's own overhead, measured
+by the client from sending didSave to receiving publishDiagnostics over stdio. Target: < 20 ms. The peer,
+measured in the same run on the same text, is the bare editor-side work (split + one cache lookup per unit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywhere)
+os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx JIT cache
+Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+
+from lsprotocol import types as lsp  # noqa: E402
+
+from backend.tiny import make_tiny  # noqa: E402
+from k3lsp import cache, units  # noqa: E402
+from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
+from tests.support import kimi  # noqa: E402
+from tests.support.daemon import serving  # noqa: E402
+from tests.support.lsp import WAIT, editor  # noqa: E402
+
+NO_FINDINGS = [{"unit": "*", "turns": [kimi.turn(content="no findings")]}]
+
+
+async def _welcome(endpoint: str) -> dict:
+    async with BackendClient(ClientOptions(endpoint=endpoint)) as client:
+        return client.welcome
+
+
+def _fill_cache(cache_dir: Path, source: str, welcome: dict) -> int:
+    """Write what an earlier audit would have left: one (empty) result per unit, under the daemon's ids."""
+    results = cache.ResultCache(cache_dir / cache.FILE_NAME)
+    model, version = welcome["model"], str(welcome["limits"].get("prompt_version", ""))
+    split = units.split(source)
+    for unit in split:
+        results.put(unit.key, model, version, [])
+    results.close()
+    return len(split)
+
+
+def _domain_ms(cache_dir: Path, source: str, welcome: dict, runs: int) -> float:
+    """The peer: the same editor-side work with no server around it (split memoised on the text, as in the
+    server, and one cache lookup per unit)."""
+    results = cache.ResultCache(cache_dir / cache.FILE_NAME)
+    model, version = welcome["model"], str(welcome["limits"].get("prompt_version", ""))
+    units.split(source)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        assert all(results.get(u.key, model, version) is not None for u in units.split(source))
+        times.append((time.perf_counter() - start) * 1000)
+    results.close()
+    return statistics.median(times)
+
+
+async def _server_ms(root: Path, cache_dir: Path, endpoint: str, runs: int) -> list[float]:
+    async with editor(root, settings={"endpoint": endpoint}, cache_dir=cache_dir) as ed:
+        published = asyncio.ensure_future(ed.client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS))
+        await asyncio.sleep(0)
+        uri = ed.open("bench.c")
+        await asyncio.wait_for(published, WAIT)
+        saved = lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri))
+        times = []
+        for i in range(runs + 1):  # the first save also says hello to the daemon: not counted
+            published = asyncio.ensure_future(ed.client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS))
+            await asyncio.sleep(0)  # let the wait register before the save goes out
+            start = time.perf_counter()
+            ed.client.text_document_did_save(saved)
+            await asyncio.wait_for(published, WAIT)
+            if i:
+                times.append((time.perf_counter() - start) * 1000)
+        status = await ed.status()
+        assert status["counters"]["sent"] == 0, "a no-op save reached the daemon"
+    return times
+
+
+def measure(source: str, runs: int = 20) -> dict:
+    """Median and p90 of save -> publishDiagnostics (ms) with every unit cached, and the domain-only peer."""
+    with tempfile.TemporaryDirectory(prefix="k3-noop-") as tmp:
+        tmp_path = Path(tmp)
+        model = make_tiny(tmp_path / "tiny")
+        root = tmp_path / "ws"
+        root.mkdir()
+        (root / "bench.c").write_text(source)
+        with serving(model, script=NO_FINDINGS) as daemon:
+            welcome = asyncio.run(_welcome(daemon.endpoint))
+            n_units = _fill_cache(tmp_path / "cache", source, welcome)
+            times = asyncio.run(_server_ms(root, tmp_path / "cache", daemon.endpoint, runs))
+            domain = _domain_ms(tmp_path / "cache", source, welcome, runs)
+    ordered = sorted(times)
+    return {
+        "units": n_units,
+        "median_ms": statistics.median(times),
+        "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
+        "domain_ms": domain,
+    }
+
+
+def report(figures: dict, what: str) -> None:
+    print(
+        f"noop_save_publish_ms = {figures['median_ms']:.1f}  (p90 {figures['p90_ms']:.1f}; {what}, "
+        f"{figures['units']} units all cached, real server over stdio; target < 20)"
+    )
+    print(
+        f"peer_domain_ms = {figures['domain_ms']:.1f}  (same text, same run, no server) "
+        f"ratio server_over_domain = {figures['median_ms'] / figures['domain_ms']:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--file", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    report(measure(args.file.read_text(encoding="utf-8", errors="replace"), args.runs), args.file.name)
+
+
+if __name__ == "__main__":
+    main()
