@@ -26,7 +26,7 @@ def codes(diagnostics):
     return sorted((d.range.start.line, d.code) for d in diagnostics)
 
 
-@pytest.mark.parametrize("profile", ["vscode", "pull"])
+@pytest.mark.parametrize("profile", ["vscode", "neovim", "pull"])
 async def test_save_publishes_findings_with_ranges_codes_and_trace(daemon, root, tmp_path, profile):
     async with editor(root, profile=profile, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
@@ -66,3 +66,17 @@ async def test_second_save_is_served_from_cache_and_one_edited_function_is_reaud
         after = await ed.wait_for_status(lambda c: c["audited"] == 3)
         assert after["sent"] == sent + 1 and after["cached"] == 3
         assert len(await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)) == 2
+
+
+async def test_trigger_open_audits_on_open_and_manual_only_on_command(daemon, root, tmp_path):
+    settings = {"endpoint": daemon.endpoint, "trigger": "open"}
+    async with editor(root, settings=settings, cache_dir=tmp_path / "c1") as ed:
+        uri = ed.open("demo.c")
+        assert len(await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)) == 2
+
+    settings = {"endpoint": daemon.endpoint, "trigger": "manual"}
+    async with editor(root, settings=settings, cache_dir=tmp_path / "c2") as ed:
+        uri = ed.open("demo.c")
+        ed.save(uri)
+        assert (await ed.status())["counters"]["units"] == 0  # handled in order: the save started nothing
+        assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 2

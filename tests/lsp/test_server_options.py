@@ -1,0 +1,91 @@
+"""The server's settings parser and its priority slots: plain unit tests (no processes needed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from k3lsp import options
+from k3lsp.slots import PrioritySlots
+
+
+def test_valid_settings_apply_and_bad_ones_keep_defaults_with_a_message_each():
+    opts, errors = options.parse(
+        {"endpoint": "tcp://10.0.0.2:6000", "trigger": "never", "maxFileBytes": 0, "minSeverity": "high", "x": 1}
+    )
+    assert opts.endpoint == "tcp://10.0.0.2:6000" and opts.min_severity == "high"
+    assert opts.trigger == "save" and opts.max_file_bytes == options.DEFAULT_MAX_FILE_BYTES
+    assert len(errors) == 3
+    assert any("'trigger'" in e and "'never'" in e for e in errors)
+    assert any("'maxFileBytes'" in e for e in errors) and any("unknown k3lsp setting 'x'" in e for e in errors)
+
+
+@pytest.mark.parametrize("raw", [None, {}, {"k3lsp": {}}, {"trigger": None}])
+def test_missing_settings_keep_the_base(raw):
+    base = options.Options(trigger="manual")
+    assert options.parse(raw, base) == (base, [])
+
+
+@pytest.mark.parametrize("raw", ["save", 3, ["a"]])
+def test_settings_that_are_not_an_object_are_refused(raw):
+    opts, errors = options.parse(raw)
+    assert opts == options.Options() and len(errors) == 1
+
+
+def test_endpoint_default_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("K3LSP_ENDPOINT", "tcp://127.0.0.1:7777")
+    assert options.Options().endpoint == "tcp://127.0.0.1:7777"
+    assert options.parse({"endpoint": "localhost:1"})[1]  # not a ZeroMQ endpoint
+
+
+def test_include_and_exclude_globs():
+    opts, _ = options.parse({"include": ["src/**/*.c"], "exclude": ["**/gen/**"]})
+    assert opts.wants("src/a/b.c") and not opts.wants("lib/b.c") and not opts.wants("src/gen/x.c")
+    default = options.Options()
+    assert default.wants("a.c") and default.wants("x/y.h") and not default.wants(".git/a.c")
+    assert not default.wants("a.py")
+
+
+def test_triggers():
+    assert options.Options(trigger="open").audits_on_open() and options.Options(trigger="open").audits_on_save()
+    assert not options.Options(trigger="save").audits_on_open()
+    assert not options.Options(trigger="manual").audits_on_save()
+
+
+async def test_free_slots_go_to_interactive_waiters_first_then_in_order():
+    slots = PrioritySlots(1)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def hold(name: str, priority: str) -> None:
+        async with slots.hold(priority):
+            order.append(name)
+            if name == "first":
+                await gate.wait()
+
+    first = asyncio.create_task(hold("first", "interactive"))
+    await asyncio.sleep(0)
+    waiters = [
+        asyncio.create_task(hold(n, p))
+        for n, p in [("bg1", "background"), ("bg2", "background"), ("fg", "interactive")]
+    ]
+    await asyncio.sleep(0)
+    assert slots.running == 1 and slots.queued == 3
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(first, *waiters), 5)
+    assert order == ["first", "fg", "bg1", "bg2"]
+    assert slots.running == 0 and slots.queued == 0
+
+
+async def test_a_cancelled_waiter_gives_its_slot_back():
+    slots = PrioritySlots(1)
+    async with slots.hold():
+        waiter = asyncio.create_task(slots.hold("background").__aenter__())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert slots.running == 0 and slots.queued == 0
+    async with asyncio.timeout(5), slots.hold():
+        assert slots.running == 1
