@@ -105,20 +105,34 @@ class CurveServer:
         self.authenticator.stop()
 
 
-def secure_router(sock: zmq.asyncio.Socket, endpoint: str, security: Security) -> CurveServer | None:
-    """Make ``sock`` a CURVE server with ZAP before it binds (None when it stays plain).
+def check(endpoint: str, security: Security) -> None:
+    """Refuse a set-up that would expose source code, before anything is loaded or bound.
 
-    A plain socket is allowed on loopback, or anywhere with an explicit ``--insecure``.
+    A plain socket is allowed on loopback, or anywhere with an explicit ``--insecure``. Key files are read
+    here too, so a missing or world-readable secret key stops ``serve`` before a model load of minutes.
+    Raises InsecureBindError or keys.KeyFileError.
     """
     if security.server_secret is None:
+        if security.authorized_dir is not None:
+            raise InsecureBindError("--authorized-keys needs --server-key (the daemon's .key_secret file)")
         if not (is_loopback(endpoint) or security.insecure):
             raise InsecureBindError(
                 f"refusing to serve {endpoint} without encryption: run `k3-backend keys init` and pass "
                 "--server-key/--authorized-keys, or pass --insecure if this network is trusted"
             )
-        return None
+        return
     if security.authorized_dir is None:
         raise InsecureBindError("--server-key needs --authorized-keys (a directory of client *.key files)")
+    if not security.authorized_dir.is_dir():
+        raise InsecureBindError(f"--authorized-keys {security.authorized_dir} is not a directory")
+    keys.load_secret(security.server_secret)
+
+
+def secure_router(sock: zmq.asyncio.Socket, endpoint: str, security: Security) -> CurveServer | None:
+    """Make ``sock`` a CURVE server with ZAP before it binds (None when it stays plain); see ``check``."""
+    check(endpoint, security)
+    if security.server_secret is None:
+        return None
     public, secret = keys.load_secret(security.server_secret)
     allow = AllowList(security.authorized_dir)
     auth = AsyncioAuthenticator(sock.context)  # must share the socket's context, or no ZAP handler sees it

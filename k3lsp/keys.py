@@ -8,10 +8,14 @@ that others can read is refused on load, the way ssh refuses a private key.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+import socket
 import stat
 from pathlib import Path
 
+import platformdirs
 import zmq
 import zmq.auth
 
@@ -34,6 +38,49 @@ def init_keypair(directory: Path, name: str, *, force: bool = False) -> tuple[Pa
     secret.chmod(0o600)
     public.chmod(0o644)
     return public, secret
+
+
+def default_dir(app: str) -> Path:
+    """Where ``keys init`` puts the key pair of ``app`` (k3lsp or k3-backend) by default."""
+    return Path(platformdirs.user_config_dir(app)) / "keys"
+
+
+def default_client_name() -> str:
+    """user-host: the file name the daemon admin sees in authorized/, so each editor's key is told apart."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "user"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{user}-{socket.gethostname().split('.')[0]}") or "client"
+
+
+def init_server(directory: Path, *, force: bool = False) -> str:
+    """`k3-backend keys init`: the daemon's key pair and an empty ``authorized/``; returns what to do next."""
+    public, secret = init_keypair(directory, "server", force=force)
+    authorized = directory / "authorized"
+    authorized.mkdir(mode=0o700, exist_ok=True)
+    return (
+        f"server secret key: {secret} (mode 600; never copy it off this machine)\n"
+        f"server public key: {public}\n"
+        f"authorized clients: {authorized}/ (one *.key per editor; delete a file to revoke it, no restart)\n"
+        "next:\n"
+        f"  1. copy {public} to every editor machine and set it as serverKey (k3lsp status --server-key)\n"
+        f"  2. put each editor's public key (from `k3lsp keys init`) into {authorized}/\n"
+        f"  3. k3-backend serve ... --server-key {secret} --authorized-keys {authorized}"
+    )
+
+
+def init_client(directory: Path, name: str, *, force: bool = False) -> str:
+    """`k3lsp keys init`: this editor's key pair; returns what to hand to the daemon admin."""
+    public, secret = init_keypair(directory, name, force=force)
+    return (
+        f"client secret key: {secret} (mode 600; set it as clientKey)\n"
+        f"client public key: {public}\n"
+        "next:\n"
+        f"  1. give {public} to the daemon admin, who copies it into the daemon's authorized/ directory\n"
+        "  2. get the daemon's server.key and set it as serverKey\n"
+        f"  3. check: k3lsp status --endpoint tcp://HOST:5555 --server-key server.key --client-key {secret}"
+    )
 
 
 def load_public(path: Path) -> bytes:
