@@ -13,7 +13,7 @@ npm run package
 
 test -s k3lsp.vsix || { echo "ci.sh: k3lsp.vsix was not produced" >&2; exit 1; }
 # The package must hold the bundle and the manifest, and no node_modules or sources.
-listing=$(unzip -Z1 k3lsp.vsix)
+listing=$(python3 -c "import sys, zipfile; print(\"\\n\".join(zipfile.ZipFile(sys.argv[1]).namelist()))" k3lsp.vsix)
 for required in extension/dist/extension.js extension/package.json extension/readme.md; do
   grep -qx "$required" <<<"$listing" || { echo "ci.sh: $required missing from the .vsix" >&2; exit 1; }
 done

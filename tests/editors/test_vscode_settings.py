@@ -12,7 +12,7 @@ import pytest
 
 from k3lsp import options
 
-MANIFEST = Path(__file__).resolve().parent.parent / "editors" / "vscode" / "package.json"
+MANIFEST = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "package.json"
 EXTENSION_ONLY = {"server.path", "server.python", "trace.server"}
 
 
