@@ -9,9 +9,13 @@ while generation runs in the scheduler's engine thread and each request's audit 
   peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
 - ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
 
-Jobs are keyed by (peer, request id). ``peer`` is the owner of a request: the ROUTER routing id today, and
-the place where issue 6 puts the authenticated CURVE User-Id (``Daemon.peer_of``). Every request ends in
-exactly one ``done``, ``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
+Jobs are keyed by (peer, request id). ``peer`` is the owner of a request (``Daemon.peer_of``): the ROUTER
+routing id, prefixed with the authenticated CURVE User-Id when the socket is secured (backend/auth.py). A
+``cancel`` or ``tool_result`` is looked up under its sender's own peer, so no client can touch another's
+request, even by reusing its id. With CURVE every message's User-Id is checked against the allow-list as it
+arrives, and before each message a job streams out: a key deleted from ``authorized/`` stops being served at
+once, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``, ``error`` or
+``cancelled``: ``_run_job`` is the only code that finishes a job.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
+from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
@@ -50,6 +55,7 @@ class DaemonConfig:
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
+    security: auth.Security = field(default_factory=auth.Security)
 
 
 @dataclass
@@ -60,10 +66,11 @@ class Job:
     route: bytes
     id: str
     kind: str
+    user: str | None = None  # the CURVE public key (z85) that sent the request; None on a plain socket
     task: asyncio.Task | None = None
     tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
     calls: itertools.count = field(default_factory=lambda: itertools.count(1))
-    reason: str = ""  # why the job was cancelled: "client", "vanished" or "shutdown"
+    reason: str = ""  # why the job was cancelled: "client", "vanished", "shutdown" or "unauthorized"
 
     def stop(self, reason: str) -> None:
         if self.task is not None and not self.task.done() and not self.reason:
@@ -85,16 +92,22 @@ class Daemon:
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
         self._sock: zmq.asyncio.Socket | None = None
+        self._curve: auth.CurveServer | None = None
         self._jobs: dict[tuple[bytes, str], Job] = {}
         self._fd_routes: dict[int, set[bytes]] = {}  # connection fd -> routing ids seen on it (disconnects)
         self._stopping = asyncio.Event()
         self._started = time.monotonic()
-        self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0}
+        self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0, "unauthorized": 0}
 
     # --- life cycle ----------------------------------------------------------------------------------------
 
     def bind(self) -> str:
-        """Create and bind the ROUTER; returns the endpoint actually bound (port 0 resolved)."""
+        """Create, secure and bind the ROUTER; returns the endpoint actually bound (port 0 resolved).
+
+        Raises auth.InsecureBindError (or keys.KeyFileError) before binding when the set-up would expose
+        source code: a plain socket beyond loopback without ``insecure``, or unusable key files.
+        """
+        auth.check(self.config.bind, self.config.security)
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.LINGER, 0)
@@ -103,7 +116,16 @@ class Daemon:
         sock.setsockopt(zmq.HEARTBEAT_IVL, self.config.heartbeat_ivl_ms)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.config.heartbeat_timeout_ms)
         sock.setsockopt(zmq.HEARTBEAT_TTL, self.config.heartbeat_timeout_ms)
-        sock.bind(self.config.bind)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 0)  # the default, stated: a reused routing id must not take results
+        try:
+            self._curve = auth.secure_router(sock, self.config.bind, self.config.security)
+            sock.bind(self.config.bind)
+        except BaseException:
+            if self._curve is not None:
+                self._curve.stop()
+                self._curve = None
+            sock.close(0)
+            raise
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return self.endpoint
@@ -132,6 +154,8 @@ class Daemon:
             self._sock.disable_monitor()
             monitor.close(0)
             self._sock.close(0)
+            if self._curve is not None:
+                self._curve.stop()
             self._ctx.term()
 
     # --- receiving -----------------------------------------------------------------------------------------
@@ -144,12 +168,31 @@ class Daemon:
             except Exception:  # nothing a client sends may end the loop
                 log.exception("unexpected error handling a message")
 
+    def user_of(self, frames: list[zmq.Frame]) -> str | None:
+        """The authenticated CURVE public key (z85) that ZAP attached to the message; None on a plain socket."""
+        if self._curve is None:
+            return None
+        return frames[-1].get("User-Id")
+
     def peer_of(self, frames: list[zmq.Frame]) -> bytes:
-        """Who sent the message: the routing id now; the authenticated User-Id once CURVE is on (issue 6)."""
-        return frames[0].bytes
+        """Who owns what the message starts: User-Id and routing id with CURVE, the routing id alone without.
+
+        The routing id keeps two connections of one key apart; the User-Id makes ownership follow the key
+        that libzmq authenticated, not anything the client put in the message.
+        """
+        user = self.user_of(frames)
+        route = frames[0].bytes
+        return route if user is None else user.encode() + b"/" + route
+
+    def _allowed(self, user: str | None) -> bool:
+        return user is None or self._curve is None or self._curve.allow.allows(user)
 
     async def _on_frames(self, frames: list[zmq.Frame]) -> None:
         route = frames[0].bytes
+        user = self.user_of(frames)
+        if not self._allowed(user):
+            await self._unauthorized(route, user, frames[-1].bytes)
+            return
         if len(frames) != 2:
             await self._bad(route, UNKNOWN_ID, "bad_request", f"expected one frame per message, got {len(frames) - 1}")
             return
@@ -159,8 +202,7 @@ class Daemon:
         except protocol.ProtocolError as exc:
             await self._bad(route, UNKNOWN_ID, "bad_request", str(exc))
             return
-        msg_id = raw.get("id") if isinstance(raw, dict) else None
-        msg_id = msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= protocol.MAX_ID_CHARS else UNKNOWN_ID
+        msg_id = _readable_id(raw)
         try:
             msg = protocol.validate(raw, "to_daemon")
         except protocol.ProtocolError as exc:
@@ -168,14 +210,23 @@ class Daemon:
             code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
             await self._bad(route, msg_id, code, str(exc))
             return
-        await self._dispatch(self.peer_of(frames), route, msg)
+        await self._dispatch(self.peer_of(frames), route, msg, user)
+
+    async def _unauthorized(self, route: bytes, user: str, frame: bytes) -> None:
+        """A key removed from the allow-list while connected: end its requests and refuse the message."""
+        self._counts["unauthorized"] += 1
+        log.warning("refused a message from key %s: it is no longer in the authorized keys", user)
+        for job in list(self._jobs.values()):
+            if job.route == route:
+                job.stop("unauthorized")
+        await self._send(route, protocol.error(_id_of(frame), "unauthorized", "this client's key is not authorized"))
 
     async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
         self._counts["bad_frames"] += 1
         log.info("refused a frame (%s): %s", code, message[:200])
         await self._send(route, protocol.error(msg_id, code, message))
 
-    async def _dispatch(self, peer: bytes, route: bytes, msg: dict) -> None:
+    async def _dispatch(self, peer: bytes, route: bytes, msg: dict, user: str | None = None) -> None:
         kind, msg_id = msg["kind"], msg["id"]
         if kind == "ping":
             await self._send(route, protocol.make("pong", msg_id))
@@ -190,7 +241,7 @@ class Daemon:
         elif kind == "tool_result":
             self._tool_result(peer, msg)
         elif kind in REQUEST_KINDS:
-            await self._start(peer, route, msg)
+            await self._start(peer, route, msg, user)
 
     def _tool_result(self, peer: bytes, msg: dict) -> None:
         job = self._jobs.get((peer, msg["id"]))
@@ -200,7 +251,7 @@ class Daemon:
             return
         future.set_result((msg["ok"], msg["result"]))
 
-    async def _start(self, peer: bytes, route: bytes, msg: dict) -> None:
+    async def _start(self, peer: bytes, route: bytes, msg: dict, user: str | None) -> None:
         msg_id = msg["id"]
         if (peer, msg_id) in self._jobs:
             await self._send(route, protocol.error(msg_id, "duplicate", f"request {msg_id!r} is already open"))
@@ -213,7 +264,7 @@ class Daemon:
         if self._stopping.is_set():
             await self._send(route, protocol.error(msg_id, "shutdown", "the daemon is shutting down"))
             return
-        job = Job(peer, route, msg_id, msg["kind"])
+        job = Job(peer, route, msg_id, msg["kind"], user)
         self._jobs[(peer, msg_id)] = job
         self._counts["requests"] += 1
         job.task = asyncio.create_task(self._run_job(job, msg))
@@ -231,6 +282,8 @@ class Daemon:
         except asyncio.CancelledError:
             if job.reason == "shutdown":
                 terminal = protocol.error(job.id, "shutdown", "the daemon is shutting down")
+            elif job.reason == "unauthorized":
+                terminal = protocol.error(job.id, "unauthorized", "this client's key is no longer authorized")
             else:
                 terminal = protocol.make("cancelled", job.id)
         except AgentError as exc:
@@ -253,6 +306,11 @@ class Daemon:
             log.info("could not deliver the end of request %s", job.id)
 
     async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
+        if not self._allowed(job.user):  # revoked mid-request: nothing more of it goes out
+            self._counts["unauthorized"] += 1
+            log.warning("ending request %s: key %s is no longer in the authorized keys", job.id, job.user)
+            job.reason = job.reason or "unauthorized"
+            raise asyncio.CancelledError
         if not await self._send(job.route, protocol.make(kind, job.id, **fields)):
             raise asyncio.CancelledError  # the peer is gone or frozen: _send already cancelled its jobs
 
@@ -347,3 +405,15 @@ class Daemon:
             **self._counts, "engine": s,
         }
 
+
+def _readable_id(raw: Any) -> str:
+    """The request id of a decoded but not yet validated message, or UNKNOWN_ID, for addressing an error."""
+    msg_id = raw.get("id") if isinstance(raw, dict) else None
+    return msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= protocol.MAX_ID_CHARS else UNKNOWN_ID
+
+
+def _id_of(frame: bytes) -> str:
+    try:
+        return _readable_id(protocol.unpack(frame))
+    except protocol.ProtocolError:
+        return UNKNOWN_ID

@@ -12,10 +12,13 @@ import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 
+from backend import auth
 from backend.agent import AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.script import Script, ScriptError, load_script
+from k3lsp import keys
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
     p.add_argument("--deadline", type=float, default=600.0, help="seconds per request")
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
+    p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
+    p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a plain (unencrypted, unauthenticated) socket on a non-loopback address")
     p.set_defaults(func=run)
 
 
@@ -64,7 +71,15 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
     if args.temp < 0 or not 0 <= args.top_p <= 1:
         return "need --temp >= 0 and 0 <= --top-p <= 1"
+    try:  # before the model load, which takes minutes on the real model
+        auth.check(args.bind, _security(args))
+    except (auth.InsecureBindError, keys.KeyFileError) as exc:
+        return str(exc)
     return None
+
+
+def _security(args: argparse.Namespace) -> auth.Security:
+    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure)
 
 
 async def _serve(args: argparse.Namespace, script: Script) -> int:
@@ -88,7 +103,8 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     agent_config = AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds,
                                deadline=args.deadline, temp=args.temp, top_p=args.top_p)
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                            tool_timeout=args.tool_timeout), agent_config, script)
+                                            tool_timeout=args.tool_timeout, security=_security(args)),
+                    agent_config, script)
     try:
         endpoint = daemon.bind()
     except Exception as exc:
