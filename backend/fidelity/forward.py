@@ -2,7 +2,7 @@
 
 Under `mlx.launch` every rank loads its shard with `mlx_lm.utils.sharded_load`, exactly like `serve`,
 and runs the same forward passes; the head is replicated, so every rank ends with the same log-probs
-and only rank 0 reads inputs, writes the BASE and prints. Rank 0 shares what it read with `share`.
+and only rank 0 reads inputs, writes the BASE and prints. Rank 0 shares what it read with `backend.dist.share`.
 
 Memory stays bounded for long windows and a 163,840-token vocabulary: a window is fed `chunk` tokens
 at a time through one prompt cache, and only that chunk's [chunk, V] log-probs exist at once; the
@@ -10,13 +10,14 @@ caller reduces them to a few numbers per token before the next chunk runs.
 """
 
 import hashlib
-import pickle
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+
+from backend.dist import share
 
 
 class PeerFailed(Exception):
@@ -55,20 +56,6 @@ def load(path: str | Path) -> Loaded:
 def model_info(path: Path) -> dict:
     """What the report says about a model: its path and a hash of its config."""
     return {"path": str(path), "config_sha256": hashlib.sha256((path / "config.json").read_bytes()).hexdigest()}
-
-
-def share(obj, group: mx.distributed.Group):
-    """Rank 0's `obj` on every rank (pickled bytes summed with zeros from the others, as mlx_lm.server does)."""
-    if group.size() == 1:
-        return obj
-    if group.rank() == 0:
-        data = mx.array(bytearray(pickle.dumps(obj)), dtype=mx.uint8)
-        mx.eval(mx.distributed.all_sum(data.size, group=group, stream=mx.cpu))
-        mx.eval(mx.distributed.all_sum(data, group=group, stream=mx.cpu))
-        return obj
-    size = mx.distributed.all_sum(0, group=group, stream=mx.cpu).item()
-    data = mx.distributed.all_sum(mx.zeros(size, dtype=mx.uint8), group=group, stream=mx.cpu)
-    return pickle.loads(bytes(data))
 
 
 def share_result(make, group: mx.distributed.Group):

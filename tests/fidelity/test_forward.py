@@ -6,6 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from backend import dist
 from backend.fidelity import forward
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_chunks_are_bounded_and_equal_one_pass(tiny):
 
 def test_share_and_share_result_on_one_process():
     group = mx.distributed.init()
-    assert forward.share({"a": [1, 2]}, group) == {"a": [1, 2]}
+    assert dist.share({"a": [1, 2]}, group) == {"a": [1, 2]}
     assert forward.share_result(lambda: 5, group) == 5
     with pytest.raises(ValueError, match="boom"):
         forward.share_result(lambda: (_ for _ in ()).throw(ValueError("boom")), group)
