@@ -180,11 +180,19 @@ class Session:
             yield lambda done, note: None
             return
         task, loop = asyncio.current_task(), asyncio.get_running_loop()
-        bar.tokens[token].add_done_callback(lambda f: f.cancelled() and task and loop.call_soon_threadsafe(task.cancel))
-        bar.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0, message=f"0/{total}"))
+
+        def on_cancel(future: Any) -> None:  # window/workDoneProgress/cancel cancels the pygls future
+            if future.cancelled() and task is not None:
+                loop.call_soon_threadsafe(task.cancel)
+
+        bar.tokens[token].add_done_callback(on_cancel)
+        start = lsp.WorkDoneProgressBegin(
+            title=title, cancellable=True, percentage=0 if total else None, message=f"0/{total}" if total else None
+        )
+        bar.begin(token, start)
 
         def report(done: int, note: str) -> None:
-            pct = int(100 * done / total) if total else 100
+            pct = int(100 * done / total) if total else None  # no total (explain): an indefinite bar
             bar.report(token, lsp.WorkDoneProgressReport(percentage=pct, message=note or f"{done}/{total}"))
 
         try:
@@ -199,9 +207,9 @@ class Session:
         doc = self.docs.get(uri)
         if doc is None:
             path = Path(to_fs_path(uri) or uri)
-            root = self.root or path.parent
-            relpath = os.path.relpath(path, root).replace(os.sep, "/")
-            doc = self.docs[uri] = Document(uri, path, relpath)
+            root = self.root if self.root is not None and path.is_relative_to(self.root) else path.parent
+            relpath = path.relative_to(root).as_posix()
+            doc = self.docs[uri] = Document(uri, path, root, relpath)
         return doc
 
     def text(self, doc: Document) -> str | None:
@@ -286,7 +294,7 @@ class Session:
             return {"units": 0, "error": note}
         all_units = units.split(text)
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
-        root = self.root or doc.path.parent
+        root = doc.root
         try:
             found = await self.auditor.lookup(todo, force=line is not None)
         except BackendUnavailable as exc:
@@ -361,7 +369,7 @@ class Session:
             self.message("That finding is no longer shown; save to re-audit.", lsp.MessageType.Warning)
             return None
         await self.ready()
-        root = self.root or doc.path.parent
+        root = doc.root
         parts: list[str] = []
         async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
             try:
