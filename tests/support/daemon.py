@@ -12,12 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import subprocess
-import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +22,10 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from backend import launch
+from backend.launch import stop
 from k3lsp import protocol
 
-READY = "k3-backend ready on "
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -47,53 +44,21 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
             ready_timeout: float = 180.0) -> Iterator[Daemon]:
     """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
-        cmd = [sys.executable, "-m", "backend.cli", "serve", "--model", str(model), "--bind", "tcp://127.0.0.1:0"]
+        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0"]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
             cmd += ["--script", str(path)]
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
-            proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                                    env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True)
+            try:
+                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=REPO)
+            except launch.LaunchError as exc:
+                raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
-            endpoint = _ready_line(proc, ready_timeout, log)
             yield Daemon(endpoint, proc, log)
         finally:
             stop(proc)
-
-
-def _ready_line(proc: subprocess.Popen, timeout: float, log: Path) -> str:
-    """Read stdout until the ready line, in a thread so the wait is bounded."""
-    found: list[str] = []
-
-    def read() -> None:
-        for line in proc.stdout:
-            if line.startswith(READY):
-                found.append(line[len(READY):].strip())
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not found:
-        stop(proc)
-        raise RuntimeError(f"k3-backend serve was not ready within {timeout} s:\n{log.read_text()[-3000:]}")
-    return found[0]
-
-
-def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
-    """SIGTERM the process we started (by PID), SIGKILL it if it does not exit; returns its exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
-    if proc.stdout:
-        proc.stdout.close()
-    return proc.returncode
 
 
 class Wire:
