@@ -109,33 +109,34 @@ class Agent:
         messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"],
                                           context=req["context"], first_line=req.get("first_line"))
         budget = min(req.get("max_tokens", self.config.max_tokens), self.config.max_tokens)
-        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, on_text=None)
+        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, on_text=None,
+                               lines=len(req["code"].splitlines()) or 1)
 
     async def explain(self, req: dict) -> dict:
         """Stream an explanation of one finding as ``text`` messages; returns the ``done`` stats."""
         messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"],
                                             finding=req["finding"], context=req["context"])
         return await self._run(messages, prompts.EXPLAIN_TOOLS, req["unit"], self.config.max_tokens,
-                               on_text=ProseStream(self.send))
+                               on_text=ProseStream(self.send), lines=len(req["code"].splitlines()) or 1)
 
     async def _run(self, messages: list[dict], tools: list[dict], unit: str, budget: int,
-                   on_text: ProseStream | None) -> dict:
+                   on_text: ProseStream | None, lines: int) -> dict:
         started = time.monotonic()
         stats = Stats()
         try:
             async with asyncio.timeout(self.config.deadline):
-                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, on_text)
+                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, on_text, lines)
         except TimeoutError:
             stats.finish_reason = "deadline"
         out = vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
         return out
 
     async def _rounds(self, messages: list[dict], tools: list[dict], unit: str, budget: int, stats: Stats,
-                      on_text: ProseStream | None) -> str:
+                      on_text: ProseStream | None, lines: int) -> str:
         allowed = {t["function"]["name"] for t in tools}
         for n in range(self.config.max_tool_rounds + 1):
             rendered = prompts.render(self.tokenizer, messages, tools)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed)
+            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
             stats.add_generation(gen.stats, gen.finish)
@@ -196,14 +197,19 @@ class Agent:
 
 
 class FindingStream:
-    """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in the text."""
+    """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in the text.
+
+    The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
+    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side).
+    """
 
     _CLOSE = "<|close|>call<|sep|>"
 
-    def __init__(self, send: Send, stats: Stats, enabled: bool):
+    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int):
         self._send = send
         self._stats = stats
         self._enabled = enabled
+        self._lines = lines
         self._seen: set[int] = set()
 
     async def feed(self, text: str, new_chars: int) -> None:
@@ -228,6 +234,9 @@ class FindingStream:
             self._seen.add(call.index)
             try:
                 finding = protocol.validate_finding(call.arguments)
+                if finding["end_line"] > self._lines:
+                    raise protocol.ProtocolError(
+                        f"lines {finding['start_line']}-{finding['end_line']} are outside the unit's {self._lines}")
             except protocol.ProtocolError as exc:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
