@@ -70,7 +70,7 @@ class Job:
     task: asyncio.Task | None = None
     tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
     calls: itertools.count = field(default_factory=lambda: itertools.count(1))
-    reason: str = ""  # why the job was cancelled: "client", "vanished", "shutdown" or "unauthorized"
+    reason: str = ""  # why the job was cancelled: "client", "vanished", "shutdown", "unauthorized" or "failure"
 
     def stop(self, reason: str) -> None:
         if self.task is not None and not self.task.done() and not self.reason:
@@ -98,6 +98,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._started = time.monotonic()
         self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0, "unauthorized": 0}
+        self.failure: tuple[str, str] | None = None  # (error code, message) when serving cannot go on
 
     # --- life cycle ----------------------------------------------------------------------------------------
 
@@ -134,6 +135,14 @@ class Daemon:
         """Ask ``serve`` to end (signal handlers call this)."""
         self._stopping.set()
 
+    def fail(self, code: str, message: str) -> None:
+        """Stop because the engine cannot serve any more (a rank of the pair failed): every open request
+        ends with ``error`` ``code``, so no editor waits for a generation that will never come."""
+        if self.failure is None:
+            log.error("cannot serve any more (%s): %s", code, message)
+            self.failure = (code, message)
+        self._stopping.set()
+
     async def serve(self) -> None:
         """Serve until ``stop()``; then end every open request with ``error`` code ``shutdown`` and close."""
         if self._sock is None:
@@ -148,12 +157,13 @@ class Daemon:
             await asyncio.gather(*tasks, return_exceptions=True)
             jobs = list(self._jobs.values())
             for job in jobs:
-                job.stop("shutdown")
+                job.stop("failure" if self.failure else "shutdown")
             await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
-            await self.scheduler.close()
+            if self.failure is None:  # after a failure the engine thread is gone or stuck in a collective
+                await self.scheduler.close()
             self._sock.disable_monitor()
             monitor.close(0)
-            self._sock.close(0)
+            self._sock.close(1000 if self.failure else 0)  # give the failure errors a moment to leave
             if self._curve is not None:
                 self._curve.stop()
             self._ctx.term()
@@ -282,6 +292,8 @@ class Daemon:
         except asyncio.CancelledError:
             if job.reason == "shutdown":
                 terminal = protocol.error(job.id, "shutdown", "the daemon is shutting down")
+            elif job.reason == "failure" and self.failure:
+                terminal = protocol.error(job.id, *self.failure)
             elif job.reason == "unauthorized":
                 terminal = protocol.error(job.id, "unauthorized", "this client's key is no longer authorized")
             else:
