@@ -74,3 +74,37 @@ async def test_backend_killed_and_restarted_keeps_cached_findings_and_recovers(t
                 assert sorted(d.code for d in await ed.diagnostics(uri)) == ["CWE-129", "CWE-787"]
                 assert ed.status_notes[-1]["state"] == "connected"
                 assert any("is back" in m.message for m in ed.client.messages)
+
+
+async def test_a_refused_key_is_one_clear_message_and_new_settings_recover(tiny_model, tmp_path):
+    from k3lsp import keys
+
+    server_public, server_secret = keys.init_keypair(tmp_path / "server", "server")
+    _, good_secret = keys.init_keypair(tmp_path / "authorized", "good")
+    _, bad_secret = keys.init_keypair(tmp_path / "strangers", "bad")
+    root = scripted.workspace(tmp_path)
+    args = [
+        *scripted.DAEMON_ARGS,
+        "--server-key",
+        str(server_secret),
+        "--authorized-keys",
+        str(tmp_path / "authorized"),
+    ]
+    with serving(tiny_model, script=scripted.SCRIPT, args=args) as daemon:
+        settings = {"endpoint": daemon.endpoint, "serverKey": str(server_public), "clientKey": str(bad_secret)}
+        async with editor(root, settings=settings, cache_dir=tmp_path / "c") as ed:
+            uri = ed.open("demo.c")
+            summary = await ed.command("k3lsp.auditFile", uri)
+            assert "refused this client's key" in summary["error"]
+            assert (await ed.status())["state"]["state"] == "unauthorized"
+            assert ed.status_notes[-1]["state"] == "unauthorized"
+            warnings = [m.message for m in ed.client.messages if m.type == lsp.MessageType.Warning]
+            assert len(warnings) == 1 and "refused this client's key" in warnings[0]
+
+            # The user fixes the key in the settings: the server reconnects with it, no restart.
+            ed.client.set_configuration({"clientKey": str(good_secret)}, section="k3lsp")
+            ed.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+            await ed.wait_for(lambda: ed.status_notes[-1]["state"] == "connecting")
+            summary = await ed.command("k3lsp.auditFile", uri)
+            assert summary["error"] is None and summary["findings"] == 2
+            assert ed.status_notes[-1]["state"] == "connected"
