@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -21,7 +21,7 @@ from typing import TextIO
 from k3lsp import findings, suppress, units
 from k3lsp.auditor import Auditor, BackendUnavailable, Counters
 from k3lsp.cache import ResultCache
-from k3lsp.options import Options
+from k3lsp.options import Options, admitted_files
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -74,20 +74,10 @@ def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[P
         if path.is_file():
             files.append(path.resolve())
         elif path.is_dir():
-            files += _walk(path.resolve(), root, options)
+            files += admitted_files(path.resolve(), root, options)
         else:
             errors.append(f"{path}: no such file or directory")
     return list(dict.fromkeys(files)), errors
-
-
-def _walk(folder: Path, root: Path, options: Options) -> Iterable[Path]:
-    for current, dirs, names in os.walk(folder):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(current) / name
-            with contextlib.suppress(OSError):
-                if options.wants(path.relative_to(root).as_posix()) and path.stat().st_size <= options.max_file_bytes:
-                    yield path
 
 
 # --- auditing --------------------------------------------------------------------------------------------

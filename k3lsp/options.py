@@ -8,9 +8,12 @@ default is used, while the valid keys still apply.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
@@ -44,6 +47,23 @@ class Options:
     def wants(self, relative_path: str) -> bool:
         """Whether a workspace-relative path (``/`` separated) is audited by workspace audits."""
         return _matches(relative_path, self.include) and not _matches(relative_path, self.exclude)
+
+
+def admitted_files(folder: Path, root: Path, options: Options, limit: int = 100_000) -> Iterator[Path]:
+    """Files under ``folder`` that include/exclude (relative to ``root``) and maxFileBytes admit, sorted, at most
+    ``limit``: what workspace and batch audits visit."""
+    count = 0
+    for current, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(current) / name
+            with contextlib.suppress(OSError, ValueError):
+                rel = path.relative_to(root).as_posix()
+                if options.wants(rel) and path.is_file() and path.stat().st_size <= options.max_file_bytes:
+                    count += 1
+                    yield path
+                    if count >= limit:
+                        return
 
 
 def _matches(path: str, globs: tuple[str, ...]) -> bool:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -332,7 +331,7 @@ class Session:
         """All C files of the workspace at background priority, one file at a time (the daemon batches units)."""
         if self.root is None:
             return {"files": 0, "error": "no workspace folder is open"}
-        files = list(self.workspace_files())
+        files = list(options.admitted_files(self.root, self.root, self.options, MAX_WORKSPACE_FILES))
         async with self.progress_bar("k3 audit workspace", len(files)) as report:
             for i, path in enumerate(files, 1):
                 doc = self.document(from_fs_path(str(path)) or path.as_uri())
@@ -341,26 +340,6 @@ class Session:
                 if result.get("error") and self.auditor.state.state != "connected":
                     return {"files": i, "error": result["error"]}
         return {"files": len(files)}
-
-    def workspace_files(self) -> Iterator[Path]:
-        """C files under the root that the include/exclude globs and maxFileBytes admit, in a stable order."""
-        assert self.root is not None
-        count = 0
-        for folder, dirs, names in os.walk(self.root):
-            dirs.sort()
-            for name in sorted(names):
-                path = Path(folder) / name
-                rel = path.relative_to(self.root).as_posix()
-                with contextlib.suppress(OSError):
-                    if (
-                        self.options.wants(rel)
-                        and path.is_file()
-                        and path.stat().st_size <= self.options.max_file_bytes
-                    ):
-                        count += 1
-                        yield path
-                if count >= MAX_WORKSPACE_FILES:
-                    return
 
     async def explain(self, uri: str, fingerprint: str) -> str | None:
         doc = self.docs.get(uri)
