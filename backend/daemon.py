@@ -226,10 +226,14 @@ class Daemon:
         """A key removed from the allow-list while connected: end its requests and refuse the message."""
         self._counts["unauthorized"] += 1
         log.warning("refused a message from key %s: it is no longer in the authorized keys", user)
+        ended = set()
         for job in list(self._jobs.values()):
             if job.route == route:
-                job.stop("unauthorized")
-        await self._send(route, protocol.error(_id_of(frame), "unauthorized", "this client's key is not authorized"))
+                job.stop("unauthorized")  # each ends with its own error unauthorized
+                ended.add(job.id)
+        msg_id = _id_of(frame)
+        if msg_id not in ended:
+            await self._send(route, protocol.error(msg_id, "unauthorized", "this client's key is not authorized"))
 
     async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
         self._counts["bad_frames"] += 1

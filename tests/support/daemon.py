@@ -64,10 +64,13 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
 class Wire:
     """One DEALER connected to the daemon; every receive is bounded."""
 
-    def __init__(self, endpoint: str, timeout: float = 60.0):
+    def __init__(self, endpoint: str, timeout: float = 60.0, curve: tuple[bytes, bytes, bytes] | None = None):
+        """``curve`` = (server public, client public, client secret) z85 keys for a CurveZMQ daemon."""
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            self.sock.curve_serverkey, self.sock.curve_publickey, self.sock.curve_secretkey = curve
         self.sock.connect(endpoint)
         self.timeout = timeout
         self._held: list[dict] = []  # messages received while waiting for another request's
