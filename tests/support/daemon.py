@@ -64,11 +64,15 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
 class Wire:
     """One DEALER connected to the daemon; every receive is bounded."""
 
-    def __init__(self, endpoint: str, timeout: float = 60.0, curve: tuple[bytes, bytes, bytes] | None = None):
-        """``curve`` = (server public, client public, client secret) z85 keys for a CurveZMQ daemon."""
+    def __init__(self, endpoint: str, timeout: float = 60.0, curve: tuple[bytes, bytes, bytes] | None = None,
+                 routing_id: bytes | None = None):
+        """``curve`` = (server public, client public, client secret) z85 keys for a CurveZMQ daemon;
+        ``routing_id`` claims an identity on the daemon's ROUTER (tests of handover)."""
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if routing_id is not None:
+            self.sock.setsockopt(zmq.ROUTING_ID, routing_id)
         if curve is not None:
             self.sock.curve_serverkey, self.sock.curve_publickey, self.sock.curve_secretkey = curve
         self.sock.connect(endpoint)
