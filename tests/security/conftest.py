@@ -42,6 +42,7 @@ SCRIPT = [
         kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
         kimi.turn(content="nothing to report"),
     ]},
+    {"unit": "chatty", "turns": [kimi.turn(content=VARIED)]},  # an explanation streamed as thousands of messages
     {"unit": "*", "turns": [kimi.turn(content="no findings")]},
 ]
 DAEMON_ARGS = ["--max-tokens", "6000", "--max-open-per-client", "8"]  # the tiny tokenizer is ~1 token/char
