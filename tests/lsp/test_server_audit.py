@@ -3,12 +3,14 @@ diagnostics following edits. Push (VS Code profile) and pull clients."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from lsprotocol import types as lsp
 
 from tests.lsp import scripted
 from tests.support.daemon import serving
-from tests.support.lsp import editor
+from tests.support.lsp import WAIT, editor
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +82,28 @@ async def test_trigger_open_audits_on_open_and_manual_only_on_command(daemon, ro
         ed.save(uri)
         assert (await ed.status())["counters"]["units"] == 0  # handled in order: the save started nothing
         assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 2
+
+
+async def test_pull_reports_unchanged_until_the_findings_change(daemon, root, tmp_path):
+    async with editor(root, profile="pull", settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("demo.c")
+        await ed.command("k3lsp.auditFile", uri)
+        ident = lsp.TextDocumentIdentifier(uri=uri)
+        full = await asyncio.wait_for(
+            ed.client.text_document_diagnostic_async(lsp.DocumentDiagnosticParams(text_document=ident)), WAIT
+        )
+        assert full.kind == "full" and len(full.items) == 2
+        again = lsp.DocumentDiagnosticParams(text_document=ident, previous_result_id=full.result_id)
+        assert (await asyncio.wait_for(ed.client.text_document_diagnostic_async(again), WAIT)).kind == "unchanged"
+        ed.change(uri, lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)), "\n")  # moves both findings
+        moved = await asyncio.wait_for(ed.client.text_document_diagnostic_async(again), WAIT)
+        assert moved.kind == "full" and sorted(d.range.start.line for d in moved.items) == [9, 15]
+
+
+async def test_closing_a_document_clears_its_pushed_diagnostics(daemon, root, tmp_path):
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("demo.c")
+        await ed.command("k3lsp.auditFile", uri)
+        assert len(await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)) == 2
+        ed.client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri)))
+        assert await ed.wait_diagnostics(uri, lambda ds: not ds) == []
