@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 WAIT = 60.0  # seconds: an audit on the tiny model on 2 busy cores takes a few
@@ -70,7 +71,7 @@ class Editor:
 
     def save(self, uri: str) -> None:
         """Write the editor's text to disk and send didSave, as an editor's :write does."""
-        Path(uri.removeprefix("file://")).write_text(self.texts[uri])
+        Path(to_fs_path(uri)).write_text(self.texts[uri])
         doc = lsp.TextDocumentIdentifier(uri=uri)
         self.client.text_document_did_save(lsp.DidSaveTextDocumentParams(text_document=doc))
 
