@@ -91,14 +91,14 @@ def load_public(path: Path) -> bytes:
 
 def load_secret(path: Path) -> tuple[bytes, bytes]:
     """(public, secret) from a ``.key_secret`` file that only its owner can read."""
+    public, secret = _load(path)
+    if not secret:  # checked first: a public .key given by mistake is named as such, not as "readable"
+        raise KeyFileError(f"{path} holds no secret key (is it the public .key file?)")
     mode = _stat(path).st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(
             f"secret key {path} is readable by others (mode {stat.S_IMODE(mode):o}); run: chmod 600 {path}"
         )
-    public, secret = _load(path)
-    if not secret:
-        raise KeyFileError(f"{path} holds no secret key (is it the public .key file?)")
     return public, secret
 
 
