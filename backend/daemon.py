@@ -270,7 +270,9 @@ class Daemon:
         if (peer, msg_id) in self._jobs:
             await self._send(route, protocol.error(msg_id, "duplicate", f"request {msg_id!r} is already open"))
             return
-        open_now = sum(1 for p, _ in self._jobs if p == peer)
+        # Counted per key with CURVE: opening more connections does not raise one client's share.
+        client = user or route
+        open_now = sum(1 for job in self._jobs.values() if (job.user or job.route) == client)
         if open_now >= self.config.max_open_per_client:
             await self._send(route, protocol.error(
                 msg_id, "busy", f"{open_now} requests already open (limit {self.config.max_open_per_client})"))

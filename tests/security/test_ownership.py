@@ -52,3 +52,19 @@ async def test_a_reused_routing_id_does_not_take_over_another_clients_results(cu
             except TimeoutError:
                 stolen = None
         assert stolen is None
+
+
+async def test_the_open_request_limit_is_per_key_not_per_connection(curve_daemon, keyring):
+    async with keyring.wire(curve_daemon.endpoint, "alice") as one, keyring.wire(curve_daemon.endpoint, "alice") as two:
+        ids = [(one if i % 2 else two, f"lim{i}") for i in range(8)]  # --max-open-per-client 8, over two sockets
+        for wire, msg_id in ids:
+            await held_request(wire, msg_id)
+        refused = await one.request("audit", "lim-extra", **audit_fields("holder"))
+        assert [(m["kind"], m.get("code")) for m in refused] == [("error", "busy")]
+        async with keyring.wire(curve_daemon.endpoint, "bob") as bob:  # another key is not affected
+            await held_request(bob, "bob-1")
+            await bob.send("cancel", "bob-1")
+            assert (await bob.finish("bob-1"))[-1]["kind"] == "cancelled"
+        for wire, msg_id in ids:
+            await wire.send("cancel", msg_id)
+            assert (await wire.finish(msg_id))[-1]["kind"] == "cancelled"
