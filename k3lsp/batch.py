@@ -1,9 +1,15 @@
-"""`k3lsp audit PATH...`: the editor's audit outside the editor, for scripts, CI and the README's first command.
+"""`k3lsp audit PATH...`: the editor's audit outside the editor, for scripts, CI and code-scanning dashboards.
 
 Same units, same cache, same client and the same filtering as the language server, so a finding seen in the
-editor is the finding printed here and a tree audited once is not audited again. The work is split in
-three steps that issue 8 extends: collect the files, audit them into plain reports, then format the reports
-(text or JSON now; SARIF later) and map them to an exit status (0 clean, 1 findings, 2 errors).
+editor is the finding reported here and a tree audited once is not audited again. Three steps: collect the
+files, audit their units into plain reports, then format the reports (text, JSON, SARIF in ``k3lsp.sarif``)
+and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
+
+Several daemons (``--endpoint`` repeated) share one work queue of units: each has its own
+:class:`~k3lsp.auditor.Auditor` (one DEALER per daemon) and ``jobs`` workers pulling from the queue, so a faster
+daemon simply takes more units. A daemon that fails puts its unit back and stops taking work; the others
+finish the queue. Every unit's result is in the cache as soon as it finishes, so an interrupted run
+(``stop`` set by SIGINT/SIGTERM) loses nothing already audited and a rerun audits only the rest.
 """
 
 from __future__ import annotations
@@ -13,13 +19,15 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TextIO
 
+from lsprotocol import types as lsp
+
 from k3lsp import findings, suppress, units
-from k3lsp.auditor import Auditor, BackendUnavailable, Counters
+from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
 
@@ -27,13 +35,46 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class Reported:
-    """One finding as the batch tool reports it: file coordinates are 1-based, as compilers print them."""
+class Span:
+    """A file region as compilers and SARIF count it: 1-based lines and UTF-16 columns, end column exclusive.
+    The same numbers as the editor's diagnostic range, plus one."""
 
-    path: str  # as the user named it: relative to the current directory when inside it
     line: int
     column: int
     end_line: int
+    end_column: int
+
+    @classmethod
+    def of(cls, rng: lsp.Range) -> Span:
+        return cls(rng.start.line + 1, rng.start.character + 1, rng.end.line + 1, rng.end.character + 1)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a finding's data-flow trace, in file coordinates."""
+
+    span: Span
+    note: str
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A suggested fix: replace the whole lines of ``span`` by ``replacement``."""
+
+    span: Span
+    replacement: str
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One finding as the batch tool reports it, in file coordinates."""
+
+    path: str  # as the user named it: relative to the current directory when inside it
+    uri: str  # relative to the report's root, `/` separated (SARIF's artifactLocation)
+    line: int
+    column: int
+    end_line: int
+    end_column: int
     severity: str
     cwe: int
     title: str
@@ -41,20 +82,42 @@ class Reported:
     unit: str
     fingerprint: str
     confidence: float | None = None
+    trace: tuple[Step, ...] = ()
+    fix: Edit | None = None
 
 
 @dataclass
 class BatchReport:
     root: Path
     files: int = 0
+    units: int = 0
     findings: list[Reported] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # something was not audited: exit status 2
+    warnings: list[str] = field(default_factory=list)  # worth knowing, nothing lost (a backend left mid-run)
     counters: Counters = field(default_factory=Counters)
+    by_backend: dict[str, int] = field(default_factory=dict)  # endpoint -> units audited there (not cached)
+    interrupted: bool = False
 
     def exit_status(self) -> int:
-        if self.errors or self.counters.failed:
+        if self.errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if self.findings else EXIT_CLEAN
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file to audit, read once: its units come from the same splitter as the editor's."""
+
+    path: Path
+    rel: str  # relative to the root: what the model and its tools see
+    lines: list[str]
+    units: tuple[units.Unit, ...]
+
+
+@dataclass(frozen=True)
+class Work:
+    source: Source
+    unit: units.Unit
 
 
 # --- collecting ------------------------------------------------------------------------------------------
@@ -80,52 +143,157 @@ def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[P
     return list(dict.fromkeys(files)), errors
 
 
+def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str]]:
+    sources, errors = [], []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError as exc:
+            errors.append(f"{rel}: {exc.strerror or exc}")
+            continue
+        sources.append(Source(path, rel, text.split("\n"), units.split(text)))
+    return sources, errors
+
+
 # --- auditing --------------------------------------------------------------------------------------------
 
 
-async def audit_paths(paths: Sequence[Path], options: Options, cache: ResultCache | None = None) -> BatchReport:
-    """Audit files and directories; never raises for a file or backend problem (they become report errors)."""
+async def audit_paths(
+    paths: Sequence[Path],
+    options: Options,
+    cache: ResultCache | None = None,
+    *,
+    endpoints: Sequence[str] = (),
+    jobs: int = DEFAULT_CONCURRENCY,
+    stop: asyncio.Event | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> BatchReport:
+    """Audit files and directories on one or more daemons (default: ``options.endpoint``).
+
+    Never raises for a file or backend problem: they become report errors. ``jobs`` bounds the in-flight
+    units per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
+    ``on_progress(done, total)`` is called as units finish.
+    """
     root = audit_root(paths)
     report = BatchReport(root)
     files, report.errors = collect(paths, root, options)
     report.files = len(files)
-    auditor = Auditor(options, cache or ResultCache(), client_name="k3lsp-audit", on_state=None)
-    report.counters = auditor.counters
+    sources, read_errors = read_sources(files, root)
+    report.errors += read_errors
     baseline = suppress.Baseline.load(root)
     if baseline.error:
         report.errors.append(baseline.error)
+    work = [Work(s, u) for s in sources for u in s.units]
+    report.units = len(work)
+    cache = cache or ResultCache()
+    auditors = {
+        e: Auditor(replace(options, endpoint=e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
+        for e in dict.fromkeys(endpoints or [options.endpoint])
+    }
+    run = _Run(report, options, baseline, work, on_progress)
     try:
-        results = await asyncio.gather(*(_audit_file(auditor, root, path, options, baseline) for path in files))
+        await run.execute(auditors, jobs, stop or asyncio.Event())
     finally:
-        await auditor.close()
-    for found, error in results:
-        report.findings += found
-        if error:
-            report.errors.append(error)
+        await asyncio.gather(*(a.close() for a in auditors.values()))
+    report.counters = _total(a.counters for a in auditors.values())
     report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
-async def _audit_file(
-    auditor: Auditor, root: Path, path: Path, options: Options, baseline: suppress.Baseline
-) -> tuple[list[Reported], str | None]:
-    rel = path.relative_to(root).as_posix()
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        return [], f"{rel}: {exc.strerror or exc}"
-    lines = text.split("\n")
-    out: list[Reported] = []
-    try:
-        async with contextlib.aclosing(auditor.audit(root, rel, units.split(text), priority="background")) as stream:
-            async for result in stream:
-                for f in findings.at_least(findings.accept(result.findings, result.unit), options.min_severity):
-                    reported = _reported(_display(path), f, result.unit, lines, baseline)
+class _Run:
+    """The shared queue of one batch audit and what its workers found."""
+
+    def __init__(
+        self,
+        report: BatchReport,
+        options: Options,
+        baseline: suppress.Baseline,
+        work: list[Work],
+        on_progress: Callable[[int, int], None] | None,
+    ):
+        self.report, self.options, self.baseline = report, options, baseline
+        self.queue: asyncio.Queue[Work] = asyncio.Queue()
+        for item in work:
+            self.queue.put_nowait(item)
+        self.total = self.pending = len(work)
+        self.live: set[str] = set()
+        self.finished = asyncio.Event()
+        self.on_progress = on_progress
+
+    async def execute(self, auditors: dict[str, Auditor], jobs: int, stop: asyncio.Event) -> None:
+        self.live = set(auditors)
+        if self.pending == 0:
+            return
+        workers = [asyncio.ensure_future(self._worker(e, a)) for e, a in auditors.items() for _ in range(jobs)]
+        waits = [asyncio.ensure_future(self.finished.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [*workers, *waits]:
+                task.cancel()
+            await asyncio.gather(*workers, *waits, return_exceptions=True)
+        if self.pending and stop.is_set():
+            self.report.interrupted = True
+            self.report.errors.append(
+                f"interrupted: {self.total - self.pending} of {self.total} units done; "
+                "their results are cached, a rerun audits only the rest"
+            )
+        elif self.pending:
+            self.report.errors.append(f"{self.pending} of {self.total} units not audited: no backend left")
+
+    async def _worker(self, endpoint: str, auditor: Auditor) -> None:
+        while endpoint in self.live:
+            item = await self.queue.get()
+            if endpoint not in self.live:  # this backend failed while we waited: leave the unit to the others
+                self.queue.put_nowait(item)
+                return
+            try:
+                await self._audit(endpoint, auditor, item)
+            except BackendUnavailable as exc:
+                self.queue.put_nowait(item)
+                self._drop(endpoint, str(exc))
+                return
+            self.pending -= 1
+            if self.on_progress is not None:
+                self.on_progress(self.total - self.pending, self.total)
+            if self.pending == 0:
+                self.finished.set()
+
+    def _drop(self, endpoint: str, why: str) -> None:
+        if endpoint not in self.live:
+            return
+        self.live.discard(endpoint)
+        if self.live:
+            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(self.live))}")
+        else:
+            self.report.errors.append(why)
+            self.finished.set()
+
+    async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
+        source, unit = item.source, item.unit
+        got = False
+        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background")
+        async with contextlib.aclosing(stream) as results:
+            async for result in results:
+                got = True
+                if not result.cached:
+                    self.report.by_backend[endpoint] = self.report.by_backend.get(endpoint, 0) + 1
+                accepted = findings.accept(result.findings, unit)
+                for f in findings.at_least(accepted, self.options.min_severity):
+                    reported = _reported(source, f, unit, self.baseline)
                     if reported is not None:
-                        out.append(reported)
-    except BackendUnavailable as exc:
-        return out, f"{rel}: {exc}"
-    return out, None
+                        self.report.findings.append(reported)
+        if not got:
+            self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
+
+
+def _total(counters) -> Counters:
+    out = Counters()
+    for c in counters:
+        for f in fields(Counters):
+            setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
+    return out
 
 
 def _display(path: Path) -> str:
@@ -133,15 +301,28 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
-def _reported(shown_path: str, f: findings.Finding, unit: units.Unit, lines: list[str], baseline: suppress.Baseline):
+def _reported(source: Source, f: findings.Finding, unit: units.Unit, baseline: suppress.Baseline) -> Reported | None:
     line = unit.file_line(f.start_line)
     fingerprint = findings.fingerprint(f, unit)
-    if suppress.is_suppressed(lines, line, f.cwe) or fingerprint in baseline:
+    if suppress.is_suppressed(source.lines, line, f.cwe) or fingerprint in baseline:
         return None
-    rng = findings.line_range(unit, f.start_line, f.end_line)
+    span = Span.of(findings.line_range(unit, f.start_line, f.end_line))
+    trace = tuple(Step(Span.of(findings.line_range(unit, s.line, s.line)), s.note) for s in f.trace)
+    fix = None
+    if f.fix is not None:
+        last = unit.text.split("\n")[f.fix.end_line - 1]
+        fix = Edit(
+            Span(
+                unit.file_line(f.fix.start_line) + 1,
+                1,
+                unit.file_line(f.fix.end_line) + 1,
+                findings.utf16_len(last) + 1,
+            ),
+            f.fix.replacement,
+        )
     return Reported(
-        shown_path, line + 1, rng.start.character + 1, rng.end.line + 1, f.severity, f.cwe, f.title, f.message,
-        unit.name, fingerprint, f.confidence,
+        _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
+        f.cwe, f.title, f.message, unit.name, fingerprint, f.confidence, trace, fix,
     )  # fmt: skip
 
 
@@ -152,7 +333,7 @@ def stats(report: BatchReport) -> dict:
     c = report.counters
     return {
         "files": report.files,
-        "units": c.units,
+        "units": report.units,
         "audited": c.audited,
         "cached": c.cached,
         "failed": c.failed,
@@ -161,13 +342,22 @@ def stats(report: BatchReport) -> dict:
     }
 
 
-def print_text(report: BatchReport, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+def print_problems(report: BatchReport, err: TextIO = sys.stderr) -> None:
+    """Errors and warnings on stderr, whatever the output format."""
+    for warning in report.warnings:
+        print(f"k3lsp audit: warning: {warning}", file=err)
+    for error in report.errors:
+        print(f"k3lsp audit: error: {error}", file=err)
+
+
+def print_text(report: BatchReport, out: TextIO = sys.stdout) -> None:
     """`path:line:col: severity CWE-n title`, like a compiler, then one stats line."""
     for r in report.findings:
         print(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}", file=out)
-    for error in report.errors:
-        print(f"k3lsp audit: error: {error}", file=err)
-    print("k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items()), file=out)
+    line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
+    if len(report.by_backend) > 1:
+        line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in sorted(report.by_backend.items()))
+    print(line, file=out)
 
 
 def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:
@@ -175,7 +365,8 @@ def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:
         "root": str(report.root),
         "findings": [asdict(r) for r in report.findings],
         "errors": report.errors,
-        "stats": stats(report),
+        "warnings": report.warnings,
+        "stats": stats(report) | {"backends": report.by_backend, "interrupted": report.interrupted},
     }
     json.dump(body, out, indent=2)
     out.write("\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -15,43 +16,88 @@ from pathlib import Path
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
 
 
+def _endpoints(args: argparse.Namespace) -> list[str]:
+    """The endpoints given (``--endpoint`` may repeat), in order, without duplicates; the default when none."""
+    return list(dict.fromkeys(args.endpoint or [default_endpoint()]))
+
+
 def _status(args: argparse.Namespace) -> int:
-    async def run() -> dict:
-        options = ClientOptions(endpoint=args.endpoint, connect_timeout=args.timeout,
+    from k3lsp.report import BackendStatus, print_status
+
+    async def ask(endpoint: str) -> BackendStatus:
+        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout,
                                 server_key=args.server_key, client_key=args.client_key)
-        async with BackendClient(options) as client:
-            return {"welcome": client.welcome, "status": await client.status(args.timeout)}
+        try:
+            async with BackendClient(options) as client:
+                return BackendStatus(endpoint, client.welcome, await client.status(args.timeout))
+        except BackendError as exc:
+            return BackendStatus(endpoint, error=str(exc))
 
-    try:
-        result = asyncio.run(run())
-    except BackendError as exc:
-        print(f"k3lsp status: {exc}", file=sys.stderr)
+    async def ask_all() -> list[BackendStatus]:
+        return list(await asyncio.gather(*(ask(e) for e in _endpoints(args))))
+
+    backends = asyncio.run(ask_all())
+    for b in backends:
+        if b.error is not None:
+            print(f"k3lsp status: {b.error}", file=sys.stderr)
+    answered = [b for b in backends if b.error is None]
+    if len(backends) == 1 and not answered:
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+    if args.json:  # one endpoint: its object; several: a list, one object each
+        body = [b.to_json() for b in backends]
+        print(json.dumps(body[0] if len(body) == 1 else body, indent=2, sort_keys=True))
     else:
-        from k3lsp.report import print_status
-
-        print_status(result["welcome"], result["status"])
-    return 0
+        print_status(backends)
+    return 0 if len(answered) == len(backends) else 2
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from k3lsp import batch, options
+    import signal
 
-    settings = {"endpoint": args.endpoint, "minSeverity": args.min_severity,
+    from k3lsp import batch, options, report
+    from k3lsp.auditor import DEFAULT_CONCURRENCY
+
+    settings = {"minSeverity": args.min_severity,
                 "serverKey": args.server_key and str(args.server_key),
                 "clientKey": args.client_key and str(args.client_key)}
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
+    endpoints = _endpoints(args)
+    errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
+    jobs = DEFAULT_CONCURRENCY if args.jobs is None else args.jobs
+    if jobs < 1:
+        errors.append(f"--jobs must be at least 1, not {jobs}")
+    fmt = "json" if args.json else args.format
     if errors:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
         return batch.EXIT_ERROR
-    report = asyncio.run(batch.audit_paths([Path(p) for p in args.paths], opts))
-    if args.json:
-        batch.print_json(report)
-    else:
-        batch.print_text(report)
-    return report.exit_status()
+
+    async def run(on_progress) -> batch.BatchReport:
+        stop = asyncio.Event()  # SIGINT/SIGTERM: finish cleanly, keep what is audited (it is in the cache)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await batch.audit_paths([Path(p) for p in args.paths], opts, endpoints=endpoints, jobs=jobs,
+                                       stop=stop, on_progress=on_progress)
+
+    with report.progress_bar(sys.stderr.isatty()) as on_progress:
+        result = asyncio.run(run(on_progress))
+    status = result.exit_status()
+    batch.print_problems(result)
+    try:
+        with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
+            if fmt == "sarif":
+                from k3lsp.sarif import to_sarif
+
+                json.dump(to_sarif(result, status), out, indent=2)
+                out.write("\n")
+            elif fmt == "json":
+                batch.print_json(result, out)
+            else:
+                batch.print_text(result, out)
+    except OSError as exc:
+        print(f"k3lsp audit: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return batch.EXIT_ERROR
+    return status
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -76,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
-    status.add_argument("--endpoint", default=default_endpoint(), help="daemon endpoint (env K3LSP_ENDPOINT)")
+    status.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon")
     _add_key_flags(status)
@@ -84,8 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
-    audit.add_argument("--endpoint", default=default_endpoint(), help="daemon endpoint (env K3LSP_ENDPOINT)")
-    audit.add_argument("--json", action="store_true", help="print JSON (findings, errors, stats) instead of text")
+    audit.add_argument("--endpoint", action="append",
+                       help="daemon endpoint (env K3LSP_ENDPOINT); repeat it to spread the units over several")
+    audit.add_argument("--format", choices=("text", "json", "sarif"), default="text", help="output format")
+    audit.add_argument("--json", action="store_true", help="same as --format json")
+    audit.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
+    audit.add_argument("--jobs", type=int, default=None,
+                       help="units in flight per backend (default 4: the daemon batches them)")
     audit.add_argument("--min-severity", choices=("critical", "high", "medium", "low", "info"), default=None)
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)

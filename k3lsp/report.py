@@ -1,31 +1,80 @@
-"""Human-readable terminal output of the CLI (tables with rich); JSON output stays in the commands."""
+"""Human-readable terminal output of the CLI (rich tables and progress); JSON output stays in the commands."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """What `k3lsp status` learnt from one endpoint: its welcome and status, or why it could not ask."""
+
+    endpoint: str
+    welcome: dict | None = None
+    status: dict | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"endpoint": self.endpoint, "welcome": self.welcome, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 def _percent(value: object) -> str:
     return f"{value * 100:.1f} %" if isinstance(value, int | float) else "-"
 
 
-def print_status(welcome: dict, status: dict, console: Console | None = None) -> None:
-    """The daemon's identity and health as one table: what an auditor checks before trusting the findings."""
-    table = Table(title=f"k3-backend {welcome.get('server', '?')}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    rows = [
-        ("model", welcome.get("model")),
-        ("experts", welcome.get("experts")),
-        ("ranks", welcome.get("ranks")),
-        ("queued", status.get("queued")),
-        ("active", status.get("active")),
-        ("tokens/s", status.get("tokens_per_s")),
-        ("generations", status.get("generations")),
-        ("loop rate", _percent(status.get("loop_rate"))),
-        ("ended on stop token", _percent(status.get("stop_rate"))),
-    ]
-    for name, value in rows:
-        table.add_row(name, "-" if value is None else str(value))
+# (row label, where the value is, how to show it): what an auditor checks before trusting the findings.
+_ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
+    ("server", lambda w, s: w.get("server")),
+    ("model", lambda w, s: w.get("model")),
+    ("experts", lambda w, s: w.get("experts")),
+    ("ranks", lambda w, s: w.get("ranks")),
+    ("queued", lambda w, s: s.get("queued")),
+    ("active", lambda w, s: s.get("active")),
+    ("requests", lambda w, s: s.get("requests")),
+    ("tokens/s", lambda w, s: s.get("tokens_per_s")),
+    ("generations", lambda w, s: s.get("generations")),
+    ("loop rate", lambda w, s: _percent(s.get("loop_rate"))),
+    ("ended on stop token", lambda w, s: _percent(s.get("stop_rate"))),
+]
+
+
+def print_status(backends: Sequence[BackendStatus], console: Console | None = None) -> None:
+    """One column per endpoint, one row per figure; an endpoint that did not answer shows its error."""
+    table = Table(title="k3 audit backends" if len(backends) > 1 else "k3 audit backend")
+    table.add_column("", style="bold")
+    for b in backends:
+        table.add_column(b.endpoint)
+    for label, value in _ROWS:
+        cells = []
+        for b in backends:
+            shown = value(b.welcome or {}, b.status or {}) if b.error is None else None
+            cells.append("-" if shown is None else str(shown))
+        table.add_row(label, *cells)
+    if any(b.error for b in backends):
+        table.add_row("error", *(b.error or "" for b in backends), style="red")
     (console or Console()).print(table)
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Callable[[int, int], None]]:
+    """A units-done bar on stderr when ``enabled`` (a terminal), else a callback that prints nothing."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
