@@ -347,6 +347,8 @@ class Engine:
         try:
             prompt_responses, gen_responses = self._gen.next()
         except Exception as e:  # the batch is unusable: fail its requests, keep serving new ones
+            if self.ranks > 1:  # unless other ranks are in this batch too: only the scheduler can decide
+                raise
             log.exception("generation step failed; failing %d requests", len(self._live))
             self._gen = self._new_generator()
             return [self._finish(live, "error", "", f"generation failed: {type(e).__name__}: {e}")

@@ -11,7 +11,12 @@ nothing to do (no spinning core), and each turn of its loop:
 4. hands the step's events to the event loop with ``call_soon_threadsafe``.
 
 An exception from the engine never ends the thread: the affected requests finish with ``error`` and the
-loop goes on.
+loop goes on. Except on several ranks: there a failed exchange or step means the ranks are no longer in
+lockstep (a peer died, the link broke), so the thread raises ``RankFailure`` to ``on_failure`` and ends;
+rank 0 then fails every request and exits for a supervisor to restart the pair (backend/pair.py).
+
+On a follower rank (``leader=False``) the same loop runs on the main thread with no event loop: it takes
+no commands of its own, every turn's commands come from the exchange, and its events are only logged.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ class Commands:
 Exchange = Callable[[Commands], Commands]
 
 
+class RankFailure(RuntimeError):
+    """The ranks cannot go on in lockstep: a peer died, the link failed or timed out, or a step failed."""
+
+
 def local_exchange(commands: Commands) -> Commands:
     """One rank: the commands rank 0 collected are the commands every rank runs."""
     return commands
@@ -55,9 +64,15 @@ def local_exchange(commands: Commands) -> Commands:
 class Scheduler:
     """Owns the Engine in one thread; ``stream(req)`` yields its GenEvents on the event loop."""
 
-    def __init__(self, engine: Engine, exchange: Exchange = local_exchange):
+    def __init__(self, engine: Engine, exchange: Exchange = local_exchange, *, leader: bool = True,
+                 tick: float | None = None, on_failure: Callable[[str], None] | None = None):
+        """``tick``: when idle, run an empty turn this often (rank 0 of a pair: a dead peer is found while idle)."""
         self.engine = engine
         self._exchange = exchange
+        self._leader = leader
+        self._tick = tick
+        self._on_failure = on_failure
+        self.busy_since: float | None = None  # monotonic start of the running turn (the pair's watchdog reads it)
         self._cond = threading.Condition()
         self._pending = Commands()
         self._queues: dict[int, asyncio.Queue[GenEvent]] = {}
@@ -85,6 +100,10 @@ class Scheduler:
             self._cond.notify()
         if self.thread is not None:
             await asyncio.to_thread(self.thread.join, 30)
+
+    def follow(self) -> None:
+        """Run the loop on this thread until a stop command or a RankFailure (a follower rank's whole life)."""
+        self._run()
 
     def new_rid(self) -> int:
         return next(self._rids)
@@ -149,10 +168,12 @@ class Scheduler:
     # --- engine thread -----------------------------------------------------------------------------------
 
     def _take(self) -> Commands:
-        """Wait until there is work, then take the pending commands (the only blocking point of the thread)."""
+        """Wait until there is work (or a tick passed), then take the pending commands; a follower takes none."""
+        if not self._leader:
+            return Commands()
         with self._cond:
-            while not self._pending and not self.engine.busy():
-                self._cond.wait()
+            if not self._pending and not self.engine.busy():
+                self._cond.wait_for(lambda: self._pending or self.engine.busy(), self._tick)
             commands, self._pending = self._pending, Commands()
         return commands
 
@@ -163,6 +184,13 @@ class Scheduler:
                 try:
                     if self._turn(in_flight):
                         return
+                except RankFailure as exc:
+                    log.error("rank failure: %s", exc)
+                    if self._on_failure is None:
+                        self._post(self._finish_all(in_flight, "error", f"rank failure: {exc}"[:500]))
+                    else:  # the daemon fails every request with error rank_failure and exits
+                        self._on_failure(str(exc))
+                    return
                 except Exception as exc:  # a bug here must not leave requests waiting forever
                     log.exception("scheduler turn failed")
                     self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
@@ -173,13 +201,18 @@ class Scheduler:
 
     def _turn(self, in_flight: set[int]) -> bool:
         """One turn: take and exchange commands, apply them, step; True when told to stop."""
-        commands = self._exchange(self._take())
-        events = self._apply(commands, in_flight)
-        if commands.stop:
-            self._post(events + self._drain(in_flight))
-            return True
-        if self.engine.busy():
-            events += self._step(in_flight)
+        commands = self._take()
+        self.busy_since = time.monotonic()
+        try:
+            commands = self._exchange(commands)
+            events = self._apply(commands, in_flight)
+            if commands.stop:
+                self._post(events + self._drain(in_flight))
+                return True
+            if self.engine.busy():
+                events += self._step(in_flight)
+        finally:
+            self.busy_since = None
         self._post(events)
         return False
 
@@ -206,6 +239,8 @@ class Scheduler:
         try:
             events = self.engine.step()
         except Exception as exc:
+            if self.engine.ranks > 1:  # the other ranks did not fail the same way: no longer in lockstep
+                raise RankFailure(f"engine step failed: {exc}") from exc
             # step() should contain per-request failures itself; if it did not, we cannot tell which
             # request broke it, so every request of this step fails and its slot is released.
             log.exception("engine step failed; failing %d requests", len(in_flight))
@@ -247,6 +282,11 @@ class Scheduler:
         self._snapshot = snap
 
     def _post(self, events: list[GenEvent]) -> None:
+        if self._loop is None:  # a follower rank: nobody waits for the events; say how requests ended
+            for event in events:
+                if event.finish is not None:
+                    log.info("request %s finished: %s", event.rid, event.finish)
+            return
         if events and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed after the check (shutdown)
                 self._loop.call_soon_threadsafe(self._deliver, events)

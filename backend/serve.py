@@ -3,6 +3,11 @@
 The ready line (``k3-backend ready on tcp://127.0.0.1:PORT``) is printed only once the model is loaded,
 the kernels are compiled and the socket is bound, so whoever starts the daemon (tests, a supervisor) knows
 from one line of stdout that requests will be served, and on which port when it bound port 0.
+
+Under `mlx.launch` (hostfiles/README.md) every rank runs this command: each loads its tensor-parallel shard,
+rank 0 alone binds the ROUTER and prints the ready line, the others follow rank 0's scheduling steps
+(backend/pair.py). When a rank fails, rank 0 ends every open request with ``error`` ``rank_failure`` and
+exits with RANK_FAILURE_EXIT, so a supervisor restarts the pair.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from backend import auth
@@ -23,6 +30,10 @@ from k3lsp import keys
 log = logging.getLogger(__name__)
 
 READY = "k3-backend ready on "
+RANK_FAILURE_EXIT = 3
+FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
+STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first
+STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
 
 
 def add_parser(subparsers) -> None:
@@ -43,6 +54,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
     p.add_argument("--insecure", action="store_true",
                    help="allow a plain (unencrypted, unauthenticated) socket on a non-loopback address")
+    p.add_argument("--rank-timeout", type=float, default=300.0,
+                   help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
+    p.add_argument("--rank-tick", type=float, default=5.0,
+                   help="under mlx.launch: seconds between rank 0's liveness steps while idle")
     p.set_defaults(func=run)
 
 
@@ -71,6 +86,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
     if args.temp < 0 or not 0 <= args.top_p <= 1:
         return "need --temp >= 0 and 0 <= --top-p <= 1"
+    if args.rank_timeout <= 0 or args.rank_tick <= 0:
+        return "--rank-timeout and --rank-tick must be > 0"
     try:  # before the model load, which takes minutes on the real model
         auth.check(args.bind, _security(args))
     except (auth.InsecureBindError, keys.KeyFileError) as exc:
@@ -87,19 +104,60 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     import mlx.core as mx
 
     from backend.engine import Engine, EngineArgs
-    from backend.scheduler import Scheduler
 
+    group = mx.distributed.init()
+    ranks = group if group.size() > 1 else None
+    if ranks is not None:
+        _log_rank(group.rank(), group.size())
     engine_args = EngineArgs(model=args.model, max_tokens=args.max_tokens, temp=args.temp, top_p=args.top_p,
                              prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency)
     try:
         # On this thread, whose mlx streams are cleared at the end (see below), not in an executor thread.
-        engine = Engine(engine_args)
+        engine = Engine(engine_args, group=ranks)
         engine.warmup()
     except Exception as exc:
         log.debug("cannot load %s", args.model, exc_info=True)
         print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
         return 1
-    scheduler = Scheduler(engine)
+    try:
+        if ranks is not None and group.rank() > 0:
+            return _follow(engine, group, args)
+        return await _lead(engine, ranks, args, script)
+    finally:
+        # Every thread that ran mlx must destroy its streams before the process exits, or mlx may abort
+        # at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327).
+        mx.clear_streams()
+
+
+async def _lead(engine, group, args: argparse.Namespace, script: Script) -> int:
+    """Rank 0 (or the only process): the ROUTER, the job table and the scheduler thread."""
+    from backend import pair
+    from backend.scheduler import Scheduler
+
+    loop = asyncio.get_running_loop()
+
+    def fail(message: str) -> None:  # from the engine thread or the watchdog
+        loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"a rank of the pair failed: {message}")
+        _exit_after(FAILURE_GRACE, f"k3-backend serve: a rank of the pair failed: {message}")
+
+    def terminate() -> None:
+        if group is None:
+            daemon.stop()
+            return
+        loop.call_later(STOP_GRACE, daemon.stop)
+        _exit_after(STOP_BOUND, f"k3-backend serve: the pair did not stop within {STOP_BOUND:g} s")
+
+    link = None
+    if group is None:
+        scheduler = Scheduler(engine)
+    else:
+        link = pair.Link(group, engine, args.rank_tick)
+        try:
+            link.connect()
+        except Exception as exc:
+            print(f"k3-backend serve: cannot reach the other ranks: {exc}", file=sys.stderr)
+            return RANK_FAILURE_EXIT
+        scheduler = Scheduler(engine, link.lead, tick=args.rank_tick, on_failure=fail)
     agent_config = AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds,
                                deadline=args.deadline, temp=args.temp, top_p=args.top_p)
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
@@ -110,16 +168,57 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     except Exception as exc:
         print(f"k3-backend serve: cannot bind {args.bind}: {exc}", file=sys.stderr)
         return 1
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, daemon.stop)
+        loop.add_signal_handler(sig, terminate)
     scheduler.start()
+    if link is not None:
+        pair.watch(scheduler, args.rank_timeout, fail)
     print(READY + endpoint, flush=True)
-    try:
-        await daemon.serve()
-    finally:
-        # Every thread that ran mlx must destroy its streams before the process exits, or mlx may abort
-        # at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327).
-        mx.clear_streams()
+    await daemon.serve()
+    if daemon.failure is not None:
+        _exit_now(f"k3-backend serve: {daemon.failure[1]}; exiting for the supervisor to restart the pair")
+    if link is not None:
+        link.close()
     log.info("stopped")
     return 0
+
+
+def _follow(engine, group, args: argparse.Namespace) -> int:
+    """A follower rank: run rank 0's steps until it says stop (exit 0) or the pair fails (exit non-zero)."""
+    from backend import pair
+    from backend.scheduler import Scheduler
+
+    failed: list[str] = []
+    link = pair.Link(group, engine, args.rank_tick)
+    try:
+        link.connect()
+        Scheduler(engine, link.follow, leader=False, on_failure=failed.append).follow()
+    except Exception as exc:
+        failed.append(str(exc))
+    if failed:
+        _exit_now(f"k3-backend serve: rank {group.rank()}: {failed[0]}")
+    link.close()
+    log.info("stopped")
+    return 0
+
+
+def _exit_now(message: str) -> None:
+    """End a process whose pair is broken: a thread may be stuck in a collective that never returns, and
+    mlx's teardown must not wait for it."""
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(RANK_FAILURE_EXIT)
+
+
+def _exit_after(seconds: float, message: str) -> None:
+    """`_exit_now` in `seconds` unless the process has ended by then."""
+    timer = threading.Timer(seconds, _exit_now, (message,))
+    timer.daemon = True
+    timer.start()
+
+
+def _log_rank(rank: int, size: int) -> None:
+    """Prefix every log line with the rank: `mlx.launch` merges the ranks' output."""
+    fmt = logging.Formatter(f"%(asctime)s [rank {rank}/{size}] %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(fmt)
