@@ -1,0 +1,46 @@
+"""Running `k3lsp` subcommands as real processes for the batch and status tests, and reading their results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from k3lsp.cache import FILE_NAME, ResultCache
+
+TIMEOUT = 180
+
+
+def k3lsp_env(cache: Path) -> dict[str, str]:
+    """The test process's environment with a private result cache."""
+    return os.environ | {"K3LSP_CACHE_DIR": str(cache)}
+
+
+def k3lsp(*args: str, cache: Path, cwd: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """`python -m k3lsp.cli ARGS` to completion (bounded), output captured as text."""
+    cmd = [sys.executable, "-m", "k3lsp.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=k3lsp_env(cache), cwd=cwd)
+
+
+def start_k3lsp(*args: str, cache: Path, cwd: Path) -> subprocess.Popen:
+    """The same, started in the background (the caller ends it by PID)."""
+    cmd = [sys.executable, "-m", "k3lsp.cli", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=k3lsp_env(cache), cwd=cwd)
+
+
+def stats(result: subprocess.CompletedProcess | str) -> dict:
+    """The `stats` of a `--format json` run."""
+    out = result if isinstance(result, str) else result.stdout
+    return json.loads(out)["stats"]
+
+
+def cached_units(cache: Path) -> int:
+    """How many unit results the cache directory holds (every model id)."""
+    store = ResultCache(cache / FILE_NAME)
+    try:
+        return store.stats()["entries"]
+    finally:
+        store.close()
