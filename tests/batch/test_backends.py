@@ -1,0 +1,62 @@
+"""Several `--endpoint`s: the units of one audit are spread over real daemons through a shared queue, and a
+daemon that dies mid-run has its units finished by the others, with a clear message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from backend.launch import stop
+from tests.batch import corpus
+from tests.batch.test_resume import daemon_requests
+from tests.support.batch import cached_units, k3lsp, start_k3lsp
+from tests.support.daemon import serving
+
+FILES = 8
+
+
+def test_two_backends_share_the_work(slow_pair, tmp_path):
+    a, b = slow_pair
+    corpus.slow_tree(tmp_path, FILES)
+    before = [asyncio.run(daemon_requests(d.endpoint)) for d in (a, b)]
+    result = k3lsp("audit", "slow", "--endpoint", a.endpoint, "--endpoint", b.endpoint, "--jobs", "1", "--json",
+                   cache=tmp_path / "c", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)["stats"]
+    shares = stats["backends"]
+    assert set(shares) == {a.endpoint, b.endpoint} and all(n > 0 for n in shares.values())
+    assert sum(shares.values()) == stats["audited"] == FILES
+    after = [asyncio.run(daemon_requests(d.endpoint)) for d in (a, b)]
+    on_daemons = [x - y for x, y in zip(after, before, strict=True)]
+    assert on_daemons == [shares[a.endpoint], shares[b.endpoint]]  # each daemon saw exactly its share
+
+    text = k3lsp("audit", "slow", "--endpoint", a.endpoint, "--endpoint", b.endpoint, cache=tmp_path / "c2",
+                 cwd=tmp_path)  # fmt: skip
+    assert f"audited on {a.endpoint}: " in text.stdout and f"{b.endpoint}: " in text.stdout
+
+
+def test_a_backend_dying_mid_run_has_its_units_finished_by_the_other(slow_pair, tiny_model, tmp_path):
+    survivor = slow_pair[0]
+    corpus.slow_tree(tmp_path, FILES)
+    cache = tmp_path / "c"
+    with serving(tiny_model, script=corpus.SLOW_SCRIPT) as doomed:
+        proc = start_k3lsp("audit", "slow", "--endpoint", doomed.endpoint, "--endpoint", survivor.endpoint,
+                           "--jobs", "1", "--json", cache=cache, cwd=tmp_path)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while cached_units(cache) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert proc.poll() is None, "the run finished before a backend could fail"
+            stop(doomed.proc)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, err
+    assert f"warning: k3 audit backend at {doomed.endpoint}" in err and f"its units go to {survivor.endpoint}" in err
+    body = json.loads(out)
+    assert body["errors"] == [] and len(body["warnings"]) == 1
+    assert body["stats"]["audited"] == FILES and sum(body["stats"]["backends"].values()) == FILES
+    assert cached_units(cache) == FILES
