@@ -1,0 +1,73 @@
+"""A rank of the pair dies: the editors get `error` `rank_failure` at once and rank 0 exits non-zero
+(so the supervisor restarts the pair) instead of everyone waiting on a collective that never completes."""
+
+import asyncio
+import os
+import re
+import signal
+import time
+
+from tests.pair.test_serve_pair import script_args
+from tests.support.daemon import Wire, audit_fields
+from tests.support.pair import launched, wait_gone
+
+BOUND = 20.0  # seconds the client may wait for the error after rank 1 died
+
+
+async def test_killing_rank_1_fails_open_requests_and_rank_0_exits(tiny_model, tmp_path):
+    with launched(["--model", str(tiny_model), *script_args(tmp_path)]) as pair:
+        pids = pair.rank_pids()
+        async with Wire(pair.endpoint, timeout=120) as wire:
+            await wire.send("audit", "long", **audit_fields("long"))
+            for _ in range(200):  # generating
+                if (await wire.ask("status", "st"))["status"]["batch_size"] == 1:
+                    break
+                await asyncio.sleep(0.1)
+            killed = time.monotonic()
+            os.kill(pids[1], signal.SIGKILL)
+            msgs = await wire.finish("long")
+            waited = time.monotonic() - killed
+        assert msgs[-1]["kind"] == "error" and msgs[-1]["code"] == "rank_failure", msgs[-1]
+        assert waited < BOUND
+        assert wait_gone([pids[0]], 30), "rank 0 is still running"
+        pair.launcher.wait(30)
+        log = pair.log_text()
+    assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
+
+
+async def test_rank_1_dying_while_idle_ends_rank_0(tiny_model, tmp_path):
+    """No request is open: rank 0 finds the dead peer (liveness tick or the launcher's SIGTERM) and exits 3."""
+    with launched(["--model", str(tiny_model), *script_args(tmp_path)]) as pair:
+        pids = pair.rank_pids()
+        os.kill(pids[1], signal.SIGKILL)
+        assert wait_gone([pids[0]], 30), "rank 0 is still running"
+        pair.launcher.wait(30)
+        log = pair.log_text()
+    assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
+
+
+async def test_hung_rank_is_caught_by_the_watchdog(tiny_model, tmp_path):
+    """Rank 1 stops answering without closing its sockets (SIGSTOP): no collective errors, only the
+    watchdog (--rank-timeout) can end the step; the client gets rank_failure and rank 0 exits 3."""
+    with launched(["--model", str(tiny_model), *script_args(tmp_path), "--rank-timeout", "3"]) as pair:
+        pids = pair.rank_pids()
+        try:
+            async with Wire(pair.endpoint, timeout=120) as wire:
+                await wire.send("audit", "long", **audit_fields("long"))
+                for _ in range(200):
+                    if (await wire.ask("status", "st"))["status"]["batch_size"] == 1:
+                        break
+                    await asyncio.sleep(0.1)
+                os.kill(pids[1], signal.SIGSTOP)
+                stopped = time.monotonic()
+                msgs = await wire.finish("long")
+                waited = time.monotonic() - stopped
+            assert msgs[-1]["kind"] == "error" and msgs[-1]["code"] == "rank_failure", msgs[-1]
+            assert "did not complete on all ranks within 3 s" in msgs[-1]["message"]
+            assert waited < BOUND
+            assert wait_gone([pids[0]], 30), "rank 0 is still running"
+        finally:
+            os.kill(pids[1], signal.SIGKILL)  # the launcher waits for the stopped rank it was told to end
+        pair.launcher.wait(30)
+        log = pair.log_text()
+    assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
