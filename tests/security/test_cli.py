@@ -4,6 +4,7 @@ and `k3lsp status`/`audit` with key flags against the real CURVE daemon."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -15,9 +16,9 @@ from tests.support.daemon import REPO
 TIMEOUT = 120
 
 
-def run(*args: str, module: str = "k3lsp.cli") -> subprocess.CompletedProcess:
+def run(*args: str, module: str = "k3lsp.cli", env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=TIMEOUT)
+                          timeout=TIMEOUT, env=os.environ | (env or {}))
 
 
 def test_keys_init_makes_private_pairs_and_says_what_goes_where(tmp_path):
@@ -82,19 +83,11 @@ def test_status_with_keys_works_and_a_refused_key_is_named(curve_daemon, keyring
 def test_batch_audit_with_keys(curve_daemon, keyring, tmp_path):
     src = tmp_path / "ok.c"
     src.write_text("int ok(int n)\n{\n\treturn n;\n}\n")
-    env_cache = {"K3LSP_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "k3lsp.cli", "audit", str(src), "--json", "--endpoint", curve_daemon.endpoint,
-           "--server-key", str(keyring.server_public)]
-    good = subprocess.run([*cmd, "--client-key", str(keyring.clients["alice"][1])], capture_output=True,
-                          text=True, cwd=REPO, timeout=TIMEOUT, env=_env(env_cache))
+    env = {"K3LSP_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["audit", str(src), "--json", "--endpoint", curve_daemon.endpoint,
+            "--server-key", str(keyring.server_public)]
+    good = run(*args, "--client-key", str(keyring.clients["alice"][1]), env=env)
     assert good.returncode == 0, good.stderr + good.stdout
-    bad = subprocess.run([*cmd, "--client-key", str(keyring.clients["mallory"][1])], capture_output=True,
-                         text=True, cwd=REPO, timeout=TIMEOUT, env=_env(env_cache))
+    bad = run(*args, "--client-key", str(keyring.clients["mallory"][1]), env=env)
     assert bad.returncode == 2
     assert "refused this client's key" in bad.stdout + bad.stderr
-
-
-def _env(extra: dict) -> dict:
-    import os
-
-    return os.environ | extra
