@@ -1,6 +1,6 @@
 """CurveZMQ end to end on loopback: backend.auth on a real ROUTER, k3lsp.client with keys, each refusal named.
 
-The daemon's own socket uses the same ``secure_router``; tests/backend covers it with the real daemon.
+The daemon's own socket uses the same ``secure_router``; tests/security covers it with the real daemon process.
 """
 
 import asyncio
