@@ -1,0 +1,40 @@
+"""`k3lsp status` with one and with several `--endpoint`s against real daemons: a table with a column per
+daemon, or JSON; a daemon that does not answer is named and makes the exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+from tests.batch.test_exit import free_port
+from tests.support.batch import k3lsp
+
+FIGURES = ("model", "experts", "ranks", "queued", "tokens/s", "loop rate", "ended on stop token")
+
+
+def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
+    result = k3lsp("status", "--endpoint", slow_pair[0].endpoint, "--json", cache=tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["endpoint"] == slow_pair[0].endpoint
+    assert body["welcome"]["model"] == body["status"]["model"]
+    for key in ("experts", "ranks", "queued", "tokens_per_s", "loop_rate", "stop_rate"):
+        assert key in body["status"], key
+
+
+def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair, tmp_path):
+    a, b = slow_pair
+    table = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", b.endpoint, cache=tmp_path, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    header = next(line for line in table.stdout.splitlines() if a.endpoint in line)
+    assert b.endpoint in header
+    for figure in FIGURES:
+        assert any(line.lstrip("│ ").startswith(figure) for line in table.stdout.splitlines()), figure
+
+    down = f"tcp://127.0.0.1:{free_port()}"
+    mixed = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", down, "--json", "--timeout", "2",
+                  cache=tmp_path, cwd=tmp_path)  # fmt: skip
+    assert mixed.returncode == 2
+    assert f"{down} is not reachable" in mixed.stderr
+    first, second = json.loads(mixed.stdout)
+    assert first["endpoint"] == a.endpoint and first["status"]["experts"] == first["welcome"]["experts"]
+    assert second["endpoint"] == down and second["status"] is None and "not reachable" in second["error"]
