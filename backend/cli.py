@@ -4,10 +4,10 @@
 import argparse
 import sys
 
-from backend import demo, keys, serve, tiny
+from backend import demo, doctor, keys, serve, tiny
 from backend.fidelity import cli as fidelity
 
-COMMANDS = {"make-tiny": tiny, "serve": serve, "demo": demo, "fidelity": fidelity, "keys": keys}
+COMMANDS = {"make-tiny": tiny, "serve": serve, "demo": demo, "fidelity": fidelity, "keys": keys, "doctor": doctor}
 
 
 def main(argv: list[str] | None = None) -> int:

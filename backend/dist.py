@@ -7,22 +7,26 @@ bytes, the other ranks contributing zeros), as `mlx_lm.server` does: ring, jaccl
 `rank0_host` is the address rank 0 is reached at by its peers, from what `mlx.launch` put in the
 environment; side channels (the scheduler's wake-up socket) bind there and nowhere else.
 
-`deadline` is a watchdog for calls that may block forever: a ring collective whose peer never started
-or hangs does not time out on its own (and spins a core while it waits), so the only bounded way out
-is to print why and end the process.
+`gather` is the converse (every rank's object on every rank), for `doctor`'s per-rank reports.
+
+`deadline` is a watchdog for calls that may block forever: a ring init or collective whose peer never
+started or hangs does not time out on its own, so the only bounded way out is to print why and end the
+process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pickle
+import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import mlx.core as mx
+import numpy as np
 
 
 def share(obj, group: mx.distributed.Group):
@@ -54,19 +58,45 @@ def rank0_host(env: dict[str, str] | None = None) -> str:
     return "127.0.0.1"
 
 
+def gather(obj, group: mx.distributed.Group) -> list:
+    """Every rank's `obj`, in rank order, on every rank: sizes, then the pickled bytes in per-rank slots,
+    each with one `all_sum` (the other slots are zeros)."""
+    if group.size() == 1:
+        return [obj]
+    data = pickle.dumps(obj)
+    sizes = np.zeros(group.size(), dtype=np.int32)
+    sizes[group.rank()] = len(data)
+    sizes = np.array(mx.distributed.all_sum(mx.array(sizes), group=group, stream=mx.cpu)).tolist()
+    offsets = np.cumsum([0, *sizes]).tolist()
+    buf = np.zeros(offsets[-1], dtype=np.uint8)
+    buf[offsets[group.rank()]:offsets[group.rank() + 1]] = np.frombuffer(data, dtype=np.uint8)
+    total = bytes(np.array(mx.distributed.all_sum(mx.array(buf), group=group, stream=mx.cpu)))
+    return [pickle.loads(total[a:b]) for a, b in itertools.pairwise(offsets)]
+
+
+_WATCHDOG = """
+import os, sys, time
+time.sleep(float(sys.argv[1]))
+try:
+    os.kill(int(sys.argv[2]), 0)
+except OSError:
+    sys.exit(0)
+print(sys.argv[3], file=sys.stderr, flush=True)
+os.kill(int(sys.argv[2]), 9)
+"""
+
+
 @contextlib.contextmanager
-def deadline(seconds: float, message: str, code: int = 1) -> Iterator[None]:
-    """Run the block; if it has not finished after `seconds`, print `message` and end the process with `code`."""
-    done = threading.Event()
+def deadline(seconds: float, message: str) -> Iterator[None]:
+    """Run the block; if it has not finished after `seconds`, print `message` and kill this process.
 
-    def watch() -> None:
-        if not done.wait(seconds):
-            print(message, file=sys.stderr, flush=True)
-            os._exit(code)
-
-    watcher = threading.Thread(target=watch, name="deadline", daemon=True)
-    watcher.start()
+    The watchdog is a separate process, not a thread: `mx.distributed.init()` holds the GIL while a ring
+    init waits for a missing peer, so no Python thread of ours would ever run.
+    """
+    watcher = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(seconds), str(os.getpid()), message],
+                               stdin=subprocess.DEVNULL)
     try:
         yield
     finally:
-        done.set()
+        watcher.kill()
+        watcher.wait()

@@ -1,0 +1,184 @@
+"""`k3-backend doctor`: find a misconfigured pair in seconds, before a 10-minute load of 375 GB per Mac.
+
+Run it under the same `mlx.launch` command as `serve` (or alone, as one rank). Every rank:
+
+1. connects (bounded: a rank that never starts, or a hostfile naming a dead address, makes `mx.distributed.init`
+   wait forever, so a watchdog prints why and ends the process after `--timeout` seconds);
+2. says who it is (rank, host, pid, memory), gathered on every rank;
+3. times `all_sum` of a scalar (latency) and of 8 and 64 MB (bandwidth) between the ranks;
+4. builds the tiny checkpoint in a temp dir and compares its tensor-parallel logits with the unsharded
+   logits it computes itself: the sharding code path works on this install and this link;
+5. with `--model`, checks the checkpoint is on every rank and its weights / ranks (plus headroom) fit.
+
+Rank 0 prints the tables; every rank exits 1 if any check failed on any rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1 << 30
+MAX_LOGIT_DIFF = 1e-3  # measured: 3e-6 on the tiny checkpoint (notes/mlx-research.md §3)
+HEADROOM = 0.10  # of the weights per rank: KV and prompt caches, prefill activations
+OS_RESERVE = 16 * GIB  # memory left to macOS and everything else on a Mac
+PROMPT = [1, 5, 9, 42, 77, 100, 3, 8, 250, 17, 64, 2]
+
+
+@dataclass
+class Check:
+    name: str
+    rank: str  # "all" or the rank it ran on
+    result: str
+    ok: bool
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("doctor", help="check the ranks, the link and the memory before serving")
+    p.add_argument("--model", help="checkpoint directory to check for size and presence on every rank (not loaded)")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds for every rank to connect")
+    p.add_argument("--check-timeout", type=float, default=180.0,
+                   help="seconds for all checks once connected (a cold mlx kernel cache costs ~20 s)")
+    p.add_argument("--bandwidth-mb", type=int, nargs="+", default=[8, 64], help="all_sum sizes to time (MB)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import mlx.core as mx
+
+    from backend import dist
+
+    if args.timeout <= 0 or args.check_timeout <= 0 or min(args.bandwidth_mb) < 1:
+        print("k3-backend doctor: --timeout, --check-timeout and --bandwidth-mb must be positive", file=sys.stderr)
+        return 2
+    rank = os.environ.get("MLX_RANK", "0")
+    with dist.deadline(args.timeout, f"k3-backend doctor: rank {rank} ({socket.gethostname()}): the ranks did not "
+                       f"all connect within {args.timeout:g} s. Is every rank started, and does the hostfile name "
+                       "the right IPs and free ports?"):
+        group = mx.distributed.init()
+        hosts = dist.gather(host_info(group.rank()), group)  # the first collective: every rank answered
+    with dist.deadline(args.check_timeout, f"k3-backend doctor: rank {group.rank()}: the checks did not finish "
+                       f"within {args.check_timeout:g} s: a rank stopped answering or the link is very slow"):
+        checks = [Check("ranks answer", "all", f"{len(hosts)} of {group.size()}", len(hosts) == group.size())]
+        checks += link_checks(group, args.bandwidth_mb)
+        checks += [c for per_rank in dist.gather(local_checks(group, args.model), group) for c in per_rank]
+    ok = all(c.ok for c in checks)
+    if group.rank() == 0:
+        render(hosts, checks, ok)
+    return 0 if ok else 1
+
+
+def host_info(rank: int) -> dict:
+    total, available = memory()
+    return {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "total": total, "available": available}
+
+
+def memory() -> tuple[int, int | None]:
+    """(physical memory, available memory or None) in bytes, without psutil: sysconf, /proc/meminfo on Linux."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return total, int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total, None
+
+
+def link_checks(group, sizes_mb: list[int]) -> list[Check]:
+    """all_sum latency (scalar) and bandwidth (each size), as seen from rank 0's clock; the same on all ranks."""
+    import mlx.core as mx
+
+    if group.size() == 1:
+        return [Check("all_sum", "all", "one rank: no link to measure", True)]
+
+    def timed(x, n: int) -> float:
+        mx.eval(mx.distributed.all_sum(x, group=group, stream=mx.cpu))  # warm-up (and wait for every rank)
+        tic = time.perf_counter()
+        for _ in range(n):
+            mx.eval(mx.distributed.all_sum(x, group=group, stream=mx.cpu))
+        return (time.perf_counter() - tic) / n
+
+    latency = timed(mx.array(1.0), 200)
+    checks = [Check("all_sum latency", "all", f"{latency * 1e6:.0f} us (scalar, mean of 200)", True)]
+    for mb in sizes_mb:
+        x = mx.zeros(mb * (1 << 20) // 4, dtype=mx.float32)
+        seconds = timed(x, 5)
+        checks.append(Check(f"all_sum {mb} MB", "all", f"{mb / 1024 / seconds:.2f} GB/s ({seconds * 1e3:.1f} ms)",
+                            True))
+    return checks
+
+
+def local_checks(group, model: str | None) -> list[Check]:
+    """This rank's checks: sharded vs unsharded logits on the tiny checkpoint, and the model's fit."""
+    rank = str(group.rank())
+    try:
+        diff = logits_diff(group)
+        result = f"max |diff| {diff:.2e}" if group.size() > 1 else "one rank: the unsharded model runs"
+        checks = [Check("sharded logits = unsharded", rank, result, diff <= MAX_LOGIT_DIFF)]
+    except Exception as exc:  # the other ranks run the same code with the same sizes: they fail alike
+        checks = [Check("sharded logits = unsharded", rank, f"{type(exc).__name__}: {exc}"[:300], False)]
+    if model is not None:
+        checks.append(fit_check(Path(model), group.size(), rank))
+    return checks
+
+
+def logits_diff(group) -> float:
+    """Max |logits| difference between the tiny checkpoint sharded over `group` and loaded whole."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.utils import sharded_load
+
+    from backend.tiny import make_tiny
+
+    with tempfile.TemporaryDirectory(prefix="k3-doctor-") as tmp:
+        path = str(make_tiny(Path(tmp) / "tiny"))
+        whole, _ = load(path)
+        reference = whole(mx.array([PROMPT]))
+        mx.eval(reference)
+        if group.size() == 1:
+            return 0.0
+        sharded, _ = sharded_load(path, tensor_group=group)
+        logits = sharded(mx.array([PROMPT]))
+        return float(mx.max(mx.abs(logits - reference)).item())
+
+
+def fit_check(model: Path, ranks: int, rank: str) -> Check:
+    """Whether this rank holds the checkpoint and has memory for its share of the weights plus headroom."""
+    files = sorted(model.glob("*.safetensors"))
+    if not files:
+        return Check("model fits", rank, f"no *.safetensors in {model} on {socket.gethostname()}", False)
+    weights = sum(f.stat().st_size for f in files)
+    need = weights / ranks * (1 + HEADROOM)
+    total, _ = memory()
+    budget = total - OS_RESERVE if total > 2 * OS_RESERVE else total
+    result = (f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} = {need / GIB:.1f} GiB"
+              f" of {budget / GIB:.1f} GiB usable")
+    return Check("model fits", rank, result, need <= budget)
+
+
+def render(hosts: list[dict], checks: list[Check], ok: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    ranks = Table(title="ranks")
+    for column in ("rank", "host", "pid", "memory", "available"):
+        ranks.add_column(column)
+    for h in hosts:
+        available = f"{h['available'] / GIB:.1f} GiB" if h["available"] is not None else "n/a"
+        ranks.add_row(str(h["rank"]), h["host"], str(h["pid"]), f"{h['total'] / GIB:.1f} GiB", available)
+    table = Table(title="checks")
+    for column in ("check", "rank", "result", "ok"):
+        table.add_column(column)
+    for c in checks:
+        table.add_row(c.name, c.rank, c.result, "[green]ok[/]" if c.ok else "[red]FAIL[/]")
+    console = Console(width=120)
+    console.print(ranks)
+    console.print(table)
+    console.print("doctor: all checks passed" if ok else "doctor: FAILED (see the checks above)")
