@@ -1,0 +1,42 @@
+"""`k3-backend doctor` under a real `mlx.launch` on the local pair, and with a rank that never starts."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.support.pair import REPO, free_port_block, launch_command
+
+
+def run(cmd: list[str], env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, env=env or dict(os.environ), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_doctor_passes_on_the_local_pair(tiny_model):
+    done = run(launch_command(["doctor", "--model", str(tiny_model)]))
+    out = done.stdout
+    assert "doctor: all checks passed" in out, out + done.stderr[-3000:]
+    assert "exited with code" not in done.stderr and "was killed" not in done.stderr, done.stderr[-3000:]
+    assert "2 of 2" in out and "all_sum latency" in out and "all_sum 64 MB" in out
+    assert out.count("max |diff|") == 2  # both ranks compared their sharded logits
+
+
+def test_doctor_fails_clearly_when_a_rank_never_starts(tmp_path):
+    hostfile = tmp_path / "ring.json"
+    first = free_port_block(2)
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
+    env = os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": "0"}  # rank 1 is never started
+    tic = time.monotonic()
+    done = run([sys.executable, "-m", "backend.cli", "doctor", "--timeout", "3"], env=env, timeout=60)
+    assert done.returncode != 0
+    assert time.monotonic() - tic < 30
+    assert "rank 0" in done.stderr and "did not all connect within 3 s" in done.stderr, done.stderr[-2000:]
+    assert "hostfile" in done.stderr
+
+
+def test_doctor_fails_when_the_model_is_missing(tmp_path):
+    done = run([sys.executable, "-m", "backend.cli", "doctor", "--model", str(tmp_path / "absent")])
+    assert done.returncode == 1
+    assert "no *.safetensors" in done.stdout and "FAIL" in done.stdout and "doctor: FAILED" in done.stdout
