@@ -7,14 +7,16 @@ another runs, and keep idle ranks off the CPU.
 
 import asyncio
 import json
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.support.daemon import Wire, audit_fields, serving
 from tests.support.kimi import finding
-from tests.support.pair import Pair, launched
+from tests.support.pair import Pair, launched, wait_gone
 
 # Long, varied text (no short period for the loop guard): a scripted generation that takes many steps.
 LONG = " ".join(f"v{i} = a[{i}] + {i * 7 % 13};" for i in range(300))
@@ -123,3 +125,15 @@ async def test_idle_ranks_do_not_spin(pair):
     await asyncio.sleep(3)  # three liveness ticks (--rank-tick 1)
     used = {r: cpu_ticks(p) - before[r] for r, p in pids.items()}
     assert all(ticks <= 30 for ticks in used.values()), used  # a spinning rank would use ~300 ticks
+
+
+def test_sigterm_to_rank_0_stops_both_ranks_cleanly(tiny_model, tmp_path):
+    """A normal stop is one more step: rank 0 shares `stop`, every rank drains and exits 0."""
+    with launched(["--model", str(tiny_model), *script_args(tmp_path)]) as p:
+        pids = p.rank_pids()
+        os.kill(pids[0], signal.SIGTERM)
+        assert wait_gone(list(pids.values()), 60), "a rank is still running"
+        p.launcher.wait(30)
+        log = p.log_text()
+    assert "exited with code" not in log and "was killed" not in log, log[-3000:]
+    assert "[rank 1/2] INFO backend.serve: stopped" in log and "[rank 0/2] INFO backend.serve: stopped" in log
