@@ -225,6 +225,8 @@ class _Run:
         self.live = set(auditors)
         if self.pending == 0:
             return
+        if self.on_progress is not None:
+            self.on_progress(0, self.total)
         workers = [asyncio.ensure_future(self._worker(e, a)) for e, a in auditors.items() for _ in range(jobs)]
         waits = [asyncio.ensure_future(self.finished.wait()), asyncio.ensure_future(stop.wait())]
         try:
