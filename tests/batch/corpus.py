@@ -25,7 +25,7 @@ struct pkt {
 /* Copies a header out of the receive buffer. */
 static int parse_header(struct pkt *p, const char *in, int n)
 {
-\tmemcpy(p->data, in, n);
+\tmemcpy(p->data, in, n); /* größe ≠ 😀 */
 \tp->len = n;
 \treturn 0;
 }
@@ -105,6 +105,11 @@ def line_of(text: str, needle: str) -> int:
     hits = [i for i, line in enumerate(text.split("\n"), 1) if needle in line]
     assert len(hits) == 1, (needle, hits)
     return hits[0]
+
+
+def end_column(text: str, line: int) -> int:
+    """SARIF's exclusive end column of a whole line, in UTF-16 code units (the emoji above counts 2)."""
+    return len(text.split("\n")[line - 1].encode("utf-16-le")) // 2 + 1
 
 
 # --- units that take a fixed time --------------------------------------------------------------------------

@@ -57,15 +57,16 @@ def test_sarif_is_schema_valid_with_rules_per_cwe_and_results_on_the_right_lines
     index = corpus.line_of(corpus.PARSE_C, "return table[i]")
     decl = corpus.line_of(corpus.PROTO_H, "int v;")
     # Regions as the editor's diagnostics: from the first non-blank character (after the tab: column 2)
-    # to the end of the last line, end column exclusive.
+    # to the end of the last line, end column exclusive, in UTF-16 code units.
+    assert corpus.end_column(corpus.PARSE_C, memcpy) == len(corpus.PARSE_C.split("\n")[memcpy - 1]) + 2  # 😀
+    def region(text: str, first: int, last: int) -> dict:
+        return {"startLine": first, "startColumn": 2, "endLine": last, "endColumn": corpus.end_column(text, last)}
+
     assert got == [
-        ("src/net/parse.c", "CWE-787", "error",
-         {"startLine": memcpy, "startColumn": 2, "endLine": memcpy, "endColumn": len("\tmemcpy(p->data, in, n);") + 1}),
-        ("src/net/parse.c", "CWE-125", "warning",
-         {"startLine": index, "startColumn": 2, "endLine": index, "endColumn": len("\treturn table[i];") + 1}),
-        ("src/net/proto.h", "CWE-457", "note",
-         {"startLine": decl, "startColumn": 2, "endLine": decl + 1, "endColumn": len("\treturn v;") + 1}),
-    ]  # fmt: skip
+        ("src/net/parse.c", "CWE-787", "error", region(corpus.PARSE_C, memcpy, memcpy)),
+        ("src/net/parse.c", "CWE-125", "warning", region(corpus.PARSE_C, index, index)),
+        ("src/net/proto.h", "CWE-457", "note", region(corpus.PROTO_H, decl, decl + 1)),
+    ]
 
 
 def test_traces_are_code_flows_fixes_are_replacements_and_fingerprints_match_the_json(audited):
@@ -85,9 +86,8 @@ def test_traces_are_code_flows_fixes_are_replacements_and_fingerprints_match_the
     assert change["artifactLocation"]["uri"] == "src/net/parse.c"
     (replacement,) = change["replacements"]
     assert replacement["insertedContent"]["text"] == corpus.FIX_TEXT
-    assert replacement["deletedRegion"] == {
-        "startLine": memcpy, "startColumn": 1, "endLine": memcpy, "endColumn": len("\tmemcpy(p->data, in, n);") + 1,
-    }  # fmt: skip
+    whole_line = {"startLine": memcpy, "startColumn": 1, "endLine": memcpy}
+    assert replacement["deletedRegion"] == whole_line | {"endColumn": corpus.end_column(corpus.PARSE_C, memcpy)}
     assert all("fixes" not in r for r in results[1:])
     assert memcpy_result["properties"]["confidence"] == 0.9
 
