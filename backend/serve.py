@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -103,9 +104,16 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
     import mlx.core as mx
 
+    from backend import dist
     from backend.engine import Engine, EngineArgs
 
-    group = mx.distributed.init()
+    rank = os.environ.get("MLX_RANK")
+    # Under mlx.launch, init waits for every rank: one that never starts would block it forever.
+    bounded = contextlib.nullcontext() if rank is None else dist.deadline(
+        args.rank_timeout, f"k3-backend serve: rank {rank}: the ranks did not all connect within "
+        f"{args.rank_timeout:g} s (run k3-backend doctor under the same launch command)")
+    with bounded:
+        group = mx.distributed.init()
     ranks = group if group.size() > 1 else None
     if ranks is not None:
         _log_rank(group.rank(), group.size())

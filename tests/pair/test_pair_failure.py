@@ -2,14 +2,17 @@
 (so the supervisor restarts the pair) instead of everyone waiting on a collective that never completes."""
 
 import asyncio
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 from tests.pair.test_serve_pair import script_args
 from tests.support.daemon import Wire, audit_fields
-from tests.support.pair import launched, wait_gone
+from tests.support.pair import REPO, free_port_block, launched, wait_gone
 
 BOUND = 20.0  # seconds the client may wait for the error after rank 1 died
 
@@ -71,3 +74,18 @@ async def test_hung_rank_is_caught_by_the_watchdog(tiny_model, tmp_path):
         pair.launcher.wait(30)
         log = pair.log_text()
     assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
+
+
+def test_serve_with_a_rank_that_never_starts_exits(tiny_model, tmp_path):
+    """Init would wait forever for the missing rank: serve gives up after --rank-timeout, saying why."""
+    first = free_port_block(2)
+    hostfile = tmp_path / "ring.json"
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
+    env = os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": "0"}  # rank 1 is never started
+    tic = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model),
+                           "--bind", "tcp://127.0.0.1:0", "--rank-timeout", "3"], cwd=REPO, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "ready" not in done.stdout
+    assert time.monotonic() - tic < 30
+    assert "rank 0: the ranks did not all connect within 3 s" in done.stderr, done.stderr[-2000:]
