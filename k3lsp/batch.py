@@ -95,7 +95,7 @@ class BatchReport:
     errors: list[str] = field(default_factory=list)  # something was not audited: exit status 2
     warnings: list[str] = field(default_factory=list)  # worth knowing, nothing lost (a backend left mid-run)
     counters: Counters = field(default_factory=Counters)
-    by_backend: dict[str, int] = field(default_factory=dict)  # endpoint -> units audited there (not cached)
+    by_backend: dict[str, int] = field(default_factory=dict)  # endpoint -> units audited there (not cached), in order
     interrupted: bool = False
 
     def exit_status(self) -> int:
@@ -191,6 +191,7 @@ async def audit_paths(
         e: Auditor(replace(options, endpoint=e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
         for e in dict.fromkeys(endpoints or [options.endpoint])
     }
+    report.by_backend = dict.fromkeys(auditors, 0)
     run = _Run(report, options, baseline, work, on_progress)
     try:
         await run.execute(auditors, jobs, stop or asyncio.Event())
@@ -280,7 +281,7 @@ class _Run:
             async for result in results:
                 got = True
                 if not result.cached:
-                    self.report.by_backend[endpoint] = self.report.by_backend.get(endpoint, 0) + 1
+                    self.report.by_backend[endpoint] += 1
                 accepted = findings.accept(result.findings, unit)
                 for f in findings.at_least(accepted, self.options.min_severity):
                     reported = _reported(source, f, unit, self.baseline)
@@ -358,7 +359,7 @@ def print_text(report: BatchReport, out: TextIO = sys.stdout) -> None:
         print(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}", file=out)
     line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
     if len(report.by_backend) > 1:
-        line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in sorted(report.by_backend.items()))
+        line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in report.by_backend.items())
     print(line, file=out)
 
 

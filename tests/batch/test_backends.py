@@ -11,7 +11,7 @@ from backend.launch import stop
 from tests.batch import corpus
 from tests.batch.test_resume import daemon_requests
 from tests.support.batch import cached_units, k3lsp, start_k3lsp
-from tests.support.daemon import serving
+from tests.support.daemon import Wire, serving
 
 FILES = 8
 
@@ -60,3 +60,19 @@ def test_a_backend_dying_mid_run_has_its_units_finished_by_the_other(slow_pair, 
     assert body["errors"] == [] and len(body["warnings"]) == 1
     assert body["stats"]["audited"] == FILES and sum(body["stats"]["backends"].values()) == FILES
     assert cached_units(cache) == FILES
+
+
+async def daemon_status(endpoint: str) -> dict:
+    async with Wire(endpoint, timeout=10) as wire:
+        return (await wire.ask("status", "s"))["status"]
+
+
+def test_jobs_bounds_the_units_in_flight_on_each_backend(tiny_model, tmp_path):
+    corpus.slow_tree(tmp_path, 6)
+    with serving(tiny_model, script=corpus.SLOW_SCRIPT) as daemon:  # fresh: its batch peak is this run's
+        result = k3lsp("audit", "slow", "--endpoint", daemon.endpoint, "--jobs", "2", "--json", cache=tmp_path / "c",
+                       cwd=tmp_path)  # fmt: skip
+        status = asyncio.run(daemon_status(daemon.endpoint))
+    assert result.returncode == 0, result.stderr
+    assert status["requests"] == 6
+    assert 1 <= status["batch_size_peak"] <= 2  # the default (4) or no bound would batch more of the 6
