@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from tests.lsp import scripted
+from tests.support.batch import k3lsp
 from tests.support.daemon import serving
-
-TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +20,7 @@ def daemon(tiny_model):
 
 
 def k3lsp_audit(*args: str, cache, cwd) -> subprocess.CompletedProcess:
-    env = os.environ | {"K3LSP_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, "-m", "k3lsp.cli", "audit", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=cwd)
+    return k3lsp("audit", *args, cache=cache, cwd=cwd)
 
 
 def stats_line(out: str) -> str:
