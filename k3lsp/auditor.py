@@ -29,8 +29,11 @@ from k3lsp.units import Unit
 log = logging.getLogger(__name__)
 
 # Codes that say the daemon as a whole cannot serve us (as opposed to one request failing).
+# Errors that say the backend as a whole cannot serve (not that one unit failed): the editor shows one
+# message, keeps cached findings and retries later. `rank_failure`: one rank of a Mac pair died.
 CONNECTION_CODES = frozenset(
-    {"unreachable", "down", "version", "unauthorized", "server_key", "security_mismatch", "keys", "shutdown"}
+    {"unreachable", "down", "version", "unauthorized", "server_key", "security_mismatch", "keys", "shutdown",
+     "rank_failure"}
 )
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
 
