@@ -42,7 +42,16 @@ class AllowList:
             entries = sorted(os.scandir(self.directory), key=lambda e: e.name)
         except OSError:
             return ()
-        return tuple((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries if e.name.endswith(".key"))
+        stamp = []
+        for entry in entries:
+            if not entry.name.endswith(".key"):
+                continue
+            try:  # a key file removed between scandir and stat is simply gone
+                info = entry.stat()
+            except OSError:
+                continue
+            stamp.append((entry.name, info.st_mtime_ns, info.st_size))
+        return tuple(stamp)
 
     def keys(self) -> frozenset[bytes]:
         stamp = self._current_stamp()
@@ -54,6 +63,7 @@ class AllowList:
                     "cannot read the authorized keys in %s (%s): refusing every client until fixed", self.directory, exc
                 )
                 self._keys = frozenset()
+                stamp = None  # read again next time: the directory may have changed under the read
             self._stamp = stamp
             log.info("authorized client keys: %d (from %s)", len(self._keys), self.directory)
         return self._keys
@@ -63,8 +73,16 @@ class AllowList:
         return key in self.keys()
 
     def callback(self, domain: str, z85_key: bytes) -> bool:
-        """ZAP credentials callback (pyzmq's ``configure_curve_callback`` protocol)."""
-        return domain == ZAP_DOMAIN and self.allows(z85_key)
+        """ZAP credentials callback (pyzmq's ``configure_curve_callback`` protocol).
+
+        Never raises: an exception here ends pyzmq's ZAP handler task, and every later CURVE handshake
+        would hang unanswered. Anything unexpected denies the client instead.
+        """
+        try:
+            return domain == ZAP_DOMAIN and self.allows(z85_key)
+        except Exception:
+            log.exception("checking a client key failed: denied")
+            return False
 
 
 @dataclass
