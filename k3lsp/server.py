@@ -10,13 +10,36 @@ import logging
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from k3lsp import __version__, actions, findings
 from k3lsp.session import Session
 
 log = logging.getLogger(__name__)
 
-server = LanguageServer("k3lsp", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+
+
+class Utf16Protocol(LanguageServerProtocol):
+    """Always negotiate UTF-16 columns, the only encoding k3lsp computes (``findings.utf16_len``).
+
+    pygls 2.1 picks the client's first offered encoding, and Neovim offers utf-8 first: the ranges we send
+    and the incremental edits pygls applies would then be counted in different units on non-ASCII lines.
+    Hiding the client's list before pygls chooses makes it fall back to UTF-16, which every client supports.
+    """
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams):  # type: ignore[override]
+        if params.capabilities.general is not None:
+            params.capabilities.general.position_encodings = None
+        return (yield from super().lsp_initialize(params))
+
+
+server = LanguageServer(
+    "k3lsp",
+    __version__,
+    text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+    protocol_cls=Utf16Protocol,
+)
 session = Session(server)
 
 

@@ -48,6 +48,20 @@ async def test_save_publishes_findings_with_ranges_codes_and_trace(daemon, root,
         assert status["counters"]["sent"] == 2 and status["counters"]["audited"] == 2
 
 
+async def test_utf16_columns_even_when_the_client_offers_utf8_first(daemon, root, tmp_path):
+    """Neovim offers ["utf-8", "utf-16", "utf-32"]; k3lsp counts in UTF-16, so it must negotiate UTF-16."""
+    line = "\tmemcpy(m->buf, src, n); /* \u00fc\u00df \U0001f600 */"
+    (root / "wide.c").write_text(scripted.DEMO_C.replace("\tmemcpy(m->buf, src, n);", line))
+    async with editor(root, profile="neovim", settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        assert ed.capabilities.position_encoding == lsp.PositionEncodingKind.Utf16
+        uri = ed.open("wide.c")
+        ed.save(uri)
+        diags = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
+        copy = next(d for d in diags if d.code == "CWE-787")
+        assert copy.range.end == lsp.Position(scripted.COPY_MSG_LINE, len(line.encode("utf-16-le")) // 2)
+        assert copy.range.end.character != len(line.encode("utf-8"))
+
+
 async def test_second_save_is_served_from_cache_and_one_edited_function_is_reaudited(daemon, root, tmp_path):
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")

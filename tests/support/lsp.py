@@ -47,6 +47,7 @@ class Editor:
         self.versions: dict[str, int] = {}
         self.texts: dict[str, str] = {}
         self.status_notes: list[dict] = []
+        self.capabilities: lsp.ServerCapabilities | None = None  # what the server answered to `initialize`
 
     def uri(self, name: str) -> str:
         return (self.root / name).as_uri()
@@ -147,7 +148,7 @@ async def editor(
             workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
             initialization_options=settings or {},
         )
-        await asyncio.wait_for(client.initialize_session(params), WAIT)
+        ed.capabilities = (await asyncio.wait_for(client.initialize_session(params), WAIT)).capabilities
         yield ed
         await asyncio.wait_for(client.shutdown_session(), WAIT)  # the server must exit cleanly
         clean = True
