@@ -109,7 +109,7 @@ class Agent:
         messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"],
                                           context=req["context"], first_line=req.get("first_line"))
         budget = min(req.get("max_tokens", self.config.max_tokens), self.config.max_tokens)
-        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, on_text=None,
+        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, prose=False,
                                lines=len(req["code"].splitlines()) or 1)
 
     async def explain(self, req: dict) -> dict:
@@ -117,27 +117,28 @@ class Agent:
         messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"],
                                             finding=req["finding"], context=req["context"])
         return await self._run(messages, prompts.EXPLAIN_TOOLS, req["unit"], self.config.max_tokens,
-                               on_text=ProseStream(self.send), lines=len(req["code"].splitlines()) or 1)
+                               prose=True, lines=len(req["code"].splitlines()) or 1)
 
     async def _run(self, messages: list[dict], tools: list[dict], unit: str, budget: int,
-                   on_text: ProseStream | None, lines: int) -> dict:
+                   prose: bool, lines: int) -> dict:
         started = time.monotonic()
         stats = Stats()
         try:
             async with asyncio.timeout(self.config.deadline):
-                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, on_text, lines)
+                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, prose, lines)
         except TimeoutError:
             stats.finish_reason = "deadline"
         out = vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
         return out
 
     async def _rounds(self, messages: list[dict], tools: list[dict], unit: str, budget: int, stats: Stats,
-                      on_text: ProseStream | None, lines: int) -> str:
+                      prose: bool, lines: int) -> str:
         allowed = {t["function"]["name"] for t in tools}
         for n in range(self.config.max_tool_rounds + 1):
             rendered = prompts.render(self.tokenizer, messages, tools)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
+            on_text = ProseStream(self.send) if prose else None  # each generation's text starts empty
             gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
             stats.add_generation(gen.stats, gen.finish)
             turn = prompts.parse_turn(gen.text)
@@ -180,6 +181,8 @@ class Agent:
                     raise AgentError("internal", f"generation failed: {why}")
                 if event.finish == "cancelled":
                     raise AgentError("shutdown", "the daemon cancelled the generation")
+                if on_text is not None:
+                    await on_text.finish(text)
                 return Generation(text, event.finish, event.stats or {})
         raise AgentError("internal", "the generation ended without a finish event")
 
@@ -253,7 +256,13 @@ class ProseStream:
         self._sent = ""
 
     async def feed(self, text: str) -> None:
-        visible = _hold_partial_marker(prompts.parse_turn(text).content)
+        await self._emit(_hold_partial_marker(prompts.parse_turn(text).content))
+
+    async def finish(self, text: str) -> None:
+        """The generation ended: what was held back as a possible marker start was prose after all."""
+        await self._emit(prompts.parse_turn(text).content)
+
+    async def _emit(self, visible: str) -> None:
         if visible.startswith(self._sent) and len(visible) > len(self._sent):
             piece, self._sent = visible[len(self._sent):], visible
             await self._send("text", text=piece)

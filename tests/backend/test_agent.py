@@ -24,6 +24,8 @@ SCRIPT = [
     {"unit": "rounds", "turns": [turn(READ)] * 5},
     {"unit": "streamed", "turns": [OPEN_TOOLS + call("report_finding", F1) + LOOP_TAIL]},
     {"unit": "explained", "turns": [turn(content="The length n reaches the copy unchecked; bound it first.")]},
+    {"unit": "explained_twice", "turns": [turn(READ, content="Let me look. "), turn(content="It is unchecked.")]},
+    {"unit": "explained_tail", "turns": ["Compare n with the size <|"]},  # ends like a marker start, then eos
 ]
 
 
@@ -114,3 +116,15 @@ async def test_explain_streams_text(daemon):
     assert "".join(texts) == "The length n reaches the copy unchecked; bound it first."
     assert len(texts) > 1  # streamed in pieces, not at the end
     assert msgs[-1]["kind"] == "done" and msgs[-1]["stats"]["finish_reason"] == "stop"
+
+
+async def test_explain_streams_every_round_and_flushes_a_held_tail(daemon):
+    """Each generation streams its own prose (the text of round 2 starts empty again), and text held back
+    because it could have begun a marker is sent when the generation ends."""
+    async with Wire(daemon.endpoint) as wire:
+        twice = await wire.request("explain", "e2", finding=F1, tools={"read_lines": (True, "int n;")},
+                                   **audit_fields("explained_twice"))
+        tail = await wire.request("explain", "e3", finding=F1, **audit_fields("explained_tail"))
+    assert "".join(m["text"] for m in twice if m["kind"] == "text") == "Let me look. It is unchecked."
+    assert twice[-1]["kind"] == "done" and twice[-1]["stats"]["rounds"] == 2
+    assert "".join(m["text"] for m in tail if m["kind"] == "text") == "Compare n with the size <|"
