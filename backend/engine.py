@@ -386,8 +386,7 @@ class Engine:
             if live.cached + r.progress[0] not in live.store_at:
                 continue
             for cache, tokens in self._gen.extract_cache([r.uid]).values():
-                kind = "system" if len(tokens) == min(live.store_at) else "user"
-                self._cache.insert_cache(self.model_id, list(tokens), cache, cache_type=kind)
+                self._keep_cache(list(tokens), cache, "system" if len(tokens) == min(live.store_at) else "user")
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
         live.decoding = True
@@ -412,9 +411,17 @@ class Engine:
         del self._live[live.req.rid]
         del self._uid_to_rid[live.uid]
         self._n.finishes.add(reason)
+        event = GenEvent(live.req.rid, text, reason, live.stats() | ({"error": error} if error else {}))
         if cache is not None and cache[1] is not None:
-            self._cache.insert_cache(self.model_id, list(cache[0]), cache[1], cache_type="assistant")
-        return GenEvent(live.req.rid, text, reason, live.stats() | ({"error": error} if error else {}))
+            self._keep_cache(list(cache[0]), cache[1], "assistant")
+        return event
+
+    def _keep_cache(self, tokens: list[int], cache, kind: str) -> None:
+        """Store a prompt cache; a failure costs only a later cache miss, never a request its finish."""
+        try:
+            self._cache.insert_cache(self.model_id, tokens, cache, cache_type=kind)
+        except Exception:
+            log.exception("could not keep a %s prompt cache of %d tokens", kind, len(tokens))
 
 
 def _load(model: str, group):

@@ -265,3 +265,19 @@ def test_pruned_model_serves(pruned_model):
     r = request(tok.encode("int pruned;"), forced=tok.encode("pruned answer"))
     e.submit(r)
     assert drain(e)[r.rid].text == "pruned answer"
+
+
+def test_a_failing_prompt_cache_store_still_finishes_every_request(tiny_model, monkeypatch):
+    """Storing a cache happens after a request left the batch: if it raises, the request must still end."""
+    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
+
+    def broken(*_args, **_kwargs):
+        raise MemoryError("no room for the cache")
+
+    monkeypatch.setattr(e._cache, "insert_cache", broken)
+    r = prompts.render(e.tokenizer, unit("fc"), prompts.AUDIT_TOOLS)
+    req = request(r.tokens, r.segments, forced=e.tokenizer.encode("fine"))
+    e.submit(req)
+    out = drain(e)[req.rid]
+    assert out.finish == "stop" and out.text == "fine"
+    assert not e.busy()
