@@ -70,11 +70,12 @@ class Job:
     task: asyncio.Task | None = None
     tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
     calls: itertools.count = field(default_factory=lambda: itertools.count(1))
-    reason: str = ""  # why the job was cancelled: "client", "vanished", "shutdown", "unauthorized" or "failure"
+    reason: str = ""  # why the job was stopped: "client", "vanished", "shutdown", "unauthorized", "failure", "refused"
+    refusal: tuple[str, str] = ("", "")  # with reason "refused": the (error code, message) it ends with
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str, refusal: tuple[str, str] = ("", "")) -> None:
         if self.task is not None and not self.task.done() and not self.reason:
-            self.reason = reason
+            self.reason, self.refusal = reason, refusal
             # Not task.cancel() directly: a task cancelled before its first step never enters its body, so
             # _run_job could not answer. The ready queue is FIFO, so the first step has run by then.
             asyncio.get_running_loop().call_soon(self.task.cancel)
@@ -218,9 +219,25 @@ class Daemon:
         except protocol.ProtocolError as exc:
             version = raw.get("v") if isinstance(raw, dict) else None
             code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
-            await self._bad(route, msg_id, code, str(exc))
+            kind = raw.get("kind") if isinstance(raw, dict) else None
+            await self._refuse(self.peer_of(frames), route, kind, msg_id, code, str(exc))
             return
         await self._dispatch(self.peer_of(frames), route, msg, user)
+
+    async def _refuse(self, peer: bytes, route: bytes, kind: Any, msg_id: str, code: str, message: str) -> None:
+        """Answer a malformed message so that every request still ends exactly once.
+
+        A message naming one of the sender's open requests ends that request with this error (through its
+        job: the only terminal message it gets). Otherwise the error carries the message's id, except for a
+        ``cancel`` or ``tool_result``, which get no reply of their own: their error has the id ``-``.
+        """
+        job = self._jobs.get((peer, msg_id))
+        if job is not None:
+            self._counts["bad_frames"] += 1
+            log.info("refused a message for open request %s (%s): %s", msg_id, code, message[:200])
+            job.stop("refused", (code, message))
+            return
+        await self._bad(route, UNKNOWN_ID if kind in ("cancel", "tool_result") else msg_id, code, message)
 
     async def _unauthorized(self, route: bytes, user: str, frame: bytes) -> None:
         """A key removed from the allow-list while connected: end its requests and refuse the message."""
@@ -267,8 +284,8 @@ class Daemon:
 
     async def _start(self, peer: bytes, route: bytes, msg: dict, user: str | None) -> None:
         msg_id = msg["id"]
-        if (peer, msg_id) in self._jobs:
-            await self._send(route, protocol.error(msg_id, "duplicate", f"request {msg_id!r} is already open"))
+        if (peer, msg_id) in self._jobs:  # the id is ambiguous now: the open request ends with this error
+            await self._refuse(peer, route, msg["kind"], msg_id, "duplicate", f"request {msg_id!r} was already open")
             return
         # Counted per key with CURVE: opening more connections does not raise one client's share.
         client = user or route
@@ -302,6 +319,8 @@ class Daemon:
                 terminal = protocol.error(job.id, *self.failure)
             elif job.reason == "unauthorized":
                 terminal = protocol.error(job.id, "unauthorized", "this client's key is no longer authorized")
+            elif job.reason == "refused":
+                terminal = protocol.error(job.id, *job.refusal)
             else:
                 terminal = protocol.make("cancelled", job.id)
         except AgentError as exc:

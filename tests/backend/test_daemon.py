@@ -155,16 +155,36 @@ async def test_duplicate_id_and_per_client_limit(daemon):
         for i in range(MAX_OPEN):
             await wire.send("audit", f"h{i}", **audit_fields("holder"))
             await wire.until(f"h{i}", "tool_request")
-        dup = await wire.request("audit", "h0", **audit_fields("short"))
-        assert dup == [dup[-1]] and dup[-1]["kind"] == "error" and dup[-1]["code"] == "duplicate"
         busy = await wire.request("audit", "extra", **audit_fields("short"))
         assert busy[-1]["kind"] == "error" and busy[-1]["code"] == "busy"
         async with Wire(daemon.endpoint) as other:  # the limit is per client
             assert (await other.request("audit", "o", **audit_fields("short")))[-1]["kind"] == "done"
+        # a reused id ends the open request with the one terminal message "duplicate"
+        dup = await wire.request("audit", "h0", **audit_fields("short"))
+        assert dup == [dup[-1]] and dup[-1]["kind"] == "error" and dup[-1]["code"] == "duplicate"
         for i in range(MAX_OPEN):
             await wire.send("cancel", f"h{i}")
-        ends = [(await wire.finish(f"h{i}"))[-1]["kind"] for i in range(MAX_OPEN)]
-        assert ends == ["cancelled"] * MAX_OPEN
+        ends = [(await wire.finish(f"h{i}"))[-1]["kind"] for i in range(1, MAX_OPEN)]
+        assert ends == ["cancelled"] * (MAX_OPEN - 1)
+        await wire.send("ping", "barrier")  # anything more for h0 would arrive before the pong
+        assert (await wire.recv(30))["id"] == "barrier"
+
+
+async def test_a_malformed_message_for_an_open_request_ends_it_once(daemon):
+    async with Wire(daemon.endpoint) as wire:
+        await wire.send("audit", "t1", **audit_fields("holder"))
+        request = await wire.until("t1", "tool_request")
+        await wire.send_raw(msgpack.packb({"v": 1, "id": "t1", "kind": "tool_result", "call": request["call"]}))
+        end = await wire.next_for("t1")
+        assert end["kind"] == "error" and end["code"] == "bad_request"
+        await wire.send("ping", "barrier")
+        assert (await wire.recv(30))["id"] == "barrier"  # no second terminal message for t1
+        # a malformed cancel or tool_result for no open request gets no reply under that id
+        await wire.send_raw(msgpack.packb({"v": 2, "id": "t1", "kind": "cancel"}))
+        await wire.send_raw(msgpack.packb({"v": 1, "id": "t9", "kind": "tool_result"}))
+        replies = [await wire.recv(30) for _ in range(2)]
+        assert [(r["kind"], r["id"], r["code"]) for r in replies] == [("error", "-", "version"),
+                                                                      ("error", "-", "bad_request")]
 
 
 async def test_vanished_client_requests_are_cancelled(daemon):
