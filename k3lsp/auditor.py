@@ -217,7 +217,7 @@ class Auditor:
         return Lookup(hits, misses, down)
 
     async def audit(
-        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
         found = await self.lookup(units, force=force)
@@ -230,7 +230,7 @@ class Auditor:
                 yield result
 
     async def audit_uncached(
-        self, root: Path, path: str, units: Sequence[Unit], *, priority: str = "interactive"
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
     ) -> AsyncIterator[UnitResult]:
         """Send units to the daemon (bounded, by priority) and yield their results as they finish.
 
@@ -248,7 +248,7 @@ class Auditor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _audit_one(self, root: Path, path: str, unit: Unit, priority: str) -> UnitResult | None:
+    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str) -> UnitResult | None:
         fields = {
             "path": path,
             "unit": unit.name,
@@ -296,16 +296,23 @@ class Auditor:
             raise self._unavailable(code, message)
         log.warning("audit of %s failed (%s): %s", unit.name, code, message)
 
-    async def _tool(self, root: Path, request: dict) -> tuple[bool, str]:
-        """Answer a model's tool call from the workspace; the sandbox refuses anything outside ``root``."""
-        ok, text = await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+    async def _tool(self, root: Path | None, request: dict) -> tuple[bool, str]:
+        """Answer a model's tool call from the workspace; the sandbox refuses anything outside ``root``.
+
+        No root (an untitled buffer, a file outside the workspace folder): no tools at all, since the
+        file's own folder may be the home directory.
+        """
+        if root is None:
+            ok, text = False, f"{request['tool']}: no workspace folder holds this file, so no workspace tools"
+        else:
+            ok, text = await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
         if self._on_tool is not None:
             self._on_tool(request, ok, text)
         return ok, text
 
     # --- explain and status ------------------------------------------------------------------------------
 
-    async def explain(self, root: Path, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
+    async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
         await self.connect()
         fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding}

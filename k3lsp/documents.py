@@ -57,8 +57,8 @@ class View:
 class Document:
     uri: str
     path: Path
-    root: Path  # the sandbox of the model's tools: the workspace folder, or the file's own folder outside it
-    relpath: str  # relative to root, ``/`` separated: what the model and its tools see
+    root: Path | None  # the sandbox of the model's tools: the workspace folder; None outside it (no tools)
+    relpath: str  # relative to root (outside it: the file name), ``/`` separated: what the model sees
     results: dict[str, list[dict]] = field(default_factory=dict)  # unit key -> raw findings
     shown: list[Shown] = field(default_factory=list)
     task: asyncio.Task | None = None  # the audit in flight for this document

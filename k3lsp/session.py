@@ -205,9 +205,10 @@ class Session:
     def document(self, uri: str) -> Document:
         doc = self.docs.get(uri)
         if doc is None:
-            path = Path(to_fs_path(uri) or uri)
-            root = self.root if self.root is not None and path.is_relative_to(self.root) else path.parent
-            relpath = path.relative_to(root).as_posix()
+            path = Path(to_fs_path(uri) or uri)  # untitled:Untitled-1 stays a relative, rootless path
+            inside = self.root is not None and path.is_relative_to(self.root)
+            root = self.root if inside else None  # outside the workspace: no tools (its folder may be ~)
+            relpath = path.relative_to(root).as_posix() if root is not None else path.name
             doc = self.docs[uri] = Document(uri, path, root, relpath)
         return doc
 
@@ -310,7 +311,7 @@ class Session:
         return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error}
 
     async def _audit_misses(
-        self, doc: Document, root: Path, misses: list[units.Unit], priority: str, done: int
+        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int
     ) -> tuple[int, str | None]:
         """Audit what the cache did not have, with cancellable progress; returns (units done, error)."""
         audited = 0

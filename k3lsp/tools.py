@@ -2,10 +2,11 @@
 
 The model asks for more code than its unit: `read_lines`, `find_definition`, `grep`. Its requests are
 untrusted (the audited code can try to steer it), so every tool is read-only and confined to the
-workspace root: no `..`, no absolute paths, no symlink that resolves outside the root (or loops), no
-file over `MAX_FILE_BYTES`, no binary file, and every answer is cut to `MAX_RESULT_CHARS` /
-`MAX_RESULT_LINES`. A refusal is an ordinary result text (`run_tool` returns ok=False), which the
-model reads and can act on; no exception escapes to the server.
+workspace root: no `..`, no absolute paths, no hidden component (`.ssh`, `.git`, `.env`), no symlink that
+resolves outside the root or to a hidden file (or loops), no file over `MAX_FILE_BYTES`, no binary file,
+and every answer is cut to `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an ordinary result
+text (`run_tool` returns ok=False), which the model reads and can act on; no exception escapes to the
+server. A file outside every workspace folder gets no tools at all (``Auditor._tool``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def resolve(root: str | os.PathLike[str], path: Any) -> Path:
         raise ToolError(f"{path}: absolute paths are not allowed; give a path relative to the workspace root")
     if ".." in rel.parts:
         raise ToolError(f"{path}: '..' is not allowed; paths stay inside the workspace")
+    if _hidden(rel):  # also what `_files` never walks into
+        raise ToolError(f"{path}: hidden files and directories are not available to the model")
     base = Path(root).resolve()
     try:
         real = (base / rel).resolve(strict=True)
@@ -66,7 +69,14 @@ def resolve(root: str | os.PathLike[str], path: Any) -> Path:
         raise ToolError(f"{path}: cannot be resolved ({e.__class__.__name__}: symlink loop?)") from None
     if not real.is_relative_to(base):
         raise ToolError(f"{path}: resolves outside the workspace (symlink); refused")
+    if _hidden(real.relative_to(base)):
+        raise ToolError(f"{path}: resolves to a hidden file (symlink); refused")
     return real
+
+
+def _hidden(rel: PurePosixPath | Path) -> bool:
+    """A path with a dot-component: .ssh, .git, .env hold secrets, not code to audit."""
+    return any(part.startswith(".") for part in rel.parts)
 
 
 def _read_text(real: Path, shown: str) -> str:
@@ -83,13 +93,13 @@ def _read_text(real: Path, shown: str) -> str:
 
 
 def _files(root: Path, under: Path, suffixes: tuple[str, ...] | None) -> Iterator[tuple[Path, str]]:
-    """Regular files under a directory, sorted, skipping hidden directories and anything that leaves
-    the workspace; yields (real path, workspace-relative posix path)."""
+    """Regular files under a directory, sorted, skipping hidden files and directories and anything that
+    leaves the workspace; yields (real path, workspace-relative posix path)."""
     count = 0
     for dirpath, dirnames, filenames in os.walk(under, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
-            if suffixes is not None and not name.endswith(suffixes):
+            if name.startswith(".") or (suffixes is not None and not name.endswith(suffixes)):
                 continue
             count += 1
             if count > MAX_FILES:
@@ -98,7 +108,7 @@ def _files(root: Path, under: Path, suffixes: tuple[str, ...] | None) -> Iterato
                 real = Path(dirpath, name).resolve(strict=True)
             except (OSError, RuntimeError):
                 continue
-            if real.is_relative_to(root) and real.is_file():
+            if real.is_relative_to(root) and not _hidden(real.relative_to(root)) and real.is_file():
                 yield real, real.relative_to(root).as_posix()
 
 

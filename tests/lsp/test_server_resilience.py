@@ -45,6 +45,24 @@ async def test_a_tool_request_escaping_the_workspace_is_refused(daemon, tmp_path
         assert not any("SECRET_TOKEN_42" in m.message for m in ed.client.log_messages)
 
 
+async def test_files_outside_the_workspace_and_untitled_buffers_get_no_tools(daemon, tmp_path):
+    """Their folder may be the home directory (or, for untitled, the server's cwd): the model reads nothing."""
+    root = scripted.workspace(tmp_path)
+    elsewhere = tmp_path / "outside"
+    (elsewhere / "leaky.c").write_text(scripted.LEAKY_C)
+    (elsewhere / "demo.c").write_text("int NEIGHBOUR_SECRET;\n")  # what the model asks for, beside the file
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        scratch = scripted.LEAKY_C.replace("return 0;", "return 0; /* scratch */")  # not a cache hit
+        for uri, text in (((elsewhere / "leaky.c").as_uri(), scripted.LEAKY_C), ("untitled:Untitled-1", scratch)):
+            item = lsp.TextDocumentItem(uri=uri, language_id="c", version=1, text=text)
+            ed.client.text_document_did_open(lsp.DidOpenTextDocumentParams(text_document=item))
+            assert (await ed.command("k3lsp.auditFile", uri))["units"] == 1
+        logs = [m.message for m in ed.client.log_messages if "model tool" in m.message]
+        assert len(logs) == 4, logs
+        assert all("refused" in log and "no workspace folder holds this file" in log for log in logs), logs
+        assert not any("NEIGHBOUR_SECRET" in m.message for m in ed.client.log_messages)
+
+
 async def test_backend_killed_and_restarted_keeps_cached_findings_and_recovers(tiny_model, tmp_path):
     root = scripted.workspace(tmp_path)
     with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as first:

@@ -26,6 +26,10 @@ def ws(tmp_path, examples):
     (root / "loop_b").symlink_to(root / "loop_a")
     (root / "inside_link.c").symlink_to(root / "drivers" / "k3demo.h")
     (root / "blob.c").write_bytes(b"\x7fELF\x00\x00binary")
+    (root / ".ssh").mkdir()
+    (root / ".ssh" / "id_rsa").write_text("int stolen_key = 43;\n")
+    (root / ".env").write_text("stolen_key=44\n")
+    (root / "innocent.c").symlink_to(root / ".ssh" / "id_rsa")
     return root
 
 
@@ -42,6 +46,10 @@ def ws(tmp_path, examples):
         ("missing.c", "no such file"),
         ("drivers", "not a regular file"),
         ("blob.c", "binary file"),
+        (".ssh/id_rsa", "hidden files and directories"),
+        ("./.env", "hidden files and directories"),
+        ("drivers/../.env", "'..' is not allowed"),
+        ("innocent.c", "resolves to a hidden file"),
         ("", "non-empty"),
         ("a\0b", "NUL"),
     ],
@@ -110,7 +118,8 @@ def test_grep_regex_fallbacks_and_confinement(ws):
     ok, text = tools.run_tool(ws, "grep", {"pattern": "(a+)+$"})
     assert ok and "nested quantifiers" in text
     ok, text = tools.run_tool(ws, "grep", {"pattern": "stolen_key"})
-    assert ok and text.startswith("0 matching lines")  # symlinks out of the workspace are not followed
+    assert ok and text.startswith("0 matching lines")  # no symlink out of the workspace, no hidden file
+    assert not tools.run_tool(ws, "grep", {"pattern": "stolen_key", "path": ".ssh"})[0]
     assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "out_dir"})[0]
     assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "../secret"})[0]
     assert not tools.run_tool(ws, "grep", {"pattern": ""})[0]
