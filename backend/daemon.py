@@ -34,6 +34,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError
+from backend.disconnects import FdRoutes
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -95,7 +96,7 @@ class Daemon:
         self._sock: zmq.asyncio.Socket | None = None
         self._curve: auth.CurveServer | None = None
         self._jobs: dict[tuple[bytes, str], Job] = {}
-        self._fd_routes: dict[int, set[bytes]] = {}  # connection fd -> routing ids seen on it (disconnects)
+        self._fd_routes = FdRoutes()  # which connection a disconnect event is about
         self._stopping = asyncio.Event()
         self._started = time.monotonic()
         self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0, "unauthorized": 0}
@@ -402,16 +403,19 @@ class Daemon:
             fd = frame.get(zmq.SRCFD)
         except (zmq.ZMQError, AttributeError):
             return
-        self._fd_routes.setdefault(fd, set()).add(route)
+        self._disconnected(self._fd_routes.seen(fd, route))
 
     async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
         """Cancel the requests of connections that closed or missed their heartbeats."""
         while True:
             event = await recv_monitor_message(monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
-                for route in self._fd_routes.pop(event["value"], set()):
-                    log.info("peer %s disconnected", route.hex())
-                    self._drop_route(route)
+                self._disconnected(self._fd_routes.disconnected(event["value"]))
+
+    def _disconnected(self, route: bytes | None) -> None:
+        if route is not None:
+            log.info("peer %s disconnected", route.hex())
+            self._drop_route(route)
 
     # --- replies -------------------------------------------------------------------------------------------
 
