@@ -305,7 +305,11 @@ class Auditor:
         if root is None:
             ok, text = False, f"{request['tool']}: no workspace folder holds this file, so no workspace tools"
         else:
-            ok, text = await asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+            try:
+                call = asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
+                ok, text = await asyncio.wait_for(call, tools.TOOL_SECONDS)
+            except TimeoutError:  # the model (and the audit) must not wait for ever; the thread ends on its own
+                ok, text = False, f"{request['tool']}: no answer within {tools.TOOL_SECONDS:g} s; ask for less"
         if self._on_tool is not None:
             self._on_tool(request, ok, text)
         return ok, text

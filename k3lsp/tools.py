@@ -11,9 +11,12 @@ server. A file outside every workspace folder gets no tools at all (``Auditor._t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
@@ -31,12 +34,11 @@ MAX_FILES = 20_000  # files visited by one grep / find_definition
 MAX_PATTERN_CHARS = 500
 MAX_DEFINITIONS = 5
 SEARCH_SECONDS = 3.0  # grep and find_definition stop here: the model waits, and so does the audit
+GREP_SECONDS = SEARCH_SECONDS + 3.0  # grep's child process is killed here (one line can backtrack forever)
+TOOL_SECONDS = GREP_SECONDS + 2.0  # the auditor's bound on any tool call: answered with a refusal after this
 C_SUFFIXES = (".c", ".h")
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
-# A quantified group that itself contains a quantifier, like (a+)+ or (\w*)*: the catastrophic
-# backtracking shape. Python's re cannot be interrupted, so such patterns are searched as plain text.
-_NESTED_QUANTIFIER = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{]")
 
 
 class ToolError(Exception):
@@ -206,26 +208,43 @@ def find_definition(root: str | os.PathLike[str], symbol: str) -> str:
 def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) -> str:
     """Lines matching a regular expression in a file or directory of the workspace (`path:line: text`).
 
-    An invalid regex, or one shaped for catastrophic backtracking, is searched as a fixed string; the
-    search stops after SEARCH_SECONDS or at the size limits, and says so.
+    The search runs in a child process killed after GREP_SECONDS: Python's ``re`` can backtrack on one line
+    for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape.
     """
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
+    request = json.dumps({"root": str(root), "pattern": pattern, "path": path, "seconds": SEARCH_SECONDS})
+    command = [sys.executable, "-m", "k3lsp.tools"]
+    try:
+        child = subprocess.run(command, input=request, capture_output=True, text=True, timeout=GREP_SECONDS)
+    except subprocess.TimeoutExpired:  # run() has killed it
+        raise ToolError(
+            f"the search for {pattern!r} took over {GREP_SECONDS:g} s and was stopped "
+            "(catastrophic backtracking?); use a simpler pattern or a narrower path"
+        ) from None
+    if child.returncode != 0:
+        raise ToolError(f"the search failed: {child.stderr.strip()[-500:]}")
+    ok, text = json.loads(child.stdout)
+    if not ok:
+        raise ToolError(text)
+    return text
+
+
+def _grep(root: str | os.PathLike[str], pattern: str, path: str | None, seconds: float) -> str:
+    """grep's search itself (in the child): an invalid regex is searched as a fixed string; the search
+    stops after ``seconds`` (between lines) or at the size limits, and says so."""
     mode = "regex"
-    if _NESTED_QUANTIFIER.search(pattern):
-        regex, mode = re.compile(re.escape(pattern)), "fixed string (nested quantifiers are not allowed)"
-    else:
-        try:
-            regex = re.compile(pattern)
-        except re.error as e:
-            regex, mode = re.compile(re.escape(pattern)), f"fixed string (invalid regex: {e})"
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        regex, mode = re.compile(re.escape(pattern)), f"fixed string (invalid regex: {e})"
     base = Path(root).resolve()
     if path is None or path in ("", "."):
         targets: Iterator[tuple[Path, str]] = _files(base, base, None)
     else:
         real = resolve(root, path)
         targets = _files(base, real, None) if real.is_dir() else iter([(real, real.relative_to(base).as_posix())])
-    deadline = time.monotonic() + SEARCH_SECONDS
+    deadline = time.monotonic() + seconds
     out = _Output()
     matches = 0
     for real, shown in targets:
@@ -242,7 +261,7 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
                     break
         if out.full or time.monotonic() > deadline:
             break
-    note = f"(stopped after {SEARCH_SECONDS:g} s; narrow the path)" if time.monotonic() > deadline else ""
+    note = f"(stopped after {seconds:g} s; narrow the path)" if time.monotonic() > deadline else ""
     header = f"{matches}{'+' if out.full else ''} matching lines for {pattern!r} ({mode})"
     return header + ("\n" + out.text(note) if out.lines or note else "")
 
@@ -289,3 +308,17 @@ def run_tool(root: str | os.PathLike[str], name: str, args: Any) -> tuple[bool, 
     except Exception as e:  # an unexpected failure is still just an answer the model reads
         log.exception("tool %s failed", name)
         return False, f"{name} failed: {e.__class__.__name__}: {e}"
+
+
+def _grep_child() -> None:
+    """The child process of `grep`: a JSON request on stdin, ``[ok, text]`` as JSON on stdout."""
+    request = json.load(sys.stdin)
+    try:
+        answer = [True, _grep(request["root"], request["pattern"], request["path"], request["seconds"])]
+    except ToolError as e:
+        answer = [False, str(e)]
+    json.dump(answer, sys.stdout)
+
+
+if __name__ == "__main__":
+    _grep_child()
