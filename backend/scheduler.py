@@ -184,16 +184,20 @@ class Scheduler:
                 try:
                     if self._turn(in_flight):
                         return
-                except RankFailure as exc:
-                    log.error("rank failure: %s", exc)
+                except Exception as exc:  # a bug here must not leave requests waiting forever
+                    if not isinstance(exc, RankFailure) and self.engine.ranks == 1:
+                        log.exception("scheduler turn failed")
+                        for rid in in_flight:  # free their batch slots too, not only their waiters
+                            self._guard(self.engine.cancel, rid)
+                        self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
+                        continue
+                    # Several ranks: this rank cannot know whether the others took the same turn.
+                    log.error("rank failure: %s", exc, exc_info=not isinstance(exc, RankFailure))
                     if self._on_failure is None:
                         self._post(self._finish_all(in_flight, "error", f"rank failure: {exc}"[:500]))
                     else:  # the daemon fails every request with error rank_failure and exits
                         self._on_failure(str(exc))
                     return
-                except Exception as exc:  # a bug here must not leave requests waiting forever
-                    log.exception("scheduler turn failed")
-                    self._post(self._finish_all(in_flight, "error", f"scheduler error: {exc}"[:500]))
         finally:
             # mlx needs every thread that ran computations to destroy its streams before it ends, or the
             # process may abort at exit ("terminate called without an active exception"; ml-explore/mlx#4327).

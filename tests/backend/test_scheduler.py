@@ -120,3 +120,56 @@ async def test_close_cancels_what_is_running_and_exchange_sees_every_command(eng
     rest = [ev async for ev in stream]
     assert rest[-1].finish == "cancelled" and not engine.busy()
     assert [r.rid for c in seen for r in c.submits] == [req.rid] and seen[-1].stop
+
+
+class BreakingExchange:
+    """An exchange that raises a non-RuntimeError once armed, like an UnpicklingError from a bad broadcast."""
+
+    def __init__(self):
+        self.armed = False
+
+    def __call__(self, commands: Commands) -> Commands:
+        if self.armed:
+            self.armed = False
+            raise ValueError("injected exchange failure")
+        return commands
+
+
+async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine(tiny_model):
+    engine = Engine(EngineArgs(model=str(tiny_model)))
+    exchange = BreakingExchange()
+    sched = Scheduler(engine, exchange)
+    sched.start()
+    try:
+        stream = sched.stream(request(sched, engine, 2000, forced=list(range(100, 400))))
+        assert (await asyncio.wait_for(anext(stream), 120)).finish is None
+        exchange.armed = True
+        rest = await asyncio.wait_for(collect_rest(stream), 120)
+        assert rest[-1].finish == "error" and "injected" in rest[-1].stats["error"]
+        for _ in range(200):  # the engine frees the slot at its next step, which the next request causes
+            if not engine.busy():
+                break
+            await asyncio.sleep(0.05)
+        assert not engine.busy() and engine.stats()["finish"]["cancelled"] == 1
+    finally:
+        await sched.close()
+
+
+async def test_a_failed_turn_with_several_ranks_is_a_rank_failure(tiny_model):
+    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
+    exchange = BreakingExchange()
+    failures: list[str] = []
+    sched = Scheduler(engine, exchange, on_failure=failures.append)
+    sched.start()
+    try:
+        exchange.armed = True
+        sched.submit(request(sched, engine, 4))
+        await asyncio.wait_for(asyncio.to_thread(sched.thread.join, 60), 90)
+        assert not sched.thread.is_alive() and len(failures) == 1 and "injected" in failures[0]
+    finally:
+        await sched.close()
+
+
+async def collect_rest(stream):
+    return [ev async for ev in stream]
