@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -135,7 +136,7 @@ class Agent:
                       prose: bool, lines: int) -> str:
         allowed = {t["function"]["name"] for t in tools}
         for n in range(self.config.max_tool_rounds + 1):
-            rendered = prompts.render(self.tokenizer, messages, tools)
+            rendered = await asyncio.to_thread(_render, self.tokenizer, messages, tools)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             on_text = ProseStream(self.send) if prose else None  # each generation's text starts empty
@@ -174,7 +175,7 @@ class Agent:
                 text += event.text
                 await findings.feed(text, len(event.text))
                 if on_text is not None:
-                    await on_text.feed(text)
+                    await on_text.feed(event.text)
             if event.finish is not None:
                 if event.finish == "error":
                     why = (event.stats or {}).get("error", "engine error")
@@ -182,7 +183,7 @@ class Agent:
                 if event.finish == "cancelled":
                     raise AgentError("shutdown", "the daemon cancelled the generation")
                 if on_text is not None:
-                    await on_text.finish(text)
+                    await on_text.finish()
                 return Generation(text, event.finish, event.stats or {})
         raise AgentError("internal", "the generation ended without a finish event")
 
@@ -197,6 +198,16 @@ class Agent:
         ok, result = await self.ask_tool(call.name, call.arguments)
         result = result[:MAX_TOOL_RESULT_CHARS]
         return result if ok else f"error: {result}"
+
+
+def _render(tokenizer, messages: list[dict], tools: list[dict]) -> prompts.Rendered:
+    """Render off the event loop (the whole conversation is templated and tokenized each round), one
+    render at a time: the tokenizer is shared by every request."""
+    with _RENDER_LOCK:
+        return prompts.render(tokenizer, messages, tools)
+
+
+_RENDER_LOCK = threading.Lock()
 
 
 class FindingStream:
@@ -249,32 +260,56 @@ class FindingStream:
 
 
 class ProseStream:
-    """Streams the prose of a turn as ``text`` messages, leaving out tool-call sections and markup."""
+    """Streams the prose of one generation as ``text`` messages, leaving out tool-call sections and markup.
+
+    It is fed only each event's new text and keeps what is undecided: inside a tool-call section, text up
+    to the section's end is dropped; outside, a tail that could begin a marker (tags arrive token by token)
+    is held back until the next piece, or the end of the generation, decides.
+    """
 
     def __init__(self, send: Send):
         self._send = send
-        self._sent = ""
+        self._pending = ""
+        self._in_section = False
 
-    async def feed(self, text: str) -> None:
-        await self._emit(_hold_partial_marker(prompts.parse_turn(text).content))
+    async def feed(self, piece: str) -> None:
+        self._pending += piece
+        visible = []
+        while True:
+            marker = _SECTION_END if self._in_section else _SECTION_START
+            cut = self._pending.find(marker)
+            if cut < 0:
+                break
+            if not self._in_section:
+                visible.append(self._pending[:cut])
+            self._pending = self._pending[cut + len(marker):]
+            self._in_section = not self._in_section
+        if self._in_section:  # only a possible start of the end marker matters
+            self._pending = self._pending[-(len(_SECTION_END) - 1):]
+        else:
+            held = _partial_marker(self._pending)
+            visible.append(self._pending[:len(self._pending) - held])
+            self._pending = self._pending[len(self._pending) - held:]
+        await self._emit("".join(visible))
 
-    async def finish(self, text: str) -> None:
-        """The generation ended: what was held back as a possible marker start was prose after all."""
-        await self._emit(prompts.parse_turn(text).content)
+    async def finish(self) -> None:
+        """The generation ended: a held-back tail was prose after all (an unclosed section is not)."""
+        if not self._in_section:
+            await self._emit(self._pending)
+        self._pending = ""
 
-    async def _emit(self, visible: str) -> None:
-        if visible.startswith(self._sent) and len(visible) > len(self._sent):
-            piece, self._sent = visible[len(self._sent):], visible
-            await self._send("text", text=piece)
+    async def _emit(self, text: str) -> None:
+        for marker in prompts.END_OF_MESSAGE:
+            text = text.replace(marker, "")
+        if text:
+            await self._send("text", text=text)
 
 
-_MARKERS = (prompts.kimi_k3.tool_call_start, "<|close|>message<|sep|>")
+_SECTION_START, _SECTION_END = prompts.kimi_k3.tool_call_start, prompts.kimi_k3.tool_call_end
+_MARKERS = (_SECTION_START, *prompts.END_OF_MESSAGE)
 
 
-def _hold_partial_marker(text: str) -> str:
-    """Cut a trailing start of a marker: tags arrive token by token, and a marker is not prose."""
-    for marker in _MARKERS:
-        for k in range(len(marker) - 1, 0, -1):
-            if text.endswith(marker[:k]):
-                return text[:-k]
-    return text
+def _partial_marker(text: str) -> int:
+    """The length of the longest tail of ``text`` that is a proper start of a marker (0 if none)."""
+    return max((k for marker in _MARKERS for k in range(len(marker) - 1, 0, -1) if text.endswith(marker[:k])),
+               default=0)

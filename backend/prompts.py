@@ -205,7 +205,7 @@ class ParsedTurn:
 
 
 _CALL_OPEN, _CALL_CLOSE = "<|open|>call", "<|close|>call<|sep|>"
-_END_OF_MESSAGE = ("<|close|>message<|sep|>", "<|end_of_msg|>")
+END_OF_MESSAGE = ("<|close|>message<|sep|>", "<|end_of_msg|>")
 
 
 def parse_turn(text: str) -> ParsedTurn:
@@ -243,7 +243,7 @@ def _split_sections(text: str) -> tuple[str, list[str], list[ToolCallError]]:
         sections.append(section)
     prose.append(rest)
     prose_text = "".join(prose)
-    for marker in _END_OF_MESSAGE:
+    for marker in END_OF_MESSAGE:
         prose_text = prose_text.replace(marker, "")
     return prose_text, sections, errors
 
