@@ -6,6 +6,8 @@ and pyzmq's ``configure_curve`` reads the allow-list once. So the authenticator 
 context, the domain is set and enforced, and the allow-list is a directory re-read whenever it changes
 (add or remove a ``*.key`` file; no restart). The daemon also checks each message's authenticated
 ``User-Id`` against the allow-list, so a key removed while its connection is open stops being served.
+That check runs per message, so the directory is looked at no more than once per RELOAD_SECONDS: a change
+takes effect within that time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,13 +30,16 @@ from k3lsp import keys
 log = logging.getLogger(__name__)
 
 ZAP_DOMAIN = "k3audit"
+RELOAD_SECONDS = 1.0  # how stale the allow-list may be: the price of not scanning a directory per message
 
 
 class AllowList:
     """The z85 public keys of authorised clients, re-read when the directory changes."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, reload_seconds: float = RELOAD_SECONDS):
         self.directory = directory
+        self.reload_seconds = reload_seconds
+        self._checked: float | None = None  # monotonic time of the last look at the directory
         self._stamp: tuple | None = None
         self._keys: frozenset[bytes] = frozenset()
 
@@ -54,6 +60,10 @@ class AllowList:
         return tuple(stamp)
 
     def keys(self) -> frozenset[bytes]:
+        now = time.monotonic()
+        if self._checked is not None and now - self._checked < self.reload_seconds:
+            return self._keys
+        self._checked = now
         stamp = self._current_stamp()
         if stamp != self._stamp:
             try:

@@ -11,7 +11,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from backend.auth import InsecureBindError, Security, is_loopback, secure_router
+from backend.auth import RELOAD_SECONDS, InsecureBindError, Security, is_loopback, secure_router
 from k3lsp import keys, protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 
@@ -105,8 +105,10 @@ async def test_allow_list_reloads_without_restart(keyring):
         with pytest.raises(BackendError):
             await connect(endpoint, keyring["server"][0], keyring["bad"][1])
         (keyring["allowed"] / "bad.key").write_bytes(keyring["bad"][0].read_bytes())
+        await asyncio.sleep(RELOAD_SECONDS + 0.2)  # the directory is looked at no more often than this
         assert (await connect(endpoint, keyring["server"][0], keyring["bad"][1]))["kind"] == "welcome"
         (keyring["allowed"] / "bad.key").unlink()
+        await asyncio.sleep(RELOAD_SECONDS + 0.2)
         assert not curve.allow.allows(keys.load_public(keyring["bad"][0]))
 
 

@@ -46,3 +46,19 @@ def test_the_zap_callback_denies_instead_of_raising(tmp_path, monkeypatch):
     (tmp_path / "bob.key").write_text((tmp_path / "alice.key").read_text())  # a change forces a reload
     allow = auth.AllowList(tmp_path)
     assert allow.callback(auth.ZAP_DOMAIN, key) is False
+
+
+def test_the_directory_is_looked_at_once_per_reload_period(tmp_path, monkeypatch):
+    key = _client(tmp_path, "alice")
+    scans = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(auth.os, "scandir", lambda path: scans.append(path) or real_scandir(path))
+    slow = auth.AllowList(tmp_path, reload_seconds=3600)
+    assert slow.allows(key)
+    first = len(scans)
+    assert all(slow.allows(key) for _ in range(100))
+    assert len(scans) == first > 0  # not once per message
+    (tmp_path / "alice.key").unlink()
+    assert slow.allows(key)  # stale until the period ends
+    live = auth.AllowList(tmp_path, reload_seconds=0)
+    assert not live.allows(key)
