@@ -19,6 +19,7 @@ The agent knows nothing about sockets: the daemon gives it ``send`` (a message t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -170,21 +171,23 @@ class Agent:
                          temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
                          forced=self.script.forced(self.tokenizer, unit, n))
         text = ""
-        async for event in self.scheduler.stream(req):
-            if event.text:
-                text += event.text
-                await findings.feed(text, len(event.text))
-                if on_text is not None:
-                    await on_text.feed(event.text)
-            if event.finish is not None:
-                if event.finish == "error":
-                    why = (event.stats or {}).get("error", "engine error")
-                    raise AgentError("internal", f"generation failed: {why}")
-                if event.finish == "cancelled":
-                    raise AgentError("shutdown", "the daemon cancelled the generation")
-                if on_text is not None:
-                    await on_text.finish()
-                return Generation(text, event.finish, event.stats or {})
+        # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
+        async with contextlib.aclosing(self.scheduler.stream(req)) as events:
+            async for event in events:
+                if event.text:
+                    text += event.text
+                    await findings.feed(text, len(event.text))
+                    if on_text is not None:
+                        await on_text.feed(event.text)
+                if event.finish is not None:
+                    if event.finish == "error":
+                        why = (event.stats or {}).get("error", "engine error")
+                        raise AgentError("internal", f"generation failed: {why}")
+                    if event.finish == "cancelled":
+                        raise AgentError("shutdown", "the daemon cancelled the generation")
+                    if on_text is not None:
+                        await on_text.finish()
+                    return Generation(text, event.finish, event.stats or {})
         raise AgentError("internal", "the generation ended without a finish event")
 
     async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
