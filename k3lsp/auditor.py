@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3lsp import tools
+from k3lsp import protocol, tools
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -279,6 +279,8 @@ class Auditor:
                 raise
             except BackendError as exc:
                 return self._failed(unit, exc.code, str(exc))
+            except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
+                return self._failed(unit, "protocol", str(exc))
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from k3lsp import findings, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
+
+log = logging.getLogger(__name__)
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -257,6 +260,9 @@ class _Run:
                 self.queue.put_nowait(item)
                 self._drop(endpoint, str(exc))
                 return
+            except Exception as exc:  # anything else costs this unit only: a dead worker would leave `pending` > 0
+                log.exception("auditing %s: %s failed", item.source.rel, item.unit.name)
+                self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {exc.__class__.__name__}: {exc}")
             self.pending -= 1
             if self.on_progress is not None:
                 self.on_progress(self.total - self.pending, self.total)

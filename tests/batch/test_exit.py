@@ -70,3 +70,18 @@ def test_bad_arguments_exit_2_before_any_work(corpus_daemon, tmp_path):
     unwritable = k3lsp("audit", "proj", "--endpoint", corpus_daemon.endpoint, "-o", str(tmp_path / "no" / "x.sarif"),
                        cache=tmp_path / "c", cwd=tmp_path)  # fmt: skip
     assert unwritable.returncode == 2 and "cannot write" in unwritable.stderr
+
+
+def test_a_unit_that_cannot_be_sent_is_an_error_not_a_hang(corpus_daemon, tmp_path):
+    """A file named on the command line skips maxFileBytes; one function over the frame limit cannot be
+    encoded: that unit fails, the others are audited and the run ends."""
+    corpus.tree(tmp_path)
+    big = tmp_path / "big.c"
+    big.write_text('int big(void)\n{\n\treturn sizeof "' + "A" * (9 * 1024 * 1024) + '";\n}\n')
+    result = k3lsp("audit", "proj", "big.c", "--endpoint", corpus_daemon.endpoint, "--json", cache=tmp_path / "c",
+                   cwd=tmp_path, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert [e for e in body["errors"] if "big" in e] == ["big.c: big: the backend at " + corpus_daemon.endpoint
+                                                         + " could not audit it"], body["errors"]  # fmt: skip
+    assert {f["cwe"] for f in body["findings"]} == {787, 125, 457}  # the other units were audited
