@@ -34,6 +34,7 @@ STATUS_NOTIFICATION = "k3lsp/status"
 SECTION = "k3lsp"
 MAX_WORKSPACE_FILES = 10_000
 READY_TIMEOUT = 10.0  # a client that never sends `initialized` still gets audits, with the settings it gave
+SHUTTING_DOWN = "the server is shutting down"
 
 
 def supports_pull(caps: lsp.ClientCapabilities) -> bool:
@@ -65,6 +66,7 @@ class Session:
         self._shown_state = "connecting"
         self._pending_errors: list[str] = []
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
+        self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -265,8 +267,15 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
-    def audit(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> asyncio.Task:
-        """Start auditing a document (or, with ``line``, re-audit the unit there); a newer audit cancels the older."""
+    def audit(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> asyncio.Future:
+        """Start auditing a document (or, with ``line``, re-audit the unit there); a newer audit cancels the older.
+
+        After shutdown the answer is a finished refusal: a new audit would reconnect the closed client.
+        """
+        if self._closing:
+            refused = asyncio.get_running_loop().create_future()
+            refused.set_result({"units": 0, "error": SHUTTING_DOWN})
+            return refused
         doc = self.document(uri)
         if doc.task is not None and not doc.task.done():
             doc.task.cancel()
@@ -335,6 +344,8 @@ class Session:
         files = list(options.admitted_files(self.root, self.root, self.options, MAX_WORKSPACE_FILES))
         async with self.progress_bar("k3 audit workspace", len(files)) as report:
             for i, path in enumerate(files, 1):
+                if self._closing:  # shutdown cancelled the last file's audit: do not start the next
+                    return {"files": i - 1, "error": SHUTTING_DOWN}
                 doc = self.document(from_fs_path(str(path)) or path.as_uri())
                 result = await self.audit_and_wait(doc.uri, priority="background")
                 report(i, f"{i}/{len(files)} files ({doc.relpath})")
@@ -392,6 +403,7 @@ class Session:
     async def shutdown(self) -> None:
         """Cancel our own tasks before pygls tears down (pygls #606 crashes on running work otherwise);
         cancelling an audit sends its ``cancel`` to the daemon before the socket closes."""
+        self._closing = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
