@@ -1,23 +1,38 @@
 """`k3-backend`: a thin dispatcher. Each subcommand lives in its own module, which provides
-`add_parser(subparsers)` (registering the subcommand under its name) and `run(args) -> int`."""
+`add_arguments(parser)` and `run(args) -> int`.
+
+Only the chosen subcommand's module is imported: `serve` and `fidelity` pull in mlx (seconds, and a
+JIT cache), which `k3-backend --help` or `keys init` have no use for.
+"""
 
 import argparse
+import importlib
 import sys
 
-from backend import demo, doctor, keys, serve, tiny
-from backend.fidelity import cli as fidelity
-
-COMMANDS = {"make-tiny": tiny, "serve": serve, "demo": demo, "fidelity": fidelity, "keys": keys, "doctor": doctor}
+# name -> (module, one-line help)
+COMMANDS = {
+    "make-tiny": ("backend.tiny", "write a tiny random-weight kimi_k3 checkpoint (tests, doctor)"),
+    "serve": ("backend.serve", "serve a kimi_k3 model to editors over ZeroMQ"),
+    "demo": ("backend.demo", "build a tiny model, serve it, audit C files through k3lsp, stop"),
+    "fidelity": ("backend.fidelity.cli", "the model card's fidelity tables for your build and traces"),
+    "keys": ("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory"),
+    "doctor": ("backend.doctor", "check the ranks, the link and the memory before serving"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="k3-backend", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in COMMANDS.values():
-        module.add_parser(subparsers)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    module = importlib.import_module(COMMANDS[chosen][0]) if chosen else None
+    for name, (_, summary) in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=summary)
+        if name == chosen:
+            module.add_arguments(sub)
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command].run(args)
+        return module.run(args)
     except (ValueError, OSError) as e:
         print(f"k3-backend {args.command}: {e}", file=sys.stderr)
         return 2

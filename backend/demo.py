@@ -25,8 +25,7 @@ NOTICE = (
 )
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="build a tiny model, serve it, audit C files through k3lsp, stop")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", default=["examples"], help="C files or directories (default: examples)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--model", help="serve this checkpoint instead of the tiny one")

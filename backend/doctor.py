@@ -39,14 +39,12 @@ class Check:
     ok: bool
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("doctor", help="check the ranks, the link and the memory before serving")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint directory to check for size and presence on every rank (not loaded)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds for every rank to connect")
     p.add_argument("--check-timeout", type=float, default=180.0,
                    help="seconds for all checks once connected (a cold mlx kernel cache costs ~20 s)")
     p.add_argument("--bandwidth-mb", type=int, nargs="+", default=[8, 64], help="all_sum sizes to time (MB)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

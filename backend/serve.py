@@ -37,8 +37,7 @@ STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let th
 STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="serve a kimi_k3 model to editors over ZeroMQ")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
     p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint; port 0 picks a free port")
     p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
@@ -59,7 +58,6 @@ def add_parser(subparsers) -> None:
                    help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
     p.add_argument("--rank-tick", type=float, default=5.0,
                    help="under mlx.launch: seconds between rank 0's liveness steps while idle")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ Pruning follows notes/mlx-research.md §2: `num_experts` becomes the kept count,
 are renumbered 0..N-1 and the router rows (gate and e_score_correction_bias) are sliced.
 """
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -327,8 +328,7 @@ def _write_json(path: Path, data: dict) -> None:
 # --- `k3-backend make-tiny` ----------------------------------------------------------------------------------
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("make-tiny", help="write a tiny random-weight kimi_k3 checkpoint (tests, doctor)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="output directory")
     p.add_argument("--experts", type=int, default=8, help="routed experts per MoE layer (default 8)")
     p.add_argument("--layers", type=int, default=4, help="decoder layers, the last one MLA (default 4)")

@@ -11,9 +11,8 @@ from backend.fidelity import compare, forward, record, report
 from backend.fidelity.record import DEFAULT_CHUNK, DEFAULT_TOP_K, DEFAULT_WINDOW
 
 
-def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("fidelity", help="the model card's fidelity tables for your build and traces",
-                                   description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.splitlines()[0]
     sub = parser.add_subparsers(dest="fidelity_command", required=True)
     rec = sub.add_parser("record", help="run the reference teacher-forced and store its BASE")
     rec.add_argument("--model", required=True, help="reference checkpoint directory")

@@ -1,0 +1,36 @@
+"""`k3-backend` imports only the chosen subcommand's module: help and key set-up never load mlx."""
+
+import subprocess
+import sys
+
+PROBE = """
+import contextlib, sys
+from backend.cli import main
+with contextlib.suppress(SystemExit):
+    main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("mlx", "mlx_lm"))
+print("HEAVY", heavy, file=sys.stderr)
+"""
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_command_without_importing_mlx():
+    done = run("--help")
+    assert "HEAVY []" in done.stderr, done.stderr
+    for name in ("serve", "doctor", "make-tiny", "keys", "fidelity", "demo"):
+        assert name in done.stdout
+
+
+def test_keys_init_does_not_import_mlx(tmp_path):
+    done = run("keys", "init", "--dir", str(tmp_path / "k"))
+    assert "HEAVY []" in done.stderr, done.stderr
+    assert (tmp_path / "k" / "authorized").is_dir()
+
+
+def test_a_subcommand_still_gets_its_own_arguments():
+    assert "--prefill-step-size" in run("serve", "--help").stdout
+    done = run("serve")  # --model is required
+    assert "the following arguments are required: --model" in done.stderr
