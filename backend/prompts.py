@@ -269,7 +269,7 @@ def _call_blocks(section: str) -> list[tuple[str, str | None]]:
 def _parse_call(block: str) -> dict | str:
     try:
         (call,) = kimi_k3.parse_tool_call(block)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: json.loads of absurdly deep nesting
         return 'not a valid Kimi K3 tool call (needs tool="name" and a JSON object or typed arguments)'
     if not isinstance(call.get("arguments"), dict):
         return "tool-call arguments are not an object"

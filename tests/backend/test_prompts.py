@@ -116,3 +116,12 @@ def test_parse_never_raises(text):
     turn = prompts.parse_turn(text)
     assert all(isinstance(c.arguments, dict) for c in turn.calls)
     assert all(e.error for e in turn.errors)
+
+
+def test_deeply_nested_arguments_are_an_invalid_call_not_a_crash():
+    deep = "[" * 100_000 + "]" * 100_000
+    text = (f'<|open|>tools<|sep|><|open|>call tool="grep" index="1"<|sep|><|open|>json type="object"<|sep|>'
+            f'{{"pattern": {deep}}}<|close|>json<|sep|><|close|>call<|sep|>{GOOD}<|close|>tools<|sep|>')
+    turn = prompts.parse_turn(text)
+    assert [c.name for c in turn.calls] == ["grep"]
+    assert [e.error.split(" (")[0] for e in turn.errors] == ["not a valid Kimi K3 tool call"]
