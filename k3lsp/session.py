@@ -215,8 +215,12 @@ class Session:
         return doc
 
     def text(self, doc: Document) -> str | None:
+        """The editor's text of an open document, else the file on disk; None (logged) when unreadable."""
         try:
-            return self.ls.workspace.get_text_document(doc.uri).source
+            try:
+                return self.ls.workspace.get_text_document(doc.uri).source
+            except UnicodeDecodeError:  # read from disk, not UTF-8 (Latin-1 sources): audit it as `tools` reads it
+                return doc.path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             log.warning("cannot read %s: %s", doc.uri, exc)
             return None

@@ -24,6 +24,7 @@ async def test_workspace_audit_honours_include_exclude_and_size_and_publishes_un
     (root / "sub").mkdir()
     (root / "sub" / "extra.c").write_text("static int extra(void)\n{\n\treturn 1;\n}\n")
     (root / "sub" / "extra.h").write_text("int extra_h(void);\n")  # not included below
+    (root / "sub" / "latin1.c").write_bytes(b"/* caf\xe9 */\nstatic int cafe(void)\n{\n\treturn 2;\n}\n")  # not UTF-8
     (root / "big.c").write_text("static int big(void)\n{\n" + "\t;\n" * 2000 + "}\n")  # over maxFileBytes
     settings = {
         "endpoint": daemon.endpoint,
@@ -44,9 +45,9 @@ async def test_workspace_audit_honours_include_exclude_and_size_and_publishes_un
         assert any("unknown k3lsp setting 'colour'" in e for e in errors), errors
 
         summary = await ed.command("k3lsp.auditWorkspace", timeout=120)
-        assert summary == {"files": 3}  # demo.c, leaky.c, sub/extra.c
+        assert summary == {"files": 4}  # demo.c, leaky.c, sub/extra.c, sub/latin1.c (bytes replaced)
         counters = (await ed.status())["counters"]
-        assert counters["units"] == 4 and counters["audited"] == 4
+        assert counters["units"] == 5 and counters["audited"] == 5
         pushed = await ed.wait_diagnostics(ed.uri("demo.c"), lambda ds: len(ds) == 2)  # never opened
         assert sorted(d.code for d in pushed) == ["CWE-129", "CWE-787"]
         begins = [
