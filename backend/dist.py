@@ -9,6 +9,9 @@ environment; side channels (the scheduler's wake-up socket) bind there and nowhe
 
 `gather` is the converse (every rank's object on every rank), for `doctor`'s per-rank reports.
 
+`load_model` loads a checkpoint whole on one rank, or this rank's tensor-parallel shard on several: the
+one way `serve`, `fidelity` and `doctor` load a model, so all three shard it the same way.
+
 `deadline` is a watchdog for calls that may block forever: a ring init or collective whose peer never
 started or hangs does not time out on its own, so the only bounded way out is to print why and end the
 process.
@@ -100,3 +103,14 @@ def deadline(seconds: float, message: str) -> Iterator[None]:
     finally:
         watcher.kill()
         watcher.wait()
+
+
+def load_model(path: str, group: mx.distributed.Group | None = None):
+    """(model, tokenizer): ``mlx_lm.load`` on one rank, ``sharded_load`` over ``group`` when it has several."""
+    if group is not None and group.size() > 1:
+        from mlx_lm.utils import sharded_load
+
+        return sharded_load(path, tensor_group=group)
+    from mlx_lm import load
+
+    return load(path)

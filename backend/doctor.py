@@ -130,19 +130,18 @@ def local_checks(group, model: str | None) -> list[Check]:
 def logits_diff(group) -> float:
     """Max |logits| difference between the tiny checkpoint sharded over `group` and loaded whole."""
     import mlx.core as mx
-    from mlx_lm import load
-    from mlx_lm.utils import sharded_load
 
+    from backend.dist import load_model
     from backend.tiny import make_tiny
 
     with tempfile.TemporaryDirectory(prefix="k3-doctor-") as tmp:
         path = str(make_tiny(Path(tmp) / "tiny"))
-        whole, _ = load(path)
+        whole, _ = load_model(path)
         reference = whole(mx.array([PROMPT]))
         mx.eval(reference)
         if group.size() == 1:
             return 0.0
-        sharded, _ = sharded_load(path, tensor_group=group)
+        sharded, _ = load_model(path, group)
         logits = sharded(mx.array([PROMPT]))
         return float(mx.max(mx.abs(logits - reference)).item())
 

@@ -26,6 +26,7 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import LRUPromptCache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 
+from backend.dist import load_model
 from backend.guards import FinishCounter, LoopDetector
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class Engine:
         self.args = args
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
-            model, tokenizer = _load(args.model, group)
+            model, tokenizer = load_model(args.model, group)
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
@@ -423,13 +424,3 @@ class Engine:
         except Exception:
             log.exception("could not keep a %s prompt cache of %d tokens", kind, len(tokens))
 
-
-def _load(model: str, group):
-    """mlx_lm.load, or a tensor-parallel sharded load when running in a group of ranks."""
-    if group is not None and group.size() > 1:
-        from mlx_lm.utils import sharded_load
-
-        return sharded_load(model, tensor_group=group)
-    from mlx_lm import load
-
-    return load(model)

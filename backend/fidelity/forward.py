@@ -17,7 +17,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from backend.dist import share
+from backend.dist import load_model, share
 
 
 class PeerFailed(Exception):
@@ -35,21 +35,14 @@ class Loaded:
     def rank(self) -> int:
         return self.group.rank()
 
-    @property
-    def distributed(self) -> bool:
-        return self.group.size() > 1
-
 
 def load(path: str | Path) -> Loaded:
     """The model at `path`: sharded over the `mlx.launch` ranks when there are several, else whole."""
-    from mlx_lm.utils import load as load_whole
-    from mlx_lm.utils import sharded_load
-
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
     group = mx.distributed.init()
-    model, tokenizer = sharded_load(str(path)) if group.size() > 1 else load_whole(str(path))
+    model, tokenizer = load_model(str(path), group)
     return Loaded(model, tokenizer, path, group)
 
 
