@@ -150,11 +150,11 @@ def render(tokenizer, messages: list[dict], tools: list[dict]) -> Rendered:
     last message (the unit): the end of system+tools and the end of the file context. A continued
     conversation keeps the same segments; the engine caches the end of each generation itself.
     """
-    tokens = _template(tokenizer, messages, tools, add_generation_prompt=True)
+    tokens = template(tokenizer, messages, tools, add_generation_prompt=True)
     opening = next((i for i, m in enumerate(messages) if m["role"] not in ("system", "user")), len(messages))
     segments = []
     for n in range(1, opening):
-        prefix = _template(tokenizer, messages[:n], tools, add_generation_prompt=False)
+        prefix = template(tokenizer, messages[:n], tools, add_generation_prompt=False)
         if tokens[: len(prefix)] != prefix:
             raise ValueError("the chat template does not render a conversation as an extension of its prefix")
         segments.append(len(prefix))
@@ -168,16 +168,18 @@ def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], content: s
     Taken from the template itself, so a scripted answer forced through the engine is canonical and
     the conversation re-rendered after it extends prompt + answer token for token.
     """
-    prompt = _template(tokenizer, messages, tools, add_generation_prompt=True)
+    prompt = template(tokenizer, messages, tools, add_generation_prompt=True)
     turn = assistant_message(content, [ToolCall(c["name"], c["arguments"], i) for i, c in enumerate(calls or [], 1)])
-    full = _template(tokenizer, [*messages, turn], tools, add_generation_prompt=False)
+    full = template(tokenizer, [*messages, turn], tools, add_generation_prompt=False)
     if full[: len(prompt)] != prompt:
         raise ValueError("the chat template does not render an assistant turn as an extension of the prompt")
     return full[len(prompt):]
 
 
-def _template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:
+    """The token ids of ``messages`` through the model's own chat template (no tools: ``tools=None``)."""
+    return list(tokenizer.apply_chat_template(messages, tools=tools or None,
+                                              add_generation_prompt=add_generation_prompt))
 
 
 # --- reading the answer ------------------------------------------------------------------------------------

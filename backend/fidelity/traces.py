@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.fidelity.spans import OTHER, classify
+from backend.prompts import template
 
 ROLES = ("system", "user", "assistant", "tool")
 TRACES = "traces"  # the corpus name of trace windows
@@ -110,19 +111,14 @@ def session_window(tokenizer, source: str, session: dict, window: int, default_t
     """Render one session and cut its scored window (the last `window` tokens)."""
     messages, tools = session["messages"], session.get("tools", default_tools)
     try:
-        ids = _render(tokenizer, messages, tools, add_generation_prompt=False)
+        ids = template(tokenizer, messages, tools, add_generation_prompt=False)
         opening = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-        prompt = _render(tokenizer, messages[:opening], tools, add_generation_prompt=True) if opening else []
+        prompt = template(tokenizer, messages[:opening], tools, add_generation_prompt=True) if opening else []
     except Exception as e:  # the template is the model's code; its errors name no trace line
         raise TraceError(f"{source}: the chat template failed: {e}") from e
     labels = classify(tokenizer, ids)
     start = max(0, len(ids) - window)
     return Window(str(session.get("id", source)), TRACES, ids[start:], labels[start:], prompt)
-
-
-def _render(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, tools=tools or None,
-                                              add_generation_prompt=add_generation_prompt))
 
 
 def trace_windows(tokenizer, path: str | Path, window: int, default_tools: list[dict]) -> list[Window]:
