@@ -244,11 +244,7 @@ class Daemon:
         """A key removed from the allow-list while connected: end its requests and refuse the message."""
         self._counts["unauthorized"] += 1
         log.warning("refused a message from key %s: it is no longer in the authorized keys", user)
-        ended = set()
-        for job in list(self._jobs.values()):
-            if job.route == route:
-                job.stop("unauthorized")  # each ends with its own error unauthorized
-                ended.add(job.id)
+        ended = self._stop_route(route, "unauthorized")  # each ends with its own error unauthorized
         msg_id = _id_of(frame)
         if msg_id not in ended:
             await self._send(route, protocol.error(msg_id, "unauthorized", "this client's key is not authorized"))
@@ -391,10 +387,14 @@ class Daemon:
         return False
 
     def _drop_route(self, route: bytes) -> None:
-        for job in list(self._jobs.values()):
-            if job.route == route:
-                job.stop("vanished")
-                self._counts["vanished"] += 1
+        self._counts["vanished"] += len(self._stop_route(route, "vanished"))
+
+    def _stop_route(self, route: bytes, reason: str) -> set[str]:
+        """Stop every job whose messages go to ``route``; returns their ids."""
+        jobs = [job for job in self._jobs.values() if job.route == route]
+        for job in jobs:
+            job.stop(reason)
+        return {job.id for job in jobs}
 
     # --- disconnects ---------------------------------------------------------------------------------------
 
