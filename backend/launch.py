@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-READY = "k3-backend ready on "
+READY = "k3-backend ready on "  # printed by serve (followed by the endpoint), read here
 
 
 class LaunchError(RuntimeError):

@@ -25,12 +25,12 @@ from pathlib import Path
 from backend import auth
 from backend.agent import AgentConfig
 from backend.daemon import Daemon, DaemonConfig
+from backend.launch import READY
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys
 
 log = logging.getLogger(__name__)
 
-READY = "k3-backend ready on "
 RANK_FAILURE_EXIT = 3
 FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
 STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first

@@ -23,10 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.launch import READY
+
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PAIR = REPO / "hostfiles" / "local-pair.json"
 LAUNCH = str(Path(sys.executable).parent / "mlx.launch")
-READY = "k3-backend ready on "
 
 
 def free_port_block(n: int = 2, tries: int = 50) -> int:
