@@ -198,10 +198,7 @@ class Engine:
         prompt = self.tokenizer.encode("int main(void) { return 0; }")
         for rid in (-1, -2):
             self.submit(GenRequest(rid, prompt, [], 4, self.args.temp, self.args.top_p, seed=-rid))
-        for _ in range(64):
-            if not self.busy():
-                break
-            self.step()
+        self.run_until_idle(64)
         self._cache = self._new_cache()
         self._n = _Counters()
 
@@ -218,6 +215,19 @@ class Engine:
             return
         heapq.heappush(self._queue, (req.priority, self._order, req))
         self._order += 1
+
+    def run_until_idle(self, max_steps: int) -> list[GenEvent]:
+        """Step until nothing is queued or running, at most ``max_steps`` times; the events of all steps.
+
+        For callers without a scheduler (warm-up, offline sampling); check ``busy()`` after it when
+        running out of steps matters.
+        """
+        events: list[GenEvent] = []
+        for _ in range(max_steps):
+            if not self.busy():
+                break
+            events += self.step()
+        return events
 
     def cancel(self, rid: int) -> None:
         self._cancel.add(rid)

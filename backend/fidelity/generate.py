@@ -22,11 +22,8 @@ def sample_sessions(cand: Loaded, prompts: list[list[int]], n: int, max_tokens: 
         engine.submit(GenRequest(i, prompts[i % len(prompts)], [], max_tokens, args.temp, args.top_p, seed + i))
     texts = dict.fromkeys(range(n), "")
     steps = n * (max_tokens + 2 + max(map(len, prompts)) // args.prefill_step_size) + 16
-    for _ in range(steps):
-        if not engine.busy():
-            break
-        for event in engine.step():
-            texts[event.rid] += event.text
+    for event in engine.run_until_idle(steps):
+        texts[event.rid] += event.text
     if engine.busy():
         raise RuntimeError(f"generation did not finish within {steps} engine steps")
     turns = [parse_turn(text) for text in texts.values()]
