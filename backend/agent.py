@@ -155,12 +155,12 @@ class Agent:
                 return gen.finish
             if not any(c.name in READ_ONLY_TOOLS & allowed for c in turn.calls):
                 return "stop"
-            if n == self.config.max_tool_rounds:
-                return "budget"
+            if n == self.config.max_tool_rounds:  # no round left to read the results in
+                break
             results = [await self._tool_result(call, allowed, stats) for call in turn.calls]
             messages.append(prompts.assistant_message(turn.content, turn.calls))
             messages.extend(prompts.tool_message(c, r) for c, r in zip(turn.calls, results, strict=True))
-        return "budget"  # unreachable: the last round returns above
+        return "budget"
 
     async def _generate(self, rendered: prompts.Rendered, unit: str, n: int, budget: int,
                         findings: FindingStream, on_text: ProseStream | None) -> Generation:

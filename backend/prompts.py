@@ -80,7 +80,6 @@ GREP = _tool(
 
 AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, GREP]
 EXPLAIN_TOOLS = [READ_LINES, FIND_DEFINITION]
-TOOL_NAMES = frozenset(t["function"]["name"] for t in AUDIT_TOOLS)
 
 # The tag tokens of the Kimi K3 markup; inside data they are broken by a word joiner (U+2060).
 _TAGS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
