@@ -5,8 +5,8 @@ for pings, cancels and other clients while a batch decodes. The thread sleeps on
 nothing to do (no spinning core), and each turn of its loop:
 
 1. takes the commands that arrived since the last step (new requests, cancellations),
-2. passes them through ``exchange`` - the one hook where, on the Mac pair (issue 4), rank 0 will broadcast
-   exactly these commands to every rank so that all ranks call ``engine.step()`` with the same input,
+2. passes them through ``exchange`` - the one hook where, on the Mac pair, rank 0 shares exactly these
+   commands with every rank (``backend/pair.py``) so that all ranks call ``engine.step()`` with the same input,
 3. applies them to the engine and runs one ``engine.step()``,
 4. hands the step's events to the event loop with ``call_soon_threadsafe``.
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Commands:
-    """Everything that changes the engine's work before one step; what issue 4 broadcasts to all ranks."""
+    """Everything that changes the engine's work before one step; what backend/pair.py shares with all ranks."""
 
     submits: list[GenRequest] = field(default_factory=list)
     cancels: list[int] = field(default_factory=list)
