@@ -18,7 +18,10 @@ READY = "k3-backend ready on "  # printed by serve (followed by the endpoint), r
 
 
 class LaunchError(RuntimeError):
-    """The daemon exited or stayed silent before its ready line; the message ends with its log."""
+    """The daemon exited before its ready line (the message has its exit code) or stayed silent too long.
+
+    Its log is wherever ``stderr`` went; pass a file to read it.
+    """
 
 
 def start(
@@ -45,8 +48,11 @@ def start(
     reader.start()
     reader.join(ready_timeout)
     if not found:
+        exited = not reader.is_alive()  # stdout ended: the process is gone (or closed it, which serve never does)
         code = stop(proc)
-        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (exit code {code})")
+        if exited:
+            raise LaunchError(f"k3-backend serve exited with code {code} before it was ready")
+        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (stopped, exit code {code})")
     return proc, found[0]
 
 
