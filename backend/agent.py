@@ -251,15 +251,24 @@ class FindingStream:
             self._seen.add(call.index)
             try:
                 finding = protocol.validate_finding(call.arguments)
-                if finding["end_line"] > self._lines:
-                    raise protocol.ProtocolError(
-                        f"lines {finding['start_line']}-{finding['end_line']} are outside the unit's {self._lines}")
+                self._check_lines(finding)
             except protocol.ProtocolError as exc:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
                 continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)
+
+
+    def _check_lines(self, finding: dict) -> None:
+        """Every line a finding names (its range, trace steps, fix range) must be a line of the unit."""
+        lines = [("", finding["end_line"])] + [(f"trace[{i}].", step["line"])
+                                               for i, step in enumerate(finding["trace"])]
+        if "fix" in finding:
+            lines.append(("fix.", finding["fix"]["end_line"]))
+        for where, line in lines:  # start lines are >= 1 and <= their end lines (the schema checked that)
+            if line > self._lines:
+                raise protocol.ProtocolError(f"{where}line {line} is outside the unit's {self._lines} lines")
 
 
 class ProseStream:

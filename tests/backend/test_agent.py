@@ -24,6 +24,10 @@ SCRIPT = [
     {"unit": "rounds", "turns": [turn(READ)] * 5},
     {"unit": "streamed", "turns": [OPEN_TOOLS + call("report_finding", F1) + LOOP_TAIL]},
     {"unit": "explained", "turns": [turn(content="The length n reaches the copy unchecked; bound it first.")]},
+    {"unit": "stray_lines", "turns": [turn(
+        ("report_finding", finding(trace=[{"line": 1, "note": "in"}, {"line": 9, "note": "past the unit"}])),
+        ("report_finding", finding(fix={"start_line": 2, "end_line": 7, "replacement": "x"})),
+        ("report_finding", F1))]},
     {"unit": "explained_twice", "turns": [turn(READ, content="Let me look. "), turn(content="It is unchecked.")]},
     {"unit": "explained_tail", "turns": ["Compare n with the size <|"]},  # ends like a marker start, then eos
 ]
@@ -128,3 +132,11 @@ async def test_explain_streams_every_round_and_flushes_a_held_tail(daemon):
     assert "".join(m["text"] for m in twice if m["kind"] == "text") == "Let me look. It is unchecked."
     assert twice[-1]["kind"] == "done" and twice[-1]["stats"]["rounds"] == 2
     assert "".join(m["text"] for m in tail if m["kind"] == "text") == "Compare n with the size <|"
+
+
+async def test_findings_naming_lines_outside_the_unit_are_dropped(daemon):
+    """Trace steps and fix ranges are checked against the unit too, not only the finding's own range."""
+    async with Wire(daemon.endpoint) as wire:
+        msgs = await wire.request("audit", "l1", **audit_fields("stray_lines"))
+    assert findings_of(msgs) == [F1]
+    assert msgs[-1]["stats"]["findings"] == 1 and msgs[-1]["stats"]["dropped_findings"] == 2
