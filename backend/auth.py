@@ -165,11 +165,15 @@ def secure_router(sock: zmq.asyncio.Socket, endpoint: str, security: Security) -
     allow = AllowList(security.authorized_dir)
     auth = AsyncioAuthenticator(sock.context)  # must share the socket's context, or no ZAP handler sees it
     auth.start()
-    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=allow)
-    sock.curve_secretkey = secret
-    sock.curve_publickey = public
-    sock.curve_server = True
-    sock.zap_domain = ZAP_DOMAIN.encode()
-    sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
-    allow.keys()
+    try:
+        auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=allow)
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_server = True
+        sock.zap_domain = ZAP_DOMAIN.encode()
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        allow.keys()
+    except BaseException:  # the caller gets no CurveServer to stop: stop the ZAP handler here
+        auth.stop()
+        raise
     return CurveServer(allow, auth)

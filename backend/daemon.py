@@ -108,9 +108,9 @@ class Daemon:
         """Create, secure and bind the ROUTER; returns the endpoint actually bound (port 0 resolved).
 
         Raises auth.InsecureBindError (or keys.KeyFileError) before binding when the set-up would expose
-        source code: a plain socket beyond loopback without ``insecure``, or unusable key files.
+        source code: a plain socket beyond loopback without ``insecure``, or unusable key files
+        (``auth.secure_router`` checks, whether or not the socket is secured).
         """
-        auth.check(self.config.bind, self.config.security)
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.LINGER, 0)
