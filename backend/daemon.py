@@ -332,10 +332,15 @@ class Daemon:
         if job.reason == "vanished":
             return
         try:
-            delivered = await self._send(job.route, terminal)
-        except protocol.ProtocolError as exc:
-            log.error("cannot encode the end of request %s: %s", job.id, exc)
-            delivered = await self._send(job.route, protocol.error(job.id, "internal", f"cannot encode reply: {exc}"))
+            try:
+                delivered = await self._send(job.route, terminal)
+            except protocol.ProtocolError as exc:
+                log.error("cannot encode the end of request %s: %s", job.id, exc)
+                delivered = await self._send(job.route, protocol.error(job.id, "internal",
+                                                                       f"cannot encode reply: {exc}"))
+        except zmq.ZMQError as exc:  # e.g. ETERM: the socket is closing at shutdown; the job is over anyway
+            log.info("could not send the end of request %s: %s", job.id, exc)
+            return
         if not delivered:
             log.info("could not deliver the end of request %s", job.id)
 
