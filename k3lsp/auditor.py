@@ -89,6 +89,11 @@ class BackendState:
     message: str
 
 
+def _count(value: object) -> int:
+    """A token count from the daemon's free-form stats; anything but a non-negative int counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def state_for(code: str) -> str:
     return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
 
@@ -287,8 +292,7 @@ class Auditor:
         self.cache.put(unit.key, *self._cache_id(), findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
-        tokens = stats.get("prompt_tokens", 0) + stats.get("generated_tokens", 0)
-        self.counters.tokens += tokens if isinstance(tokens, int) else 0
+        self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
         return UnitResult(unit, findings, cached=False, stats=stats)
 
     def _failed(self, unit: Unit, code: str, message: str) -> None:
@@ -331,8 +335,8 @@ class Auditor:
                     if message["code"] in CONNECTION_CODES:
                         raise self._unavailable(message["code"], message["message"])
                     raise BackendError(message["code"], message["message"])
-                elif message["kind"] == "cancelled":
-                    raise asyncio.CancelledError
+                elif message["kind"] == "cancelled":  # the daemon's decision, not our task's cancellation
+                    raise BackendError("cancelled", "the audit daemon cancelled the explanation")
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""

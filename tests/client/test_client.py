@@ -1,45 +1,12 @@
 """BackendClient against a real ROUTER on loopback playing a scripted daemon (the real one is in tests/backend)."""
 
 import asyncio
-import contextlib
 
 import pytest
 import zmq
-import zmq.asyncio
 
-from k3lsp import protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
-
-
-@contextlib.asynccontextmanager
-async def peer(handler):
-    """A ROUTER on a free loopback port; ``handler(sock, ident, message)`` answers each decoded message."""
-    ctx = zmq.asyncio.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-
-    async def serve():
-        while True:
-            ident, frame = await sock.recv_multipart()
-            await handler(sock, ident, protocol.decode(frame, "to_daemon"))
-
-    task = asyncio.create_task(serve())
-    try:
-        yield f"tcp://127.0.0.1:{port}"
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        sock.close()
-        ctx.term()
-
-
-async def reply(sock, ident, kind, msg_id, **fields):
-    await sock.send_multipart([ident, protocol.encode(protocol.make(kind, msg_id, **fields))])
-
-
-WELCOME = {"protocol": 1, "server": "test", "model": "m", "experts": 8, "ranks": 1, "limits": {}}
+from tests.support.peer import WELCOME, peer, reply
 
 
 async def basic(sock, ident, msg):
