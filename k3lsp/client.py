@@ -4,8 +4,9 @@ One :class:`BackendClient` per daemon (a DEALER connected to two daemons would r
 its cancel to different machines). A reader task routes every incoming message by its request id to
 that request's queue, so many audits stream at once over one socket. Liveness is checked with the
 application ``ping`` (ZMTP heartbeats only prove that libzmq is alive, not the daemon's event loop);
-when the daemon goes away, open requests fail at once with :class:`BackendError` instead of hanging,
-and ZeroMQ reconnects by itself, so the next request works as soon as the daemon is back.
+when the daemon goes away, open requests fail with :class:`BackendError` within the liveness timeout
+instead of hanging, and ZeroMQ reconnects by itself, so the next request works as soon as the daemon
+is back.
 """
 
 from __future__ import annotations
@@ -178,11 +179,16 @@ class BackendClient:
         return reply
 
     async def close(self) -> None:
+        """Stop the tasks and close the socket; never raises: a task that died is logged, not re-raised here."""
         for task in (self._reader, self._watchdog, self._monitor):
             if task:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception:
+                    log.exception("the client's %s task had failed", task.get_name())
         self._fail_all("down", "client closed")
         if self._sock is not None:
             self._sock.close(linger=0)

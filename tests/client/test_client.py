@@ -103,3 +103,28 @@ async def test_leaving_a_stream_early_cancels_it_on_the_daemon():
             await asyncio.sleep(0.02)
     assert first["kind"] == "progress"
     assert "cancel" in seen
+
+
+
+async def test_close_does_not_raise_when_a_background_task_died():
+    async def welcome_only(sock, ident, msg):
+        if msg["kind"] == "hello":
+            await reply(sock, ident, "welcome", msg["id"], **WELCOME)
+
+    opts = ClientOptions(liveness_interval=0.1, liveness_timeout=60)
+    async with peer(welcome_only) as endpoint:
+        opts.endpoint = endpoint
+        client = BackendClient(opts)
+        await asyncio.wait_for(client.connect(), 5)
+        request = asyncio.ensure_future(anext(client.stream("audit", AUDIT | {"unit": "f"})))  # an open request
+        for _ in range(100):  # until the request is sent (bounded)
+            if client._queues:
+                break
+            await asyncio.sleep(0.01)
+        watchdog = client._watchdog
+        client._sock.close(linger=0)  # the watchdog's next ping fails with ZMQError (socket closed)
+        await asyncio.wait_for(asyncio.wait([watchdog]), 5)
+        assert isinstance(watchdog.exception(), zmq.ZMQError)
+        await asyncio.wait_for(client.close(), 5)  # re-raised the watchdog's ZMQError before
+        assert (await asyncio.wait_for(request, 5))["code"] == "down"  # the open request still ends
+    assert client._sock is None and client._watchdog is None
