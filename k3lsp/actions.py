@@ -24,26 +24,12 @@ def for_finding(shown: Shown, uri: str, lines: list[str]) -> list[lsp.CodeAction
     out: list[lsp.CodeAction | lsp.Command] = []
     fix = findings.fix_edit(f, unit, uri)
     if fix is not None:
-        out.append(
-            lsp.CodeAction(
-                title=f"Apply suggested fix ({label}: {f.title})",
-                kind=lsp.CodeActionKind.QuickFix,
-                diagnostics=[diagnostic],
-                edit=fix,
-                is_preferred=True,
-            )
-        )
+        out.append(_quick_fix(f"Apply suggested fix ({label}: {f.title})", diagnostic, fix, preferred=True))
     out.append(lsp.Command(title=f"Explain this {label} finding", command=EXPLAIN, arguments=[uri, shown.fingerprint]))
     line_edit = suppress.suppression_edit(lines, unit.file_line(f.start_line), f.cwe)
     if line_edit is not None:
-        out.append(
-            lsp.CodeAction(
-                title=f"Suppress {label} on this line",
-                kind=lsp.CodeActionKind.QuickFix,
-                diagnostics=[diagnostic],
-                edit=lsp.WorkspaceEdit(changes={uri: [line_edit]}),
-            )
-        )
+        edit = lsp.WorkspaceEdit(changes={uri: [line_edit]})
+        out.append(_quick_fix(f"Suppress {label} on this line", diagnostic, edit))
     out.append(
         lsp.Command(
             title=f"Suppress this {label} finding in the workspace baseline",
@@ -53,3 +39,12 @@ def for_finding(shown: Shown, uri: str, lines: list[str]) -> list[lsp.CodeAction
     )
     out.append(lsp.Command(title=f"Re-audit {unit.name}", command=REAUDIT_FUNCTION, arguments=[uri, unit.start_line]))
     return out
+
+
+def _quick_fix(
+    title: str, diagnostic: lsp.Diagnostic, edit: lsp.WorkspaceEdit, *, preferred: bool | None = None
+) -> lsp.CodeAction:
+    """An edit computed now, tied to its diagnostic (clients list it under the squiggle)."""
+    return lsp.CodeAction(
+        title=title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[diagnostic], edit=edit, is_preferred=preferred
+    )

@@ -222,10 +222,10 @@ class Auditor:
         return Lookup(hits, misses, down)
 
     async def audit(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
-        found = await self.lookup(units, force=force)
+        found = await self.lookup(units)
         for hit in found.hits:
             yield hit
         if found.misses and found.down is not None:

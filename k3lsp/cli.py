@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
+from k3lsp.protocol import SEVERITIES
 
 
 def _endpoints(args: argparse.Namespace) -> list[str]:
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
     audit.add_argument("--jobs", type=int, default=None,
                        help="units in flight per backend (default 4: the daemon batches them)")
-    audit.add_argument("--min-severity", choices=("critical", "high", "medium", "low", "info"), default=None)
+    audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
 

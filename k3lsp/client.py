@@ -282,15 +282,13 @@ class BackendClient:
 
     # --- streaming requests ------------------------------------------------------------------------------
 
-    async def stream(
-        self, kind: str, fields: dict, *, tools: ToolHandler | None = None, msg_id: str | None = None
-    ) -> AsyncIterator[dict]:
+    async def stream(self, kind: str, fields: dict, *, tools: ToolHandler | None = None) -> AsyncIterator[dict]:
         """Send a request (``audit``/``explain``) and yield its messages up to and including the terminal one.
 
         ``tool_request`` messages are answered with ``tools`` (or refused when none is given) and also yielded.
         Leaving the loop early (break, task cancellation) cancels the request on the daemon.
         """
-        msg_id = msg_id or self.new_id()
+        msg_id = self.new_id()
         queue = self._queues[msg_id] = asyncio.Queue()
         finished = False
         try:
@@ -309,7 +307,3 @@ class BackendClient:
             if not finished and self._sock is not None:
                 with contextlib.suppress(BackendError, zmq.ZMQError):
                     await asyncio.shield(self.send("cancel", msg_id))
-
-    async def cancel(self, msg_id: str) -> None:
-        """Ask the daemon to cancel a request; its stream then ends with ``cancelled``."""
-        await self.send("cancel", msg_id)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
+from k3lsp.protocol import SEVERITIES
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
-SEVERITIES = ("critical", "high", "medium", "low", "info")
 DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
 DEFAULT_INCLUDE = ("**/*.c", "**/*.h")
 DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")

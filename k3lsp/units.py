@@ -341,12 +341,7 @@ def _declarator_name(node: Node | None) -> Node | None:
         kind = node.type
         if kind in ("identifier", "field_identifier"):
             return node if function else None
-        if kind not in (
-            "function_declarator",
-            "pointer_declarator",
-            "attributed_declarator",
-            "parenthesized_declarator",
-        ):
+        if kind not in _DECLARATOR_WRAPPERS:
             return None
         function = function or kind == "function_declarator"
         node = node.child_by_field_name("declarator") or next(
