@@ -231,7 +231,8 @@ class Session:
             self.publish(doc)
 
     def closed(self, uri: str) -> None:
-        doc = self.docs.get(uri)
+        """Forget a closed document (its results stay in the cache): settings changes re-read every kept one."""
+        doc = self.docs.pop(uri, None)
         if doc is None:
             return
         if doc.task is not None:

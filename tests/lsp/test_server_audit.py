@@ -119,5 +119,7 @@ async def test_closing_a_document_clears_its_pushed_diagnostics(daemon, root, tm
         uri = ed.open("demo.c")
         await ed.command("k3lsp.auditFile", uri)
         assert len(await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)) == 2
+        assert (await ed.status())["documents"] == 1
         ed.client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri)))
         assert await ed.wait_diagnostics(uri, lambda ds: not ds) == []
+        assert (await ed.status())["documents"] == 0  # forgotten: a settings change no longer re-reads it
