@@ -1,6 +1,7 @@
 """BackendClient against a real ROUTER on loopback playing a scripted daemon (the real one is in tests/backend)."""
 
 import asyncio
+import socket
 
 import pytest
 import zmq
@@ -46,10 +47,9 @@ async def test_concurrent_streams_are_routed_by_id_and_tools_answered():
 
 
 async def test_unreachable_daemon_is_a_clear_error():
-    ctx = zmq.Context.instance()
-    probe = ctx.socket(zmq.REP)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close()  # a free port with nobody listening
+    with socket.socket() as probe:  # closed synchronously (a zmq socket's listener lingers in its I/O thread,
+        probe.bind(("127.0.0.1", 0))  # and a handshake with it failed as "server_key" now and then)
+        port = probe.getsockname()[1]
     client = BackendClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5))
     with pytest.raises(BackendError) as err:
         await asyncio.wait_for(client.connect(), 5)
