@@ -6,17 +6,8 @@ import json
 import socket
 import subprocess
 
-import pytest
-
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
-from tests.support.daemon import serving
-
-
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
-        yield d
 
 
 def k3lsp_audit(*args: str, cache, cwd) -> subprocess.CompletedProcess:

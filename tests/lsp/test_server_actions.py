@@ -9,15 +9,8 @@ import pytest
 from lsprotocol import types as lsp
 
 from tests.lsp import scripted
-from tests.support.daemon import serving
 from tests.support.edits import apply_edits
 from tests.support.lsp import WAIT, editor
-
-
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
-        yield d
 
 
 @pytest.fixture

@@ -3,18 +3,11 @@ model tries to read outside the workspace. Real server, real `k3-backend` proces
 
 from __future__ import annotations
 
-import pytest
 from lsprotocol import types as lsp
 
 from tests.lsp import scripted
 from tests.support.daemon import serving, stop
 from tests.support.lsp import editor
-
-
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
-        yield d
 
 
 async def test_a_newer_save_cancels_the_audit_of_the_older_version(daemon, tmp_path):

@@ -9,14 +9,7 @@ import pytest
 from lsprotocol import types as lsp
 
 from tests.lsp import scripted
-from tests.support.daemon import serving
 from tests.support.lsp import WAIT, editor
-
-
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
-        yield d
 
 
 async def test_workspace_audit_honours_include_exclude_and_size_and_publishes_unopened_files(daemon, tmp_path):

@@ -5,12 +5,7 @@
 local report = dofile(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/report.lua')
 local out, wait = report.out, report.wait
 
-local notes = {}
-local notify = vim.notify
-vim.notify = function(msg, level, opts)
-  table.insert(notes, msg)
-  return notify(msg, level, opts)
-end
+local notes = report.capture_notes()
 
 local function noted(pattern)
   for _, msg in ipairs(notes) do

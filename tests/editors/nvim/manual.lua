@@ -4,12 +4,7 @@ local report = dofile(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/r
 local out, wait = report.out, report.wait
 local k3lsp = require('k3lsp')
 
-local notes = {}
-local notify = vim.notify
-vim.notify = function(msg, level, opts)
-  table.insert(notes, msg)
-  return notify(msg, level, opts)
-end
+local notes = report.capture_notes()
 
 local function counters()
   local result

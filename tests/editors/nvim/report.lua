@@ -25,4 +25,15 @@ function M.wait(what, ms, cond)
   return ok
 end
 
+--- Every vim.notify message from now on, in order (the plugin reports command outcomes through it).
+function M.capture_notes()
+  local notes = {}
+  local notify = vim.notify
+  vim.notify = function(msg, level, opts)
+    table.insert(notes, msg)
+    return notify(msg, level, opts)
+  end
+  return notes
+end
+
 return M
