@@ -7,7 +7,7 @@ dropped from an otherwise good finding. Line numbers are 1-based and relative to
 (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
-and suppressions survive edits above it; SARIF (issue 8) reuses it as `partialFingerprints`.
+and suppressions survive edits above it; SARIF output reuses it as `partialFingerprints`.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class Options:
     """What the user can configure; field names are the snake_case of the wire keys."""
 
     endpoint: str = field(default_factory=default_endpoint)
-    server_key: str = ""  # path to the daemon's public CurveZMQ key (issue 6); empty = no encryption
+    server_key: str = ""  # path to the daemon's public CurveZMQ key; empty = no encryption
     client_key: str = ""  # path to this client's secret key file
     trigger: str = "save"
     min_severity: str = "info"

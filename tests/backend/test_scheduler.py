@@ -106,7 +106,7 @@ async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_m
 async def test_close_cancels_what_is_running_and_exchange_sees_every_command(engine):
     seen: list[Commands] = []
 
-    def exchange(commands: Commands) -> Commands:  # what issue 4 broadcasts to the other ranks
+    def exchange(commands: Commands) -> Commands:  # what backend/pair.py broadcasts to the other ranks
         seen.append(commands)
         return commands
 
