@@ -36,6 +36,20 @@ def start(
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
         text=True,
     )
+    endpoint, exited = wait_ready(proc, ready_timeout)
+    if endpoint is None:
+        code = stop(proc)
+        if exited:
+            raise LaunchError(f"k3-backend serve exited with code {code} before it was ready")
+        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (stopped, exit code {code})")
+    return proc, endpoint
+
+
+def wait_ready(proc: subprocess.Popen, timeout: float) -> tuple[str | None, bool]:
+    """(endpoint from the ready line or None, whether stdout ended first): read in a thread so the wait is bounded.
+
+    Works for `serve` itself and for `mlx.launch` running it, whose stdout carries rank 0's ready line.
+    """
     found: list[str] = []
 
     def read() -> None:
@@ -44,16 +58,11 @@ def start(
                 found.append(line[len(READY) :].strip())
                 return
 
-    reader = threading.Thread(target=read, daemon=True)  # a thread, so that the wait is bounded
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    reader.join(ready_timeout)
-    if not found:
-        exited = not reader.is_alive()  # stdout ended: the process is gone (or closed it, which serve never does)
-        code = stop(proc)
-        if exited:
-            raise LaunchError(f"k3-backend serve exited with code {code} before it was ready")
-        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (stopped, exit code {code})")
-    return proc, found[0]
+    reader.join(timeout)
+    # stdout ended: the process is gone (or closed it, which serve never does)
+    return (found[0] if found else None), not reader.is_alive() and not found
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:

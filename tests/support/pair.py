@@ -17,13 +17,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.launch import READY
+from backend.launch import wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PAIR = REPO / "hostfiles" / "local-pair.json"
@@ -123,20 +122,10 @@ def launched(serve_args: list[str], *, ready_timeout: float = 240.0) -> Iterator
 
 
 def _ready(launcher: subprocess.Popen, timeout: float, log: Path) -> str:
-    found: list[str] = []
-
-    def read() -> None:
-        for line in launcher.stdout:
-            if line.startswith(READY):
-                found.append(line[len(READY):].strip())
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not found:
+    endpoint, _ = wait_ready(launcher, timeout)
+    if endpoint is None:
         raise RuntimeError(f"the pair was not ready within {timeout} s:\n{log.read_text()[-3000:]}")
-    return found[0]
+    return endpoint
 
 
 def _stop(launcher: subprocess.Popen, pids: dict[int, int]) -> None:
