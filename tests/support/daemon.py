@@ -41,10 +41,12 @@ class Daemon:
 
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
-            ready_timeout: float = 180.0) -> Iterator[Daemon]:
-    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block."""
+            ready_timeout: float = 180.0, trust: bool = True) -> Iterator[Daemon]:
+    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block,
+    with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code) unless
+    `trust` is false."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
-        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0"]
+        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0", *(["--trust-remote-code"] if trust else [])]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
