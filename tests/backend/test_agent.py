@@ -9,6 +9,10 @@ import json
 
 import pytest
 
+from backend.dist import load_tokenizer
+from backend.fidelity.spans import THINK
+from backend.fidelity.traces import session_window
+from backend.prompts import AUDIT_TOOLS
 from tests.support.daemon import Wire, audit_fields, serving
 from tests.support.kimi import CLOSE_TOOLS, END, OPEN_TOOLS, call, finding, opening, tools, turn
 
@@ -103,7 +107,7 @@ async def test_read_lines_round_trip_appends_and_continues_from_the_cache(daemon
     assert status["response_tokens"] >= stats["response_tokens"] > 0
 
 
-async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon):
+async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon, checkpoint):
     async with Wire(daemon.endpoint) as wire:
         msgs = await wire.request("audit", "h1", tools={"read_lines": (True, SOURCE)},
                                   **audit_fields("reader", path="src/h.c"))
@@ -117,6 +121,11 @@ async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon)
         assert "<|" not in m["content"] and "<|" not in m["reasoning_content"]
     assert session["thinking_effort"] == "low"
     assert [m["role"] for m in session["messages"]][-3:] == ["assistant", "tool", "assistant"]
+    if checkpoint.dialect == "k3":  # `fidelity record --traces` scores this session with its think span
+        tok = load_tokenizer(str(checkpoint.path), trust_remote_code=True)
+        window = session_window(tok, "trace", session, 8192, AUDIT_TOOLS)
+        thought = "".join(tok.decode([t]) for t, label in zip(window.ids, window.labels, strict=True) if label == THINK)
+        assert "Who calls f?" in thought and WHY in thought
 
 
 async def test_a_tool_call_inside_the_think_channel_is_never_run(daemon):
