@@ -261,6 +261,7 @@ class Auditor:
             "context": unit.context,
             "first_line": unit.start_line + 1,
             "priority": priority,
+            "thinking_effort": self.options.effort(priority),
         }
         findings: list[dict] = []
         async with self._slots.hold(priority):
@@ -325,7 +326,8 @@ class Auditor:
     async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
         await self.connect()
-        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding}
+        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding,
+                  "thinking_effort": self.options.effort("interactive")}
         stream = self._client.stream("explain", fields, tools=lambda req: self._tool(root, req))
         async with contextlib.aclosing(stream) as messages:
             async for message in messages:

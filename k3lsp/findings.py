@@ -30,6 +30,7 @@ SOURCE = "k3-audit"
 SEVERITIES = protocol.SEVERITIES  # most severe first
 CWE_URL = "https://cwe.mitre.org/data/definitions/{}.html"
 MAX_MESSAGE_CHARS = 4000  # what a hover or a problems panel can usefully show
+HOVER_REASONING_CHARS = 400  # the hover's "why this was flagged": the start of the model's reasoning
 
 _LSP_SEVERITY = {
     "critical": lsp.DiagnosticSeverity.Error,
@@ -69,6 +70,7 @@ class Finding:
     confidence: float | None = None
     trace: tuple[TraceStep, ...] = ()
     fix: Fix | None = None
+    reasoning: str = ""  # the model's reasoning before it reported the finding (its think channel), bounded
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
@@ -89,6 +91,8 @@ class Finding:
                 "end_line": self.fix.end_line,
                 "replacement": self.fix.replacement,
             }
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
         return out
 
 
@@ -133,6 +137,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         confidence=d.get("confidence"),
         trace=tuple(trace),
         fix=fix,
+        reasoning=d.get("reasoning", "").strip(),
     )
 
 
@@ -246,6 +251,8 @@ def hover_markdown(finding: Finding, unit: Unit) -> str:
     parts = [f"**{_md(finding.title)}**", " · ".join(facts) + f" · `{SOURCE}`"]
     if finding.message:
         parts.append(_md(finding.message))
+    if finding.reasoning:
+        parts.append(f"**Why this was flagged:** {_md(short_reasoning(finding.reasoning))}")
     if finding.trace:
         steps = "\n".join(
             f"{i}. line {unit.file_line(s.line) + 1}: {_md(s.note)}" for i, s in enumerate(finding.trace, 1)
@@ -258,6 +265,14 @@ def hover_markdown(finding: Finding, unit: Unit) -> str:
         where = f"line {first}" if first == last else f"lines {first}-{last}"
         parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
     return "\n\n".join(parts)
+
+
+def short_reasoning(text: str, limit: int = HOVER_REASONING_CHARS) -> str:
+    """The reasoning on one line, cut at a word near ``limit`` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _longest_backtick_run(text: str) -> int:

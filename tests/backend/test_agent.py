@@ -5,8 +5,6 @@ Every answer below is real text that the engine emits token by token (sampling, 
 channel reading and the kimi_k3 parser all run); the test plays the editor, including the tool round trips.
 """
 
-import json
-
 import pytest
 
 from backend.dist import load_tokenizer
@@ -56,21 +54,14 @@ def script(d: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def daemon(checkpoint, tmp_path_factory):
-    traces = tmp_path_factory.mktemp("traces") / "sessions.jsonl"
+def daemon(checkpoint):
     with serving(checkpoint.path, script=script(checkpoint.dialect),
-                 args=["--max-tool-rounds", "2", "--max-tokens", "1500", "--trace-file", str(traces)]) as d:
-        d.traces = traces
+                 args=["--max-tool-rounds", "2", "--max-tokens", "1500"]) as d:
         yield d
 
 
 def findings_of(messages):
     return [m["finding"] for m in messages if m["kind"] == "finding"]
-
-
-def sessions(daemon, unit: str) -> list[dict]:
-    lines = daemon.traces.read_text().splitlines()
-    return [s for s in map(json.loads, lines) if s["id"] == unit]
 
 
 async def test_report_finding_calls_become_findings_with_their_reasoning(daemon):
@@ -112,7 +103,7 @@ async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon,
         msgs = await wire.request("audit", "h1", tools={"read_lines": (True, SOURCE)},
                                   **audit_fields("reader", path="src/h.c"))
     assert msgs[-1]["kind"] == "done"
-    (session,) = [s for s in sessions(daemon, "reader") if any("src/h.c" in m["content"] for m in s["messages"])]
+    (session,) = [s for s in daemon.sessions("reader") if any("src/h.c" in m["content"] for m in s["messages"])]
     assistants = [m for m in session["messages"] if m["role"] == "assistant"]
     assert [(m["reasoning_content"], m["content"]) for m in assistants] == [
         ("Who calls f?", "Let me read f."), (WHY, "One bug.")]
@@ -136,7 +127,7 @@ async def test_a_tool_call_inside_the_think_channel_is_never_run(daemon):
     stats = msgs[-1]["stats"]
     assert msgs[-1]["kind"] == "done" and stats["finish_reason"] == "stop" and stats["rounds"] == 1
     assert stats["think_tool_calls"] == 2 and stats["tool_calls"] == 0 and stats["findings"] == 0
-    (session,) = sessions(daemon, "thinks_calls")
+    (session,) = daemon.sessions("thinks_calls")
     assert session["messages"][-1]["content"] == "Nothing found." and "tool_calls" not in session["messages"][-1]
 
 

@@ -34,19 +34,27 @@ class Daemon:
     endpoint: str
     proc: subprocess.Popen
     log: Path  # the daemon's stderr
+    traces: Path  # its --trace-file: one JSON line per finished conversation
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def sessions(self, unit: str) -> list[dict]:
+        """The finished conversations about ``unit``, oldest first (``serve --trace-file``)."""
+        lines = self.traces.read_text().splitlines() if self.traces.exists() else []
+        return [s for s in map(json.loads, lines) if s["id"] == unit]
 
 
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
             ready_timeout: float = 180.0, trust: bool = True) -> Iterator[Daemon]:
-    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block,
-    with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code) unless
+    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 --trace-file T [--script FILE] *args` for the
+    block, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code) unless
     `trust` is false."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
-        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0", *(["--trust-remote-code"] if trust else [])]
+        traces = Path(tmp) / "traces.jsonl"
+        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0", "--trace-file", str(traces),
+               *(["--trust-remote-code"] if trust else [])]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
@@ -58,7 +66,7 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
-            yield Daemon(endpoint, proc, log)
+            yield Daemon(endpoint, proc, log, traces)
         finally:
             stop(proc)
 
