@@ -63,7 +63,7 @@ class AgentError(Exception):
 class AgentConfig:
     """Per-request limits, sampling and thinking, from the serve flags."""
 
-    max_tokens: int | None = None  # a cap on every effort's budget (--max-tokens)
+    max_tokens: int | None = None  # when set (--max-tokens), the budget at every effort
     max_tool_rounds: int = 4  # continuations after tool results
     deadline: float = 600.0  # seconds for a whole request
     temp: float = 1.0
@@ -72,9 +72,10 @@ class AgentConfig:
     budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
 
     def budget(self, effort: str, requested: int | None = None) -> int:
-        """Generated tokens a request at ``effort`` may use: the effort's budget, capped by --max-tokens and by
-        the request's own ``max_tokens``."""
-        return min(n for n in (self.budgets[effort], self.max_tokens, requested) if n is not None)
+        """Generated tokens a request at ``effort`` may use: the effort's budget (or --max-tokens, when given),
+        capped by the request's own ``max_tokens``."""
+        budget = self.budgets[effort] if self.max_tokens is None else self.max_tokens
+        return budget if requested is None else min(budget, requested)
 
 
 @dataclass

@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--model", help="serve this checkpoint instead of the tiny one")
     where.add_argument("--endpoint", help="use a daemon that is already running")
     p.add_argument("--max-tokens", type=int, default=96, help="generation budget per unit for the served model")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let --model run the Python code it ships (the tiny checkpoint's own is always trusted)")
 
 
 def tiny_checkpoint() -> Path:
@@ -55,11 +57,12 @@ def run(args: argparse.Namespace) -> int:
         print(NOTICE, flush=True)
     model = args.model or str(tiny_checkpoint())
     print(f"starting k3-backend serve --model {model} (loads the model and compiles CPU kernels)", flush=True)
+    serve_args = ["--model", model, "--bind", "tcp://127.0.0.1:0", "--max-tokens", str(args.max_tokens)]
+    if args.trust_remote_code or not args.model:  # the tiny checkpoint's tokenizer class is this package's code
+        serve_args.append("--trust-remote-code")
     with tempfile.TemporaryFile("w+") as log:
         try:
-            proc, endpoint = launch.start(
-                ["--model", model, "--bind", "tcp://127.0.0.1:0", "--max-tokens", str(args.max_tokens)], stderr=log
-            )
+            proc, endpoint = launch.start(serve_args, stderr=log)
         except launch.LaunchError as exc:
             log.seek(0)
             print(f"k3-backend demo: {exc}\n{log.read()[-3000:]}", file=sys.stderr)

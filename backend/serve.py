@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
     p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint; port 0 picks a free port")
     p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
-    p.add_argument("--max-tokens", type=int, help="a cap on the generated tokens of any request, all tool rounds "
-                   "(default: the budget of its thinking effort, see --effort-tokens)")
+    p.add_argument("--max-tokens", type=int, help="generated tokens per request, all tool rounds, at every thinking "
+                   "effort (default: the effort's own budget, see --effort-tokens)")
     p.add_argument("--thinking-effort", choices=EFFORTS, default="low",
                    help="how long the model thinks when a request does not say (default %(default)s)")
     p.add_argument("--effort-tokens", action="append", default=[], metavar="EFFORT=N",

@@ -56,7 +56,7 @@ def script(d: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def daemon(checkpoint):
     with serving(checkpoint.path, script=script(checkpoint.dialect),
-                 args=["--max-tool-rounds", "2", "--max-tokens", "1500"]) as d:
+                 args=["--max-tool-rounds", "2", "--effort-tokens", "low=1500"]) as d:
         yield d
 
 
@@ -168,8 +168,8 @@ async def test_thinking_effort_chooses_the_budget_and_the_prompt(daemon, checkpo
         low = await wire.request("audit", "e1", **audit_fields("two_findings", thinking_effort="low"))
         off = await wire.request("audit", "e2", **audit_fields("two_findings", thinking_effort="off"))
     assert low[-1]["stats"]["thinking_effort"] == "low" and off[-1]["stats"]["thinking_effort"] == "off"
-    assert low[-1]["stats"]["token_budget"] == 1500  # low's 2048, capped by --max-tokens 1500
-    assert off[-1]["stats"]["token_budget"] == 1024  # off's own budget is lower
+    assert low[-1]["stats"]["token_budget"] == 1500  # --effort-tokens low=1500
+    assert off[-1]["stats"]["token_budget"] == 1024  # off's default budget
     low_prompt, off_prompt = (r[-1]["stats"]["turns"][0]["prompt_tokens"] for r in (low, off))
     if checkpoint.dialect == "k3":  # the effort block is in the prompt at low, not at off
         assert low_prompt > off_prompt
