@@ -88,6 +88,7 @@ class Wire:
         self.sock.connect(endpoint)
         self.timeout = timeout
         self._held: list[dict] = []  # messages received while waiting for another request's
+        self._reading = asyncio.Lock()  # one reader at a time: a frame read for another waiter is held for it
 
     async def __aenter__(self) -> Wire:
         return self
@@ -113,12 +114,19 @@ class Wire:
         return protocol.decode(frame, "to_client")
 
     async def next_for(self, msg_id: str, timeout: float | None = None) -> dict:
-        """The next message about request ``msg_id``; others are kept for later calls."""
-        for i, msg in enumerate(self._held):
-            if msg["id"] == msg_id:
-                return self._held.pop(i)
+        """The next message about request ``msg_id``; others are kept for later calls.
+
+        Safe for concurrent waiters (requests gathered on one Wire): only one reads the socket at a time, and
+        each looks at what the others held for it before it reads.
+        """
         while True:
-            frame = await asyncio.wait_for(self.sock.recv(), timeout or self.timeout)
+            for i, msg in enumerate(self._held):
+                if msg["id"] == msg_id:
+                    return self._held.pop(i)
+            async with self._reading:
+                if any(msg["id"] == msg_id for msg in self._held):
+                    continue
+                frame = await asyncio.wait_for(self.sock.recv(), timeout or self.timeout)
             msg = protocol.decode(frame, "to_client")
             if msg["id"] == msg_id:
                 return msg
