@@ -17,6 +17,7 @@ from pathlib import Path
 import platformdirs
 
 from backend import launch
+from k3lsp import isolated
 
 NOTICE = (
     "NOTE: this run uses a tiny checkpoint with RANDOM weights, built on this machine. It proves that the\n"
@@ -45,7 +46,7 @@ def tiny_checkpoint() -> Path:
 
 
 def _k3lsp(*args: str) -> int:
-    return subprocess.call([sys.executable, "-m", "k3lsp", *args])
+    return subprocess.call(isolated.python_command("k3lsp", *args))
 
 
 def run(args: argparse.Namespace) -> int:

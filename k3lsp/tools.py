@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from k3lsp import units
+from k3lsp import isolated, units
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +209,13 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     """Lines matching a regular expression in a file or directory of the workspace (`path:line: text`).
 
     The search runs in a child process killed after GREP_SECONDS: Python's ``re`` can backtrack on one line
-    for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape.
+    for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape. The
+    child imports nothing from the workspace, which is usually the current directory (k3lsp.isolated).
     """
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
     request = json.dumps({"root": str(root), "pattern": pattern, "path": path, "seconds": SEARCH_SECONDS})
-    command = [sys.executable, "-m", "k3lsp.tools"]
+    command = isolated.python_command("k3lsp.tools")
     try:
         child = subprocess.run(command, input=request, capture_output=True, text=True, timeout=GREP_SECONDS)
     except subprocess.TimeoutExpired:  # run() has killed it

@@ -178,8 +178,14 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
     assert fixed[8:11] == FIX.split("\n"), fixed
 
 
-def test_manual_trigger_audits_only_on_command(daemon, workspace):
+def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_project_is_never_imported(
+        daemon, workspace):
+    # The audited project holds a `k3lsp` package; Neovim starts the server (`python -I -m k3lsp.cli`) in it.
+    marker = workspace.parent / "marker"
+    (workspace / "k3lsp").mkdir()
+    (workspace / "k3lsp" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     lines = run_scenario("manual.lua", workspace, daemon, "main.c", trigger="manual")
+    assert not marker.exists(), "the server imported the project's k3lsp package"
     assert values(lines, "TIMEOUT") == [], lines
 
     saved = values(lines, "SAVED")[0]
@@ -201,7 +207,7 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     (workspace / "tool.cpp").write_text("int main() { return 0; }\n")
     endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"  # no backend needed: only the LSP client is checked
     lines = run_scenario("setup.lua", workspace, endpoint)
-    python_cmd = [sys.executable, "-m", "k3lsp.cli"]
+    python_cmd = [sys.executable, "-I", "-m", "k3lsp.cli"]
 
     default = values(lines, "DEFAULT")[0]
     assert default["cmd"] == python_cmd

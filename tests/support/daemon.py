@@ -41,8 +41,8 @@ class Daemon:
 
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
-            ready_timeout: float = 180.0) -> Iterator[Daemon]:
-    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block."""
+            ready_timeout: float = 180.0, cwd: Path = REPO) -> Iterator[Daemon]:
+    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block, in ``cwd``."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
         cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0"]
         if script is not None:
@@ -52,7 +52,7 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=REPO)
+                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd)
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:

@@ -30,7 +30,7 @@ M.default_endpoint = 'tcp://127.0.0.1:5555'
 
 M.defaults = {
   cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
-  python = nil, -- string: run `python -m k3lsp.cli` with this interpreter instead of `cmd`
+  python = nil, -- string: run `python -I -m k3lsp.cli` with this interpreter instead of `cmd`
   endpoint = nil,
   server_key = nil,
   client_key = nil,
@@ -112,13 +112,15 @@ local function validate(opts)
   end
 end
 
---- The server command line: `cmd`, else `python -m k3lsp.cli`, else `k3lsp` from PATH.
+--- The server command line: `cmd`, else `python -I -m k3lsp.cli`, else `k3lsp` from PATH.
+--- `-I`: the server starts in the project, and a plain `-m` would import a `k3lsp/` directory lying there
+--- (the audited repository's code) before the installed package.
 function M.server_cmd(opts)
   if opts.cmd then
     return vim.deepcopy(opts.cmd)
   end
   if opts.python then
-    return { vim.fs.normalize(opts.python), '-m', 'k3lsp.cli' }
+    return { vim.fs.normalize(opts.python), '-I', '-m', 'k3lsp.cli' }
   end
   return { 'k3lsp' }
 end
