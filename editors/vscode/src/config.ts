@@ -18,6 +18,7 @@ export const SERVER_KEYS = [
   "endpoint",
   "serverKey",
   "clientKey",
+  "insecure",
   "trigger",
   "minSeverity",
   "maxFileBytes",

@@ -80,6 +80,7 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.endpoint",
       "k3lsp.serverKey",
       "k3lsp.clientKey",
+      "k3lsp.insecure",
       "k3lsp.trigger",
       "k3lsp.minSeverity",
       "k3lsp.maxFileBytes",

@@ -34,7 +34,7 @@ test("real server: settings accepted, audit with the backend down, status", { sk
   fs.writeFileSync(source, "#include <string.h>\nvoid copy(char *d, const char *s) {\n  strcpy(d, s);\n}\n");
   const endpoint = `tcp://127.0.0.1:${await deadPort()}`;
   const { extension, context, vscode } = loadExtension(
-    { "server.path": SERVER, endpoint, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
+    { "server.path": SERVER, endpoint, insecure: true, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
     { client: "real" },
   );
   vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
@@ -82,7 +82,7 @@ test("real server through k3lsp.server.python (`python -I -m k3lsp`), started in
   fs.writeFileSync(path.join(dir, "k3lsp", "__init__.py"), `open(${JSON.stringify(marker)}, "w").write("ran")\n`);
   process.chdir(dir);
   const { extension, context, vscode } = loadExtension(
-    { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}` },
+    { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}`, insecure: true },
     { client: "real" },
   );
   vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
