@@ -6,8 +6,8 @@ workspace root: no `..`, no absolute paths, no hidden component (`.ssh`, `.git`,
 resolves outside the root or to a hidden file (or loops), no file with other hard links (one may be a file
 outside the workspace), no file over `MAX_FILE_BYTES`, no binary file (a NUL anywhere), and nothing in a
 known secret place, wherever the workspace is (a workspace at the home folder): the key and cache
-directories of k3lsp and k3-backend, macOS's ~/Library (keychains), and secret-key file names
-(`SECRET_NAMES`). Every answer is cut to `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an
+directories of k3lsp and k3-backend, macOS's ~/Library folders of credentials (`LIBRARY_SECRETS`), and
+secret-key file names (`SECRET_NAMES`). Every answer is cut to `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an
 ordinary result text (`run_tool` returns ok=False), which the model reads and can act on; no exception
 escapes to the server. A file outside every workspace folder gets no tools at all (``Auditor._tool``).
 """
@@ -41,6 +41,9 @@ SEARCH_SECONDS = 3.0  # grep and find_definition stop here: the model waits, and
 GREP_SECONDS = SEARCH_SECONDS + 3.0  # grep's child process is killed here (one line can backtrack forever)
 TOOL_SECONDS = GREP_SECONDS + 2.0  # the auditor's bound on any tool call: answered with a refusal after this
 C_SUFFIXES = (".c", ".h")
+# macOS ~/Library folders holding credentials and private data (not Mobile Documents: iCloud Drive may hold code).
+LIBRARY_SECRETS = ("Keychains", "Cookies", "Application Support", "Containers", "Group Containers", "Mail",
+                   "Messages", "Safari")
 # Private keys and key stores, by name: never code to audit, wherever they lie.
 SECRET_NAMES = ("*.key_secret", "*.pem", "*.p12", "*.pfx", "*.kdbx", "*.keychain", "*.keychain-db",
                 "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*")
@@ -57,9 +60,9 @@ class ToolError(Exception):
 
 def secret_places() -> tuple[Path, ...]:
     """Directories whose files never reach the model, even inside the workspace: this machine's k3lsp and
-    k3-backend keys, the result cache, and macOS's ~/Library (keychains, cookies, mail)."""
+    k3-backend keys, the result cache, and macOS's ~/Library folders of credentials (keychains, cookies, mail)."""
     places = (keys.default_dir("k3lsp"), keys.default_dir("k3-backend"), cache.default_path().parent,
-              Path.home() / "Library")
+              *(Path.home() / "Library" / name for name in LIBRARY_SECRETS))
     return tuple(Path(os.path.realpath(p)) for p in places)
 
 

@@ -225,6 +225,9 @@ def test_a_workspace_at_the_home_folder_keeps_keys_and_other_secrets_out_of_reac
     for path in secrets:
         ok, text = tools.run_tool(home, "read_lines", {"path": path, "start": 1, "end": 3})
         assert not ok and "secrets are not available" in text, (path, text)
+    (home / "Library" / "Mobile Documents").mkdir()  # iCloud Drive: code may live there
+    (home / "Library" / "Mobile Documents" / "icloud.c").write_text("int synced;\n")
+    assert tools.run_tool(home, "read_lines", {"path": "Library/Mobile Documents/icloud.c", "start": 1, "end": 1})[0]
     ok, text = tools.run_tool(home, "grep", {"pattern": "."})
     assert ok and "work/main.c:1:" in text
     assert not any(path in text for path in secrets) and "stolen_key" not in text and "BEGIN" not in text
