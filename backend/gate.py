@@ -3,8 +3,10 @@
 Every handshake on the daemon's ROUTER, plain or CURVE, goes through this handler (``zap_domain`` is set
 and enforced on both). It refuses a CURVE key that is not in the allow-list, and on an ``ipc://`` socket a
 peer whose user id (SO_PEERCRED / LOCAL_PEERCRED, which libzmq appends to the ZAP address) is not the
-daemon's. It answers with a User-Id (the z85 key, ``uid:N`` on ipc, ``addr:IP`` on plain tcp): the identity
-that request caps and ownership follow.
+daemon's. Where libzmq was built without peer credentials (its macOS build does not detect
+LOCAL_PEERCRED) the address carries no uid, and the socket's private directory alone keeps others out.
+It answers with a User-Id (the z85 key, ``uid:N`` on ipc, ``addr:IP`` on plain tcp): the identity that
+request caps and ownership follow.
 
 It also names every connection itself. libzmq 4.3.5 aborts the whole process (socket_base.cpp:2113) when a
 routing id it generates for a client that chose none equals one another client chose, and generated ids
@@ -135,7 +137,7 @@ class Gate:
             return "", f"unexpected ZAP version {version!r} or domain {domain!r}"
         if self.local_uid is not None:
             uid = peer_uid(address)
-            if uid != self.local_uid:
+            if uid is not None and uid != self.local_uid:
                 return "", f"user id {uid} is not the daemon's ({self.local_uid}) on its local socket"
         if mechanism == b"CURVE" and self.allow is not None and len(credentials) == 1:
             key = z85.encode(credentials[0]).decode()
