@@ -18,14 +18,14 @@ from tests.support.daemon import REPO, Wire
 QUESTION = "[y/N]"
 
 
-def serve(model, *flags: str) -> subprocess.Popen:
+def serve(model, sockets, *flags: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--model", str(model),
-                             "--bind", "tcp://127.0.0.1:0", *flags], cwd=REPO, stdin=subprocess.PIPE,
+                             "--bind", f"ipc://{sockets}/daemon.sock", *flags], cwd=REPO, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_without_the_flag_serve_refuses_at_once_and_asks_nothing(tiny_model):
-    proc = serve(tiny_model)
+def test_without_the_flag_serve_refuses_at_once_and_asks_nothing(tiny_model, tmp_path):
+    proc = serve(tiny_model, tmp_path)
     tic = time.monotonic()
     out, err = proc.communicate("y\n", timeout=120)  # an answer on stdin, were anything to read it
     assert proc.returncode == 1
@@ -41,7 +41,7 @@ async def test_with_the_flag_the_ready_line_is_alone_on_stdout(tiny_model, tmp_p
     noisy = shutil.copytree(tiny_model, tmp_path / "noisy")
     code = noisy / "tokenization_kimi.py"
     code.write_text(code.read_text() + '\nprint("hello from the checkpoint", flush=True)\n')
-    proc = serve(noisy, "--trust-remote-code")
+    proc = serve(noisy, tmp_path, "--trust-remote-code")
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

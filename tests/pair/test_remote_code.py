@@ -12,10 +12,10 @@ from tests.support.daemon import Wire, audit_fields
 from tests.support.pair import REPO, launch_command, launched
 
 
-def test_without_the_flag_the_ranks_refuse_it(tiny_model):
+def test_without_the_flag_the_ranks_refuse_it(tiny_model, tmp_path):
     """Both ranks check before loading; the launcher ends the other rank once the first one exited, so the
     second refusal may or may not have been printed by then."""
-    cmd = launch_command(["serve", "--model", str(tiny_model), "--bind", "tcp://127.0.0.1:0"])
+    cmd = launch_command(["serve", "--model", str(tiny_model), "--bind", f"ipc://{tmp_path}/daemon.sock"])
     done = subprocess.run(cmd, input="y\n", capture_output=True, text=True, timeout=240, cwd=REPO,
                           env=os.environ | {"PYTHONUNBUFFERED": "1"})
     log = done.stdout + done.stderr
