@@ -1,9 +1,13 @@
 """Audit orchestration shared by the language server and ``k3lsp audit``: units in, findings per unit out.
 
 The expensive thing is the model, so this module's job is to ask it as little as possible: a unit whose
-content key (text + context) was audited before by the same model and prompt version is answered from the
-cache, and only the others are sent, a bounded number at a time, interactive ones first. Tool requests of
-the model are answered from the workspace through the sandbox in ``k3lsp.tools``.
+content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
+daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
+others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
+answered from the workspace through the sandbox in ``k3lsp.tools``. Only complete audits are cached: one
+the daemon cut short (deadline, token or tool-round budget, loop guard) is shown with what it found,
+reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
+"no findings".
 
 Connection problems are the normal case for a daemon on another machine: they end an audit with one
 :class:`BackendUnavailable` (after the cached units were delivered), the state is reported through
@@ -19,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3lsp import protocol, tools
+from k3lsp import protocol, resultkey, tools
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -36,6 +40,7 @@ CONNECTION_CODES = frozenset(
      "rank_failure"}
 )
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
+COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
 class BackendUnavailable(Exception):
@@ -55,6 +60,20 @@ class UnitResult:
     cached: bool
     stats: dict = field(default_factory=dict)
 
+    @property
+    def cut_short(self) -> str | None:
+        """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete."""
+        return cut_short(self.stats)
+
+
+def cut_short(stats: dict) -> str | None:
+    """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
+    or odd reason counts as incomplete: only a daemon that says the model finished gets its result kept."""
+    reason = stats.get("finish_reason")
+    if reason == COMPLETE:
+        return None
+    return reason[:64] if isinstance(reason, str) and reason else "unknown"
+
 
 @dataclass(frozen=True)
 class Lookup:
@@ -72,7 +91,8 @@ class Counters:
     units: int = 0  # units looked up
     cached: int = 0  # answered from the cache
     sent: int = 0  # audit requests sent to the daemon
-    audited: int = 0  # audit requests that completed
+    audited: int = 0  # audit requests that ended with `done`
+    incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
     cancelled: int = 0
     failed: int = 0
     findings: int = 0
@@ -124,7 +144,8 @@ class Auditor:
         self.options = options
         self.cache = cache
         self.counters = Counters()
-        self.welcome: dict | None = None  # the last welcome: the cache key's model id survives an outage
+        self.welcome: dict | None = None  # the last welcome: the result key survives an outage
+        self._result_key: str | None = None  # what results are cached under; None: the daemon names no checkpoint
         self._client_name = client_name
         self._client = BackendClient(client_options(options, client_name))
         self._connected = False
@@ -156,6 +177,7 @@ class Auditor:
             await self._client.close()
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
+            self.welcome, self._result_key = None, None  # another daemon: the old one's results are not its
             self._set_state("connecting", f"connecting to {options.endpoint}")
 
     async def close(self) -> None:
@@ -181,7 +203,8 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        self.welcome, self._connected = welcome, True
+        key = resultkey.for_welcome(welcome, effort=self.effort, daemon=resultkey.daemon_identity(self._client.options))
+        self.welcome, self._result_key, self._connected = welcome, key and key.digest(), True
         self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
         return welcome
 
@@ -192,9 +215,11 @@ class Auditor:
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
 
-    def _cache_id(self) -> tuple[str, str]:
-        assert self.welcome is not None
-        return self.welcome["model"], str(self.welcome["limits"].get("prompt_version", ""))
+    @property
+    def effort(self) -> str:
+        """The thinking effort audits are sent with: part of the result key. They send none yet (the daemon's
+        default); once the editor sends one, this returns it."""
+        return resultkey.DEFAULT_EFFORT
 
     # --- audits ------------------------------------------------------------------------------------------
 
@@ -213,7 +238,7 @@ class Auditor:
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
-            hit = None if force else self.cache.get(unit.key, *self._cache_id())
+            hit = None if force or self._result_key is None else self.cache.get(unit.key, self._result_key)
             if hit is None:
                 misses.append(unit)
             else:
@@ -289,11 +314,17 @@ class Auditor:
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:
-        self.cache.put(unit.key, *self._cache_id(), findings, stats)
+        """Keep a complete audit's result; one cut short is returned (to be shown as incomplete) and forgotten."""
+        result = UnitResult(unit, findings, cached=False, stats=stats)
+        if result.cut_short is not None:
+            self.counters.incomplete += 1
+            log.info("audit of %s was cut short (%s): not cached", unit.name, result.cut_short)
+        elif self._result_key is not None:
+            self.cache.put(unit.key, self._result_key, findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
-        return UnitResult(unit, findings, cached=False, stats=stats)
+        return result
 
     def _failed(self, unit: Unit, code: str, message: str) -> None:
         """One request failed: a connection-level reason ends the whole audit, any other only this unit."""

@@ -288,6 +288,11 @@ class _Run:
                 got = True
                 if not result.cached:
                     self.report.by_backend[endpoint] += 1
+                if result.cut_short is not None:  # not a clean pass: its findings may be missing
+                    self.report.errors.append(
+                        f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
+                        "missing; not cached, a rerun audits it again"
+                    )
                 accepted = findings.accept(result.findings, unit)
                 for f in findings.at_least(accepted, self.options.min_severity):
                     reported = _reported(source, f, unit, self.baseline)
@@ -348,6 +353,7 @@ def stats(report: BatchReport) -> dict:
         "failed": c.failed,
         "findings": len(report.findings),
         "tokens": c.tokens,
+        "incomplete": c.incomplete,
     }
 
 

@@ -2,10 +2,12 @@
 
 An audit of one unit costs seconds to minutes on the Mac pair (DESIGN.md "Performance model"); the
 same unit text and context, audited by the same model with the same prompt, gives the same answer
-for our purposes. So results are keyed by (unit key, model id, prompt version) and kept across
-processes and restarts. Several processes (an editor per window, a batch audit) share one file:
-WAL mode and a busy timeout let them read and write concurrently. A cache is an optimisation, never
-a reason to fail: a corrupt file is moved aside (logged) and a fresh one created.
+for our purposes. So results are keyed by (unit key, result key: ``k3lsp.resultkey``, which names the
+model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes
+and restarts. Only complete audits are stored (``k3lsp.auditor``). Several processes (an editor per
+window, a batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
+A cache is an optimisation, never a reason to fail: a corrupt file is moved aside (logged) and a fresh
+one created.
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ log = logging.getLogger(__name__)
 
 ENV_DIR = "K3LSP_CACHE_DIR"
 FILE_NAME = "results.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1 keyed results by model name and stored cut-short audits: dropped
 BUSY_TIMEOUT_S = 10.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     unit_key TEXT NOT NULL,
-    model_id TEXT NOT NULL,
-    prompt_version TEXT NOT NULL,
+    result_key TEXT NOT NULL, -- resultkey.ResultKey.digest()
     findings TEXT NOT NULL,   -- JSON list of finding dicts (findings.Finding.to_dict)
     stats TEXT NOT NULL,      -- JSON object: the backend's `done` stats
     created REAL NOT NULL,    -- unix time
-    PRIMARY KEY (unit_key, model_id, prompt_version)
+    PRIMARY KEY (unit_key, result_key)
 ) WITHOUT ROWID
 """
 
@@ -68,10 +69,9 @@ class ResultCache:
 
     # --- public API ---------------------------------------------------------------------------------------
 
-    def get(self, unit_key: str, model_id: str, prompt_version: str) -> CachedResult | None:
+    def get(self, unit_key: str, result_key: str) -> CachedResult | None:
         row = self._run(
-            "SELECT findings, stats, created FROM results WHERE unit_key=? AND model_id=? AND prompt_version=?",
-            (unit_key, model_id, prompt_version),
+            "SELECT findings, stats, created FROM results WHERE unit_key=? AND result_key=?", (unit_key, result_key)
         )
         if row is None:
             self.misses += 1
@@ -87,24 +87,20 @@ class ResultCache:
         self.hits += 1
         return CachedResult(findings, stats, row[2])
 
-    def has(self, unit_key: str, model_id: str, prompt_version: str) -> bool:
-        row = self._run(
-            "SELECT 1 FROM results WHERE unit_key=? AND model_id=? AND prompt_version=?",
-            (unit_key, model_id, prompt_version),
-        )
+    def has(self, unit_key: str, result_key: str) -> bool:
+        row = self._run("SELECT 1 FROM results WHERE unit_key=? AND result_key=?", (unit_key, result_key))
         return row is not None
 
     def put(
         self,
         unit_key: str,
-        model_id: str,
-        prompt_version: str,
+        result_key: str,
         findings: list[dict[str, Any]],
         stats: dict[str, Any] | None = None,
     ) -> None:
         self._run(
-            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
-            (unit_key, model_id, prompt_version, json.dumps(findings), json.dumps(stats or {}), time.time()),
+            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
+            (unit_key, result_key, json.dumps(findings), json.dumps(stats or {}), time.time()),
             write=True,
         )
 
@@ -115,8 +111,8 @@ class ResultCache:
         return row[0] if row else 0
 
     def stats(self) -> dict[str, Any]:
-        row = self._run("SELECT COUNT(*), COUNT(DISTINCT model_id), MIN(created), MAX(created) FROM results")
-        entries, models, oldest, newest = row if row else (0, 0, None, None)
+        row = self._run("SELECT COUNT(*), COUNT(DISTINCT result_key), MIN(created), MAX(created) FROM results")
+        entries, keys, oldest, newest = row if row else (0, 0, None, None)
         try:
             size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
         except OSError:
@@ -124,7 +120,7 @@ class ResultCache:
         return {
             "path": str(self.path),
             "entries": entries,
-            "models": models,
+            "result_keys": keys,
             "bytes": size,
             "oldest": oldest,
             "newest": newest,
@@ -159,7 +155,10 @@ class ResultCache:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version == 1:
+                conn.execute("DROP TABLE IF EXISTS results")
+                log.info("result cache %s: dropped results of an older version (keyed by model name)", path)
+            elif version not in (0, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"schema version {version}, expected {SCHEMA_VERSION}")
             conn.execute(_SCHEMA)
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

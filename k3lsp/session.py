@@ -316,18 +316,28 @@ class Session:
         for hit in found.hits:
             doc.results[hit.unit.key] = hit.findings
         done, error = len(found.hits), str(found.down) if found.misses and found.down else None
+        incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(doc, root, found.misses, priority, done)
+            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete)
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
-        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error}
+        if incomplete:
+            self.message(
+                f"k3 audit of {doc.relpath} was cut short for {', '.join(incomplete)}: findings there may be "
+                "missing. Not cached: audited again on the next save.",
+                lsp.MessageType.Warning,
+            )
+        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error,
+                "incomplete": len(incomplete)}
 
     async def _audit_misses(
-        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int
+        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int,
+        incomplete: list[str],
     ) -> tuple[int, str | None]:
-        """Audit what the cache did not have, with cancellable progress; returns (units done, error)."""
+        """Audit what the cache did not have, with cancellable progress; returns (units done, error) and
+        adds each unit whose audit was cut short to ``incomplete``, as "name (reason)"."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
             try:
@@ -336,6 +346,8 @@ class Session:
                     async for result in stream:
                         audited += 1
                         doc.results[result.unit.key] = result.findings
+                        if result.cut_short is not None:
+                            incomplete.append(f"{result.unit.name} ({result.cut_short})")
                         report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")
                         self.republish(doc)
             except BackendUnavailable as exc:
