@@ -146,8 +146,9 @@ def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[P
     return list(dict.fromkeys(files)), errors
 
 
-def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str]]:
-    sources, errors = [], []
+def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str], list[str]]:
+    """(sources, errors: files not read, notes: files split coarser than into functions)."""
+    sources, errors, notes = [], [], []
     for path in files:
         rel = path.relative_to(root).as_posix()
         try:
@@ -155,8 +156,12 @@ def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[
         except OSError as exc:
             errors.append(f"{rel}: {exc.strerror or exc}")
             continue
-        sources.append(Source(path, rel, text.split("\n"), units.split(text)))
-    return sources, errors
+        split = units.split(text)
+        note = units.fallback_note(split)
+        if note is not None:
+            notes.append(f"{rel}: {note}")
+        sources.append(Source(path, rel, text.split("\n"), split))
+    return sources, errors, notes
 
 
 # --- auditing --------------------------------------------------------------------------------------------
@@ -182,7 +187,7 @@ async def audit_paths(
     report = BatchReport(root)
     files, report.errors = collect(paths, root, options)
     report.files = len(files)
-    sources, read_errors = read_sources(files, root)
+    sources, read_errors, report.warnings = read_sources(files, root)
     report.errors += read_errors
     baseline = suppress.Baseline.load(root)
     if baseline.error:

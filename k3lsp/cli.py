@@ -53,6 +53,17 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    """`k3lsp audit`; exit 1 means "findings", so an unexpected fault exits 2 (EXIT_ERROR), never 1."""
+    from k3lsp import batch
+
+    try:
+        return _audit_run(args)
+    except Exception as exc:
+        print(f"k3lsp audit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return batch.EXIT_ERROR
+
+
+def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
     from k3lsp import batch, options, report

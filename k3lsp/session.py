@@ -307,6 +307,9 @@ class Session:
             self.message(note, lsp.MessageType.Warning)
             return {"units": 0, "error": note}
         all_units = units.split(text)
+        note = units.fallback_note(all_units)
+        if note is not None:
+            self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
         root = doc.root
         try:
