@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3lsp import protocol, resultkey, tools
+from k3lsp import protocol, resultkey, sanitize, tools
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -163,7 +163,7 @@ class Auditor:
         return BackendState(self._state, self._slots.queued, self._slots.running, self._message)
 
     def _set_state(self, state: str, message: str = "") -> None:
-        self._state, self._message = state, message
+        self._state, self._message = state, sanitize.line(message)  # it quotes the daemon
         self._notify()
 
     def _notify(self) -> None:
@@ -211,7 +211,7 @@ class Auditor:
     def _unavailable(self, code: str, message: str) -> BackendUnavailable:
         self._connected = False
         where = "" if self.options.endpoint in message else f" at {self.options.endpoint}"
-        text = f"k3 audit backend{where}: {message}"
+        text = sanitize.line(f"k3 audit backend{where}: {message}")
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
 
@@ -371,10 +371,11 @@ class Auditor:
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""
-        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters), "welcome": self.welcome}
+        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters),
+                     "welcome": sanitize.data(self.welcome)}
         try:
             await self.connect()
-            out["backend"] = await self._client.status(self._client.options.connect_timeout)
+            out["backend"] = sanitize.data(await self._client.status(self._client.options.connect_timeout))
         except (BackendUnavailable, BackendError) as exc:
             out["backend"] = None
             out["error"] = str(exc)

@@ -27,7 +27,7 @@ from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import findings, suppress, units
+from k3lsp import findings, sanitize, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
@@ -363,21 +363,22 @@ def stats(report: BatchReport) -> dict:
 
 
 def print_problems(report: BatchReport, err: TextIO = sys.stderr) -> None:
-    """Errors and warnings on stderr, whatever the output format."""
+    """Errors and warnings on stderr, whatever the output format (they may quote the daemon: sanitised)."""
     for warning in report.warnings:
-        print(f"k3lsp audit: warning: {warning}", file=err)
+        print(sanitize.line(f"k3lsp audit: warning: {warning}"), file=err)
     for error in report.errors:
-        print(f"k3lsp audit: error: {error}", file=err)
+        print(sanitize.line(f"k3lsp audit: error: {error}"), file=err)
 
 
 def print_text(report: BatchReport, out: TextIO = sys.stdout) -> None:
-    """`path:line:col: severity CWE-n title`, like a compiler, then one stats line."""
+    """`path:line:col: severity CWE-n title`, like a compiler, then one stats line. The path comes from the
+    audited tree and the title from the model: each line is sanitised for the terminal."""
     for r in report.findings:
-        print(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}", file=out)
+        print(sanitize.line(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}"), file=out)
     line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
     if len(report.by_backend) > 1:
         line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in report.by_backend.items())
-    print(line, file=out)
+    print(sanitize.line(line), file=out)
 
 
 def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:

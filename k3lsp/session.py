@@ -22,7 +22,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
-from k3lsp import actions, options, suppress, units
+from k3lsp import actions, options, sanitize, suppress, units
 from k3lsp.auditor import Auditor, BackendState, BackendUnavailable
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
@@ -123,7 +123,8 @@ class Session:
     # --- talking to the client ---------------------------------------------------------------------------
 
     def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
-        self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=text))
+        """window/showMessage; the text may quote the model or the daemon, so it is sanitised here."""
+        self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
     def _state_changed(self, state: BackendState) -> None:
         self.ls.protocol.notify(STATUS_NOTIFICATION, asdict(state))
@@ -144,7 +145,7 @@ class Session:
         outcome = f"answered ({len(answer)} characters)" if ok else f"refused: {answer}"
         kind = lsp.MessageType.Log if ok else lsp.MessageType.Warning
         self.ls.window_log_message(
-            lsp.LogMessageParams(type=kind, message=f"model tool {request['tool']}({args}) {outcome}")
+            lsp.LogMessageParams(type=kind, message=sanitize.line(f"model tool {request['tool']}({args}) {outcome}"))
         )
 
     def publish(self, doc: Document) -> None:
@@ -390,7 +391,7 @@ class Session:
             except (BackendUnavailable, BackendError) as exc:
                 self.message(f"Cannot explain the finding: {exc}", lsp.MessageType.Error)
                 return None
-        answer = "".join(parts).strip() or "(the model gave no explanation)"
+        answer = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
         self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
         return answer
 
