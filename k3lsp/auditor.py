@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from k3lsp import protocol, resultkey, sanitize, tools
+from k3lsp.bounds import OVER_LIMIT, FindingBounds
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -65,6 +66,11 @@ class UnitResult:
         """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete."""
         return cut_short(self.stats)
 
+    @property
+    def over_limit(self) -> int:
+        """Findings dropped beyond ``k3lsp.bounds``, by the daemon and by this side together."""
+        return _count(self.stats.get(OVER_LIMIT))
+
 
 def cut_short(stats: dict) -> str | None:
     """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
@@ -96,6 +102,7 @@ class Counters:
     cancelled: int = 0
     failed: int = 0
     findings: int = 0
+    over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
 
 
@@ -288,6 +295,7 @@ class Auditor:
             "priority": priority,
         }
         findings: list[dict] = []
+        bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
         async with self._slots.hold(priority):
             try:
                 self.counters.sent += 1
@@ -296,9 +304,16 @@ class Auditor:
                     async for message in messages:
                         kind = message["kind"]
                         if kind == "finding":
-                            findings.append(message["finding"])
+                            why = bounds.admit(message["finding"])
+                            if why is None:
+                                findings.append(message["finding"])
+                            elif bounds.dropped == 1:
+                                log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
                         elif kind == "done":
-                            return self._store(unit, findings, message["stats"])
+                            stats = message["stats"]
+                            if bounds.dropped:
+                                stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
+                            return self._store(unit, findings, stats)
                         elif kind == "cancelled":
                             self.counters.cancelled += 1
                             return None
@@ -323,6 +338,7 @@ class Auditor:
             self.cache.put(unit.key, self._result_key, findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
+        self.counters.over_limit += result.over_limit
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
         return result
 

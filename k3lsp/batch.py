@@ -293,6 +293,11 @@ class _Run:
                 got = True
                 if not result.cached:
                     self.report.by_backend[endpoint] += 1
+                if result.over_limit:
+                    self.report.warnings.append(
+                        f"{source.rel}: {unit.name}: {result.over_limit} findings beyond the bounds of one unit "
+                        "were dropped (k3lsp.bounds)"
+                    )
                 if result.cut_short is not None:  # not a clean pass: its findings may be missing
                     self.report.errors.append(
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "

@@ -8,6 +8,11 @@ and restarts. Only complete audits are stored (``k3lsp.auditor``). Several proce
 window, a batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
 A cache is an optimisation, never a reason to fail: a corrupt file is moved aside (logged) and a fresh
 one created.
+
+The cache is bounded in bytes (``K3LSP_CACHE_MAX_BYTES``, default 256 MiB of results): when a new result
+takes it over the bound, the least recently used results go (down to 90 %, so not at every write), logged
+and counted in ``stats()``. Reads mark a result used at most once a minute (``TOUCH_SECONDS``), so a
+lookup stays a read. One result is itself bounded (``k3lsp.bounds``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,20 +34,27 @@ import platformdirs
 log = logging.getLogger(__name__)
 
 ENV_DIR = "K3LSP_CACHE_DIR"
+ENV_MAX_BYTES = "K3LSP_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+EVICT_TO = 0.9  # an eviction frees down to this share of the bound
+TOUCH_SECONDS = 60.0
 FILE_NAME = "results.sqlite3"
 SCHEMA_VERSION = 2  # 1 keyed results by model name and stored cut-short audits: dropped
 BUSY_TIMEOUT_S = 10.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS results (
     unit_key TEXT NOT NULL,
     result_key TEXT NOT NULL, -- resultkey.ResultKey.digest()
+    bytes INTEGER NOT NULL,   -- len(findings) + len(stats): what the byte bound counts
+    used REAL NOT NULL,       -- unix time of the last write or read (TOUCH_SECONDS apart): LRU order
+    created REAL NOT NULL,    -- unix time
     findings TEXT NOT NULL,   -- JSON list of finding dicts (findings.Finding.to_dict)
     stats TEXT NOT NULL,      -- JSON object: the backend's `done` stats
-    created REAL NOT NULL,    -- unix time
     PRIMARY KEY (unit_key, result_key)
-) WITHOUT ROWID
-"""
+) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS results_by_use ON results (used)",
+)
 
 
 @dataclass(frozen=True)
@@ -57,13 +70,31 @@ def default_path() -> Path:
     return Path(root) / FILE_NAME
 
 
+def default_max_bytes() -> int:
+    """`$K3LSP_CACHE_MAX_BYTES` (a positive number of bytes), else DEFAULT_MAX_BYTES."""
+    raw = os.environ.get(ENV_MAX_BYTES)
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(raw)
+        if value <= 0:
+            raise ValueError("not positive")
+    except ValueError:
+        log.warning("%s=%r is not a positive number of bytes: using %d", ENV_MAX_BYTES, raw, DEFAULT_MAX_BYTES)
+        return DEFAULT_MAX_BYTES
+    return value
+
+
 class ResultCache:
     """The result cache. Thread-safe (one connection behind a lock); process-safe through sqlite."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes()
         self.hits = 0
         self.misses = 0
+        self.evicted = 0  # results this process removed to stay within max_bytes
+        self.refused = 0  # results larger than max_bytes on their own, never stored
         self._lock = threading.Lock()
         self._conn = self._open()
 
@@ -71,7 +102,8 @@ class ResultCache:
 
     def get(self, unit_key: str, result_key: str) -> CachedResult | None:
         row = self._run(
-            "SELECT findings, stats, created FROM results WHERE unit_key=? AND result_key=?", (unit_key, result_key)
+            "SELECT findings, stats, created, used FROM results WHERE unit_key=? AND result_key=?",
+            (unit_key, result_key),
         )
         if row is None:
             self.misses += 1
@@ -85,6 +117,10 @@ class ResultCache:
             self.misses += 1
             return None
         self.hits += 1
+        now = time.time()
+        if now - row[3] > TOUCH_SECONDS:
+            self._run("UPDATE results SET used=? WHERE unit_key=? AND result_key=?", (now, unit_key, result_key),
+                      write=True)
         return CachedResult(findings, stats, row[2])
 
     def has(self, unit_key: str, result_key: str) -> bool:
@@ -98,11 +134,35 @@ class ResultCache:
         findings: list[dict[str, Any]],
         stats: dict[str, Any] | None = None,
     ) -> None:
-        self._run(
-            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
-            (unit_key, result_key, json.dumps(findings), json.dumps(stats or {}), time.time()),
-            write=True,
-        )
+        """Store a result (replacing one under the same keys), then evict the least recently used beyond
+        ``max_bytes``; a result larger than the whole bound is not stored (logged)."""
+        found, numbers = json.dumps(findings), json.dumps(stats or {})
+        size = len(found) + len(numbers)
+        if size > self.max_bytes:
+            self.refused += 1
+            log.warning("result of %d bytes for %s is larger than the cache (%d bytes): not cached",
+                        size, unit_key[:12], self.max_bytes)
+            return
+        now = time.time()
+        self._run("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  (unit_key, result_key, size, now, now, found, numbers), write=True)
+        self._db(self._evict)
+
+    def _evict(self, conn: sqlite3.Connection) -> None:
+        """Remove least recently used results until the total is EVICT_TO of max_bytes."""
+        total = conn.execute("SELECT COALESCE(SUM(bytes), 0) FROM results").fetchone()[0]
+        if total <= self.max_bytes:
+            return
+        excess, freed, victims = total - int(self.max_bytes * EVICT_TO), 0, []
+        for unit_key, result_key, size in conn.execute("SELECT unit_key, result_key, bytes FROM results ORDER BY used"):
+            victims.append((unit_key, result_key))
+            freed += size
+            if freed >= excess:
+                break
+        conn.executemany("DELETE FROM results WHERE unit_key=? AND result_key=?", victims)
+        self.evicted += len(victims)
+        log.info("result cache over %d bytes: evicted the %d least recently used results (%d bytes)",
+                 self.max_bytes, len(victims), freed)
 
     def clear(self) -> int:
         """Forget every result; returns how many there were."""
@@ -111,8 +171,11 @@ class ResultCache:
         return row[0] if row else 0
 
     def stats(self) -> dict[str, Any]:
-        row = self._run("SELECT COUNT(*), COUNT(DISTINCT result_key), MIN(created), MAX(created) FROM results")
-        entries, keys, oldest, newest = row if row else (0, 0, None, None)
+        row = self._run(
+            "SELECT COUNT(*), COUNT(DISTINCT result_key), COALESCE(SUM(bytes), 0), MIN(created), MAX(created) "
+            "FROM results"
+        )
+        entries, keys, results, oldest, newest = row if row else (0, 0, 0, None, None)
         try:
             size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
         except OSError:
@@ -122,10 +185,14 @@ class ResultCache:
             "entries": entries,
             "result_keys": keys,
             "bytes": size,
+            "result_bytes": results,
+            "max_bytes": self.max_bytes,
             "oldest": oldest,
             "newest": newest,
             "hits": self.hits,
             "misses": self.misses,
+            "evicted": self.evicted,
+            "refused": self.refused,
         }
 
     def close(self) -> None:
@@ -160,7 +227,8 @@ class ResultCache:
                 log.info("result cache %s: dropped results of an older version (keyed by model name)", path)
             elif version not in (0, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"schema version {version}, expected {SCHEMA_VERSION}")
-            conn.execute(_SCHEMA)
+            for statement in _SCHEMA:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError:
             conn.close()
@@ -178,12 +246,20 @@ class ResultCache:
         log.warning("result cache %s was unusable (%s): moved aside, starting an empty cache", self.path, error)
 
     def _run(self, sql: str, params: tuple = (), *, write: bool = False) -> Any:
-        """Run one statement; a database that turns out corrupt is replaced, and the statement retried."""
+        """Run one statement: its first row, or None."""
+
+        def work(conn: sqlite3.Connection) -> Any:
+            cur = conn.execute(sql, params)
+            return None if write else cur.fetchone()
+
+        return self._db(work)
+
+    def _db(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``work`` on the connection; a database that turns out corrupt is replaced and ``work`` retried."""
         with self._lock:
             for attempt in (1, 2):
                 try:
-                    cur = self._conn.execute(sql, params)
-                    return None if write else cur.fetchone()
+                    return work(self._conn)
                 except sqlite3.OperationalError as e:
                     if "locked" in str(e) or "busy" in str(e) or attempt == 2:
                         log.warning("result cache busy, skipped (%s)", e)

@@ -73,7 +73,7 @@ def test_unusable_location_falls_back_to_memory(tmp_path, caplog):
 
 def test_unreadable_row_is_a_miss(tmp_path):
     c = cache.ResultCache(tmp_path / "r.sqlite3")
-    c._conn.execute("INSERT INTO results VALUES ('k', 'r', 'not json', '{}', 0)")
+    c._conn.execute("INSERT INTO results VALUES ('k', 'r', 10, 0, 0, 'not json', '{}')")
     assert c.get("k", "r") is None
 
 

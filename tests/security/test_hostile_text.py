@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 
 import pytest
 from lsprotocol import types as lsp
@@ -23,7 +22,7 @@ from lsprotocol import types as lsp
 from k3lsp import sanitize
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
-from tests.support.batch import k3lsp, k3lsp_env
+from tests.support.batch import k3lsp, run_k3lsp
 from tests.support.daemon import serving
 from tests.support.lsp import WAIT, editor
 from tests.support.peer import WELCOME, peer, reply
@@ -125,15 +124,6 @@ class HostileDaemon:
         elif kind == "explain":
             await reply(sock, ident, "text", msg_id, text=self.EXPLANATION)
             await reply(sock, ident, "done", msg_id, stats={"finish_reason": "stop"})
-
-
-async def run_k3lsp(*args: str, cache, cwd, env: dict | None = None) -> tuple[int, str, str]:
-    """`k3lsp ARGS` as a process, without blocking the event loop the hostile daemon answers on."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "k3lsp.cli", *args, cwd=cwd, env=k3lsp_env(cache) | (env or {}),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_status_shows_daemon_strings_as_data_not_markup_or_commands(tmp_path):
