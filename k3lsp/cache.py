@@ -6,8 +6,14 @@ for our purposes. So results are keyed by (unit key, result key: ``k3lsp.resultk
 model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes
 and restarts. Only complete audits are stored (``k3lsp.auditor``). Several processes (an editor per
 window, a batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
-A cache is an optimisation, never a reason to fail: a corrupt file is moved aside (logged) and a fresh
-one created.
+A cache is an optimisation, never a reason to fail: a corrupt file (sqlite says SQLITE_CORRUPT or
+SQLITE_NOTADB) is moved aside (logged) and a fresh one created. Any other failure (a full disk, a busy or
+read-only file) skips the one operation with a log line that says which, and keeps the file: a full disk
+is not corruption, and moving a healthy cache aside would lose every earlier result.
+
+The results tell which code other users of the machine may audit, so the file is created 0600 in a 0700
+folder, looser existing ones are tightened, and a folder of another user or a cache file that is a
+symlink is not used at all (the cache is then kept in memory for this process).
 
 The cache is bounded in bytes (``K3LSP_CACHE_MAX_BYTES``, default 256 MiB of results): when a new result
 takes it over the bound, the least recently used results go (down to 90 %, so not at every write), logged
@@ -18,10 +24,12 @@ lookup stays a read. One result is itself bounded (``k3lsp.bounds``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -207,15 +215,18 @@ class ResultCache:
             try:
                 return self._connect(self.path)
             except sqlite3.DatabaseError as e:
+                if not _corrupt(e):
+                    raise
                 self._move_aside(e)
                 return self._connect(self.path)
         except (sqlite3.Error, OSError) as e:
-            log.warning("result cache %s cannot be used (%s): caching in memory for this process", self.path, e)
+            log.warning("result cache %s cannot be used (%s): caching in memory for this process",
+                        self.path, _why(e))
             return self._connect(":memory:")
 
     def _connect(self, path: Path | str) -> sqlite3.Connection:
         if isinstance(path, Path):
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _private(path)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
@@ -226,7 +237,7 @@ class ResultCache:
                 conn.execute("DROP TABLE IF EXISTS results")
                 log.info("result cache %s: dropped results of an older version (keyed by model name)", path)
             elif version not in (0, SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"schema version {version}, expected {SCHEMA_VERSION}")
+                raise _Foreign(f"schema version {version}, expected {SCHEMA_VERSION}")
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -260,14 +271,9 @@ class ResultCache:
             for attempt in (1, 2):
                 try:
                     return work(self._conn)
-                except sqlite3.OperationalError as e:
-                    if "locked" in str(e) or "busy" in str(e) or attempt == 2:
-                        log.warning("result cache busy, skipped (%s)", e)
-                        return None
-                    self._recover(e)
                 except sqlite3.DatabaseError as e:
-                    if attempt == 2:
-                        log.warning("result cache unusable, skipped (%s)", e)
+                    if not _corrupt(e) or attempt == 2:
+                        log.warning("result cache %s: %s; skipped, the cache is kept", self.path, _why(e))
                         return None
                     self._recover(e)
         return None
@@ -277,3 +283,48 @@ class ResultCache:
             self._conn.close()
         self._move_aside(error)
         self._conn = self._open()
+
+
+class _Foreign(sqlite3.DatabaseError):
+    """A database this version cannot use (another schema version): replaced like a corrupt one."""
+
+
+def _corrupt(error: sqlite3.DatabaseError) -> bool:
+    """Only a damaged or foreign file is replaced; a full disk, a lock or a read-only file is not damage."""
+    name = getattr(error, "sqlite_errorname", None) or ""
+    return isinstance(error, _Foreign) or name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def _why(error: Exception) -> str:
+    """A failure in words a person can act on: a full disk says so."""
+    name = getattr(error, "sqlite_errorname", None)
+    full = (name or "").startswith("SQLITE_FULL") or getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    detail = f"{error} ({name})" if name else str(error)
+    return f"the disk is full: {detail}" if full else detail
+
+
+def _private(path: Path) -> None:
+    """Make ``path``'s folder 0700 and the file (and its WAL files) 0600, creating them so; raise OSError for a
+    folder of another user or a file that is a symlink (someone else could read or redirect the results)."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _owned_and_private(folder, folder.stat(), 0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        _owned_and_private(path, os.fstat(fd), 0o600, fd)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):  # sqlite creates them with the database's mode; older ones may be looser
+        with contextlib.suppress(FileNotFoundError):
+            side = Path(f"{path}{suffix}")
+            _owned_and_private(side, side.lstat(), 0o600)
+
+
+def _owned_and_private(path: Path, st: os.stat_result, mode: int, fd: int | None = None) -> None:
+    if st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"{path} belongs to another user (uid {st.st_uid})")
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link")
+    if stat.S_IMODE(st.st_mode) & ~mode:
+        os.fchmod(fd, mode) if fd is not None else path.chmod(mode)
+        log.info("result cache: %s was mode %o, now %o", path, stat.S_IMODE(st.st_mode), mode)
