@@ -326,5 +326,8 @@ def _owned_and_private(path: Path, st: os.stat_result, mode: int, fd: int | None
     if stat.S_ISLNK(st.st_mode):
         raise OSError(errno.ELOOP, f"{path} is a symbolic link")
     if stat.S_IMODE(st.st_mode) & ~mode:
-        os.fchmod(fd, mode) if fd is not None else path.chmod(mode)
+        if fd is None:
+            path.chmod(mode)
+        else:
+            os.fchmod(fd, mode)
         log.info("result cache: %s was mode %o, now %o", path, stat.S_IMODE(st.st_mode), mode)
