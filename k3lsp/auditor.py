@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from k3lsp import protocol, resultkey, sanitize, tools
-from k3lsp.bounds import OVER_LIMIT, FindingBounds
+from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -310,7 +310,7 @@ class Auditor:
                             elif bounds.dropped == 1:
                                 log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
                         elif kind == "done":
-                            stats = message["stats"]
+                            stats = bounded_stats(message["stats"])
                             if bounds.dropped:
                                 stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
                             return self._store(unit, findings, stats)

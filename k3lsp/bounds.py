@@ -15,12 +15,32 @@ import json
 MAX_FINDINGS_PER_UNIT = 64
 MAX_FINDING_BYTES = 64 * 1024  # one finding as JSON: a long message, a full trace and a fix fit
 MAX_RESULT_BYTES = 512 * 1024  # every finding of one unit as JSON: what one cache row holds at most
+MAX_STATS_BYTES = 16 * 1024  # the `done` stats kept with a result (a frame could carry 8 MiB of them)
+MAX_STAT_WORD = 64  # a string stat kept from oversized stats (finish_reason and the like)
 OVER_LIMIT = "findings_over_limit"  # the `done` stats field counting what the bounds dropped
 
 
 def finding_bytes(finding: dict) -> int:
     """The size of a finding as the cache and the reports store it (ASCII JSON: one byte per character)."""
     return len(json.dumps(finding))
+
+
+def bounded_stats(stats: dict) -> dict:
+    """The ``done`` stats as they are kept with a result: whole when small; else only their numbers and short
+    words (``finish_reason``), as many as fit MAX_STATS_BYTES."""
+    if finding_bytes(stats) <= MAX_STATS_BYTES:
+        return stats
+    out: dict = {}
+    size = 2
+    for key, value in stats.items():
+        short = isinstance(value, str) and len(value) <= MAX_STAT_WORD
+        if len(key) > MAX_STAT_WORD or not (short or isinstance(value, int | float | bool)):
+            continue
+        size += finding_bytes({key: value})
+        if size > MAX_STATS_BYTES:
+            break
+        out[key] = value
+    return out
 
 
 class FindingBounds:

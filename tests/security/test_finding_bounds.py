@@ -55,8 +55,9 @@ def big(size: int, n: int = 0) -> dict:
 class Flooding:
     """A hostile daemon: the findings it sends for every audit, then done."""
 
-    def __init__(self, findings: list[dict]):
+    def __init__(self, findings: list[dict], **stats):
         self.findings = findings
+        self.stats = {"finish_reason": "stop", bounds.OVER_LIMIT: 3} | stats
 
     async def __call__(self, sock, ident, msg):
         if msg["kind"] == "hello":
@@ -64,12 +65,12 @@ class Flooding:
         elif msg["kind"] == "audit":
             for finding in self.findings:
                 await reply(sock, ident, "finding", msg["id"], finding=finding)
-            await reply(sock, ident, "done", msg["id"], stats={"finish_reason": "stop", bounds.OVER_LIMIT: 3})
+            await reply(sock, ident, "done", msg["id"], stats=self.stats)
 
 
-async def audit_with(findings: list[dict], tmp_path) -> tuple[list, Auditor, cache.ResultCache]:
+async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Auditor, cache.ResultCache]:
     store = cache.ResultCache(tmp_path / "c.sqlite")
-    async with peer(Flooding(findings)) as endpoint:
+    async with peer(Flooding(findings, **stats), sndhwm=0) as endpoint:
         auditor = Auditor(Options(endpoint=endpoint), store)
         try:
             results = [r async for r in auditor.audit(None, "f.c", [UNIT])]
@@ -79,7 +80,7 @@ async def audit_with(findings: list[dict], tmp_path) -> tuple[list, Auditor, cac
 
 
 @pytest.mark.parametrize(("findings", "kept"), [
-    ([SMALL] * 20_000, bounds.MAX_FINDINGS_PER_UNIT),  # too many
+    ([SMALL] * 2_000, bounds.MAX_FINDINGS_PER_UNIT),  # too many
     ([big(100_000), SMALL], 1),  # one too large on its own
     ([big(60_000, n) for n in range(12)], bounds.MAX_RESULT_BYTES // bounds.finding_bytes(big(60_000, 10))),
 ], ids=["count", "finding-bytes", "result-bytes"])  # the last: each fits, together they do not
@@ -95,9 +96,18 @@ async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings
     assert store.stats()["result_bytes"] <= bounds.MAX_RESULT_BYTES + 1000
 
 
+async def test_the_stats_kept_with_a_result_are_bounded_too(tmp_path):
+    junk = {"junk": "x" * 4_000_000, "turns": [{"prompt_tokens": 1}] * 1000, "generated_tokens": 12}
+    (result,), auditor, store = await asyncio.wait_for(audit_with([SMALL], tmp_path, **junk), 60)
+    assert result.cut_short is None and [f["title"] for f in result.findings] == [SMALL["title"]]
+    row = store.get(UNIT.key, auditor._result_key)
+    assert row.stats == {"finish_reason": "stop", bounds.OVER_LIMIT: 3, "generated_tokens": 12}
+    assert store.stats()["result_bytes"] < 1000
+
+
 async def test_the_batch_report_stays_bounded_and_says_what_was_dropped(tmp_path):
     (tmp_path / "f.c").write_text(SIX_LINES)
-    async with peer(Flooding([SMALL] * 20_000)) as endpoint:
+    async with peer(Flooding([SMALL] * 20_000), sndhwm=0) as endpoint:
         code, out, err = await run_k3lsp("audit", "f.c", "--endpoint", endpoint, "--json",
                                          cache=tmp_path / "c", cwd=tmp_path)
     assert code == 1, err

@@ -13,11 +13,13 @@ from k3lsp import protocol
 
 
 @contextlib.asynccontextmanager
-async def peer(handler):
-    """A ROUTER on a free loopback port; ``handler(sock, ident, message)`` answers each decoded message."""
+async def peer(handler, *, sndhwm: int = 1000):
+    """A ROUTER on a free loopback port; ``handler(sock, ident, message)`` answers each decoded message.
+    A ROUTER drops what a peer's full queue cannot take: ``sndhwm=0`` (no limit) for floods that must arrive."""
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, sndhwm)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
 
     async def serve():
