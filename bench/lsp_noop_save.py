@@ -41,8 +41,7 @@ async def _result_key(endpoint: str) -> str:
     """The key the server's cached results are filed under for this daemon (as k3lsp.auditor computes it)."""
     options = ClientOptions(endpoint=endpoint)
     async with BackendClient(options) as client:
-        key = resultkey.for_welcome(client.welcome, effort=resultkey.DEFAULT_EFFORT,
-                                    daemon=resultkey.daemon_identity(options))
+        key = resultkey.for_welcome(client.welcome, effort=resultkey.DEFAULT_EFFORT, daemon=client.daemon_identity)
     assert key is not None, "the daemon names no checkpoint fingerprint"
     return key.digest()
 

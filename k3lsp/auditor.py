@@ -132,6 +132,7 @@ def client_options(options: Options, name: str) -> ClientOptions:
         client_name=name,
         server_key=Path(options.server_key).expanduser() if options.server_key else None,
         client_key=Path(options.client_key).expanduser() if options.client_key else None,
+        insecure=options.insecure,
     )
 
 
@@ -210,7 +211,7 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        key = resultkey.for_welcome(welcome, effort=self.effort, daemon=resultkey.daemon_identity(self._client.options))
+        key = resultkey.for_welcome(welcome, effort=self.effort, daemon=self._client.daemon_identity)
         self.welcome, self._result_key, self._connected = welcome, key and key.digest(), True
         self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
         return welcome

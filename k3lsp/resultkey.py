@@ -7,18 +7,18 @@ is shown again only when all of these match:
   the model's name, which any other build can carry;
 - the prompt version (``welcome.limits.prompt_version``);
 - the thinking effort the audit request was sent with;
-- the daemon's identity (:func:`daemon_identity`): results of one daemon are never shown as another's.
+- the daemon's identity, as the client established it before sending anything
+  (``BackendClient.daemon_identity``: its CurveZMQ server key, its private ipc socket, or an insecure
+  endpoint): results of one daemon are never shown as another's.
 
-A daemon whose welcome names no fingerprint has no key: its results are shown but never cached.
+A daemon whose welcome names no fingerprint, or whose identity is unknown, has no key: its results are shown
+but never cached.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import astuple, dataclass
-
-from k3lsp import keys
-from k3lsp.client import ClientOptions
 
 DEFAULT_EFFORT = "default"  # audits that name no thinking effort get the daemon's default
 
@@ -39,24 +39,10 @@ class ResultKey:
         return h.hexdigest()
 
 
-def daemon_identity(options: ClientOptions) -> str:
-    """Who answers: the endpoint, and the daemon's public key when one is configured (CurveZMQ proves it).
-
-    The one place that says what identifies a daemon, so a stronger proof (an owned ipc socket, a verified
-    key) is added here and every cached result follows it.
-    """
-    if options.server_key is None:
-        return options.endpoint
-    try:
-        server = keys.load_public(options.server_key).decode()
-    except keys.KeyFileError:  # the connection fails on it too; no result of a working set-up matches this
-        server = f"unreadable {options.server_key}"
-    return f"{options.endpoint} key={server}"
-
-
-def for_welcome(welcome: dict, *, effort: str, daemon: str) -> ResultKey | None:
-    """The key of the results a daemon gives; None when its welcome names no checkpoint fingerprint."""
+def for_welcome(welcome: dict, *, effort: str, daemon: str | None) -> ResultKey | None:
+    """The key of the results a daemon gives; None when its welcome names no checkpoint fingerprint or its
+    identity is unknown."""
     fingerprint = welcome.get("fingerprint")
-    if not fingerprint:
+    if not fingerprint or not daemon:
         return None
     return ResultKey(fingerprint, str(welcome["limits"].get("prompt_version", "")), effort, daemon)

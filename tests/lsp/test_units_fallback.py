@@ -16,6 +16,7 @@ from k3lsp import cli, tools, units
 from tests.batch.test_sarif import valid_sarif
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
+from tests.support.daemon import nowhere
 from tests.support.lsp import editor
 
 DEEP_IF = "#if A\n" * 1000 + "int f(char *p)\n{\n\treturn p[0];\n}\n" + "#endif\n" * 1000
@@ -73,7 +74,7 @@ def test_an_unexpected_fault_in_the_batch_audit_exits_2_not_1(monkeypatch, tmp_p
 
     monkeypatch.setattr(batch, "audit_paths", broken)
     (tmp_path / "a.c").write_text("int f(void) { return 0; }\n")
-    assert cli.main(["audit", str(tmp_path / "a.c"), "--endpoint", "tcp://127.0.0.1:9"]) == batch.EXIT_ERROR
+    assert cli.main(["audit", str(tmp_path / "a.c"), "--endpoint", nowhere(tmp_path)]) == batch.EXIT_ERROR
     assert "k3lsp audit: error: RuntimeError: something nobody expected" in capsys.readouterr().err
 
 

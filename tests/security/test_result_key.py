@@ -3,7 +3,8 @@
 A scripted ROUTER plays the daemon, so every finish reason and every welcome can be chosen: an audit cut
 short (`deadline`, `length`, `loop`, `budget`) must not become a lasting "0 findings", and a daemon whose
 checkpoint differs (same directory name, other weights), whose prompt version differs, or who sits at
-another endpoint or behind another server key must not be answered from the first one's results.
+another socket or behind another server key (``BackendClient.daemon_identity``) must not be answered from
+the first one's results.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import pytest
 from k3lsp import resultkey, units
 from k3lsp.auditor import Auditor
 from k3lsp.cache import ResultCache
-from k3lsp.client import ClientOptions
-from k3lsp.keys import init_keypair
 from k3lsp.options import Options
 from tests.support.peer import WELCOME, peer, reply
 
@@ -105,7 +104,7 @@ async def test_a_daemon_that_names_no_checkpoint_gets_no_cached_results(tmp_path
     assert cache.stats()["entries"] == 0
 
 
-async def test_results_of_one_daemon_are_not_shown_for_another_endpoint(tmp_path):
+async def test_results_of_one_daemon_are_not_shown_for_another(tmp_path):
     cache = ResultCache(tmp_path / "c.sqlite")
     first, second = Daemon(), Daemon()  # the very same checkpoint and prompt, served at two endpoints
     async with peer(first) as a, peer(second) as b:
@@ -114,24 +113,14 @@ async def test_results_of_one_daemon_are_not_shown_for_another_endpoint(tmp_path
     assert not elsewhere.cached and second.audits == 1
 
 
-def test_the_daemon_identity_holds_the_endpoint_and_the_configured_server_key(tmp_path):
-    one, _ = init_keypair(tmp_path / "k1", "server")
-    two, _ = init_keypair(tmp_path / "k2", "server")
-    plain = resultkey.daemon_identity(ClientOptions(endpoint="tcp://127.0.0.1:5555"))
-    keyed = resultkey.daemon_identity(ClientOptions(endpoint="tcp://127.0.0.1:5555", server_key=one))
-    other = resultkey.daemon_identity(ClientOptions(endpoint="tcp://127.0.0.1:5555", server_key=two))
-    assert len({plain, keyed, other}) == 3
-    assert resultkey.daemon_identity(ClientOptions(endpoint="tcp://127.0.0.1:5555", server_key=one)) == keyed
-
-
 def test_every_component_changes_the_key():
-    base = resultkey.ResultKey(fingerprint="f", prompt_version="p", effort="default", daemon="tcp://h:1")
+    base = resultkey.ResultKey(fingerprint="f", prompt_version="p", effort="default", daemon="ipc:/run/a.sock")
     variants = [
-        resultkey.ResultKey("g", "p", "default", "tcp://h:1"),
-        resultkey.ResultKey("f", "q", "default", "tcp://h:1"),
-        resultkey.ResultKey("f", "p", "high", "tcp://h:1"),
-        resultkey.ResultKey("f", "p", "default", "tcp://h:2"),
-        resultkey.ResultKey("f\0p", "", "default", "tcp://h:1"),  # no ambiguity between components
+        resultkey.ResultKey("g", "p", "default", "ipc:/run/a.sock"),
+        resultkey.ResultKey("f", "q", "default", "ipc:/run/a.sock"),
+        resultkey.ResultKey("f", "p", "high", "ipc:/run/a.sock"),
+        resultkey.ResultKey("f", "p", "default", "curve:server-key"),
+        resultkey.ResultKey("f\0p", "", "default", "ipc:/run/a.sock"),  # no ambiguity between components
     ]
     assert len({base.digest(), *(v.digest() for v in variants)}) == len(variants) + 1
-    assert base.digest() == resultkey.ResultKey("f", "p", "default", "tcp://h:1").digest()
+    assert base.digest() == resultkey.ResultKey("f", "p", "default", "ipc:/run/a.sock").digest()
