@@ -208,7 +208,15 @@ class BackendClient:
         return reply
 
     async def close(self) -> None:
-        """Stop the tasks and close the socket; never raises: a task that died is logged, not re-raised here."""
+        """Stop the tasks and close the socket; never raises: a task that died is logged, not re-raised here.
+
+        The monitor is disabled before its reader goes: libzmq's I/O thread sends socket events to the monitor
+        with a blocking send, and with nobody reading it blocks for ever, and every later connection of the
+        process's context with it (seen: the next connect never completes).
+        """
+        if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
         for task in (self._reader, self._watchdog, self._monitor):
             if task:
                 task.cancel()
