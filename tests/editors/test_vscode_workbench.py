@@ -64,6 +64,7 @@ def _lines(stdout: str) -> list[tuple[str, object]]:
     return out
 
 
+@pytest.mark.timeout(900)  # a cold first run also installs code-server, Node 24, Chromium and builds the .vsix
 def test_packaged_extension_in_the_real_workbench(tiny_model, tmp_path, capsys):
     chromium = _require_workbench()
     started = time.monotonic()
