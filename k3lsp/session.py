@@ -54,7 +54,8 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
     and whether it shows the diagnostic under the pointer itself: the experimental client capability
     ``{"k3lsp": {"hoverShowsDiagnostics": true}}``, which the VS Code extension declares."""
     hover = caps.text_document.hover if caps.text_document else None
-    formats = [f for f in (hover.content_format or []) if f in (lsp.MarkupKind.Markdown, lsp.MarkupKind.PlainText)]
+    offered = (hover.content_format if hover else None) or []
+    formats = [f for f in offered if f in (lsp.MarkupKind.Markdown, lsp.MarkupKind.PlainText)]
     markdown = not formats or formats[0] == lsp.MarkupKind.Markdown
     experimental = caps.experimental if isinstance(caps.experimental, dict) else {}
     ours = experimental.get("k3lsp")

@@ -12,6 +12,7 @@ import pytest
 from lsprotocol import types as lsp
 from pytest_lsp import client_capabilities
 
+from k3lsp import findings, session
 from tests.lsp import scripted
 from tests.support.lsp import WAIT, editor
 
@@ -26,6 +27,12 @@ def with_hover(formats: list[str], *, shows_diagnostics: bool = False) -> lsp.Cl
     hover = lsp.HoverClientCapabilities(content_format=formats)
     experimental = {"k3lsp": {"hoverShowsDiagnostics": True}} if shows_diagnostics else None
     return attrs.evolve(caps, text_document=attrs.evolve(caps.text_document, hover=hover), experimental=experimental)
+
+
+def test_a_client_that_declares_nothing_gets_markdown_with_everything():
+    assert session.hover_style(lsp.ClientCapabilities()) == findings.HoverStyle(markdown=True, shows_diagnostic=False)
+    odd = lsp.ClientCapabilities(experimental={"k3lsp": "yes"})
+    assert session.hover_style(odd) == findings.HoverStyle()
 
 
 async def hover_at(ed, uri: str, line: int) -> lsp.Hover:
