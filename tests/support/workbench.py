@@ -123,10 +123,12 @@ class CodeServer:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def output_logs(self, name: str) -> list[Path]:
-        """The files the workbench writes the output channels named ``name...`` to, and the extension host's log."""
+    def output_log(self, channel: str) -> str:
+        """What the workbench wrote to the output channel ``channel`` (or to the extension host's log: ``exthost``)."""
         logs = self.user_data.glob("logs/*/exthost*/**/*.log")
-        return sorted(p for p in logs if p.name.split("-", 1)[-1].startswith(name) or p.name == "remoteexthost.log")
+        name = "remoteexthost.log" if channel == "exthost" else f"{channel}.log"
+        found = sorted(p for p in logs if p.name == name or p.name.split("-", 1)[-1] == name)
+        return "".join(p.read_text(errors="replace") for p in found)
 
 
 def _listening(log: Path, proc: subprocess.Popen, timeout: float) -> str:
