@@ -110,6 +110,7 @@ def client_options(options: Options, name: str) -> ClientOptions:
         client_name=name,
         server_key=Path(options.server_key).expanduser() if options.server_key else None,
         client_key=Path(options.client_key).expanduser() if options.client_key else None,
+        insecure=options.insecure,
     )
 
 

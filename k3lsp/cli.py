@@ -26,8 +26,8 @@ def _status(args: argparse.Namespace) -> int:
     from k3lsp.report import BackendStatus, print_status
 
     async def ask(endpoint: str) -> BackendStatus:
-        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout,
-                                server_key=args.server_key, client_key=args.client_key)
+        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout, server_key=args.server_key,
+                                client_key=args.client_key, insecure=args.insecure)
         try:
             async with BackendClient(options) as client:
                 return BackendStatus(endpoint, client.welcome, await client.status(args.timeout))
@@ -60,7 +60,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     settings = {"minSeverity": args.min_severity,
                 "serverKey": args.server_key and str(args.server_key),
-                "clientKey": args.client_key and str(args.client_key)}
+                "clientKey": args.client_key and str(args.client_key),
+                "insecure": args.insecure}
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
@@ -116,6 +117,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-key", type=Path, help="the daemon's public key file (turns CurveZMQ on)")
     parser.add_argument("--client-key", type=Path, help="this client's secret key file (k3lsp keys init)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a plain tcp:// endpoint, where nothing proves who the daemon is")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,10 +18,12 @@ def k3lsp_env(cache: Path) -> dict[str, str]:
     return os.environ | {"K3LSP_CACHE_DIR": str(cache)}
 
 
-def k3lsp(*args: str, cache: Path, cwd: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
-    """`python -m k3lsp.cli ARGS` to completion (bounded), output captured as text."""
+def k3lsp(*args: str, cache: Path, cwd: Path, timeout: float = TIMEOUT, env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess:
+    """`python -m k3lsp.cli ARGS` to completion (bounded), output captured as text; ``env`` adds variables."""
     cmd = [sys.executable, "-m", "k3lsp.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=k3lsp_env(cache), cwd=cwd)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=k3lsp_env(cache) | (env or {}),
+                          cwd=cwd)
 
 
 def start_k3lsp(*args: str, cache: Path, cwd: Path) -> subprocess.Popen:
