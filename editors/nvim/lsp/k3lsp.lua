@@ -1,6 +1,6 @@
 --- The k3lsp language server, the Neovim 0.11 way: with this directory on 'runtimepath',
 ---
----   vim.lsp.config('k3lsp', { settings = { k3lsp = { endpoint = 'tcp://127.0.0.1:5555' } } })  -- optional
+---   vim.lsp.config('k3lsp', { settings = { k3lsp = { endpoint = 'ipc:///run/user/1000/k3lsp/daemon.sock' } } })  -- optional
 ---   vim.lsp.enable('k3lsp')
 ---
 --- starts `k3lsp` (from PATH) for C buffers and `*.h` headers. `vim.lsp.config('k3lsp', {...})` overrides
