@@ -110,7 +110,7 @@ class Counters:
 class BackendState:
     """The ``k3lsp/status`` notification's payload."""
 
-    state: str  # connected | connecting | down | unauthorized
+    state: str  # disconnected (not connected yet) | connecting | connected | down | unauthorized
     queued: int
     running: int
     message: str
@@ -123,6 +123,11 @@ def _count(value: object) -> int:
 
 def state_for(code: str) -> str:
     return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+
+
+def not_connected(endpoint: str) -> str:
+    """Why nothing is known yet: the daemon is first contacted when a C file is opened or audited."""
+    return f"not connected yet to {endpoint}: it is contacted when a C file is opened or audited"
 
 
 def client_options(options: Options, name: str) -> ClientOptions:
@@ -161,8 +166,7 @@ class Auditor:
         self._slots = PrioritySlots(concurrency, on_change=self._notify)
         self._on_state = on_state
         self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
-        self._state = "connecting"
-        self._message = ""
+        self._state, self._message = "disconnected", not_connected(options.endpoint)
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -186,7 +190,7 @@ class Auditor:
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
             self.welcome, self._result_key = None, None  # another daemon: the old one's results are not its
-            self._set_state("connecting", f"connecting to {options.endpoint}")
+            self._set_state("disconnected", not_connected(options.endpoint))
 
     async def close(self) -> None:
         await self._client.close()
@@ -388,8 +392,12 @@ class Auditor:
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""
-        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters),
-                     "welcome": sanitize.data(self.welcome)}
+        out: dict = {
+            "endpoint": self.options.endpoint,
+            "state": asdict(self.state),
+            "counters": asdict(self.counters),
+            "welcome": sanitize.data(self.welcome),
+        }
         try:
             await self.connect()
             out["backend"] = sanitize.data(await self._client.status(self._client.options.connect_timeout))

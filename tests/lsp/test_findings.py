@@ -172,7 +172,7 @@ def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
 
 def test_hover_has_everything_and_escapes_model_text():
     f = findings.validate(raw(message="see [link](command:rm) and <b>bold</b>"), WRITE)
-    md = findings.hover_markdown(f, WRITE)
+    md = findings.hover_text(f, WRITE)
     for part in (
         "**copy\\_from\\_user length from user space**",
         "[CWE-120](https://cwe.mitre.org/data/definitions/120.html)",
@@ -187,7 +187,7 @@ def test_hover_has_everything_and_escapes_model_text():
     hover = findings.to_hover(f, WRITE)
     assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
-    assert "````c\n```c\nx\n````" in findings.hover_markdown(fenced, WRITE)
+    assert "````c\n```c\nx\n````" in findings.hover_text(fenced, WRITE)
 
 
 def test_min_severity_filter():
@@ -223,4 +223,4 @@ def test_accept_never_raises_and_keeps_only_findings_inside_the_unit(overrides):
         assert 1 <= f.start_line <= f.end_line <= WRITE.line_count
         assert all(1 <= s.line <= WRITE.line_count for s in f.trace)
         findings.to_diagnostic(f, WRITE, "file:///x.c")
-        findings.hover_markdown(f, WRITE)
+        findings.hover_text(f, WRITE)
