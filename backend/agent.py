@@ -38,6 +38,7 @@ from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
 from k3lsp import protocol
+from k3lsp.bounds import FindingBounds
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class Stats:
     invalid_tool_calls: int = 0
     think_tool_calls: int = 0  # calls written inside the think channel (never run)
     dropped_findings: int = 0
+    findings_over_limit: int = 0  # valid findings beyond k3lsp.bounds (per unit, per finding, per result)
     rounds: int = 0
     batch_size_peak: int = 0
     thinking_effort: str = ""
@@ -191,10 +193,11 @@ class Agent:
                                            conv.effort)
         conv.prompt, conv.segments = rendered.tokens, rendered.segments
         markers = channels.Markers.of(self.tokenizer)
+        bounds = FindingBounds()  # one unit's findings over all rounds
         for n in range(self.config.max_tool_rounds + 1):
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
+            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
             reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
@@ -309,21 +312,24 @@ class FindingStream:
     """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in a tool-call section.
 
     The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
-    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side).
-    Each finding carries the reasoning written before it in the think channel.
+    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side), and
+    so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
+    are no longer parsed as they close, only counted when the turn ends. Each finding carries the reasoning
+    written before it in the think channel.
     """
 
-    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int):
+    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
         self._send = send
         self._stats = stats
         self._enabled = enabled
         self._lines = lines
+        self._bounds = bounds
         self._seen: set[int] = set()
         self._closed = (0, 0)  # (sections closed, calls closed in the open one) when last parsed
 
     async def feed(self, reader: channels.Reader) -> None:
         """Called after every new piece; parses only when a call just closed in the open section."""
-        if not self._enabled or not reader.open_section:
+        if not self._enabled or self._bounds.full or not reader.open_section:
             return
         closed = (len(reader.sections), reader.section.count(prompts.CALL_CLOSE))
         if closed == self._closed or closed[1] == 0:
@@ -350,6 +356,12 @@ class FindingStream:
             finding.pop("reasoning", None)  # only the think channel says why, not the call's own arguments
             if reasoning.strip():
                 finding["reasoning"] = clip_reasoning(reasoning)
+            why = self._bounds.admit(finding)
+            if why is not None:
+                self._stats.findings_over_limit += 1
+                if self._bounds.dropped == 1:
+                    log.warning("dropping findings beyond the bounds of one unit: %s", why)
+                continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)
 

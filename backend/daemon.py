@@ -450,7 +450,7 @@ class Daemon:
         engine = self.scheduler.engine
         return {
             "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
-            "experts": engine.experts, "ranks": engine.ranks,
+            "fingerprint": engine.fingerprint, "experts": engine.experts, "ranks": engine.ranks,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,

@@ -25,8 +25,10 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import LRUPromptCache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
+from mlx_lm.utils import hf_repo_to_path
 
 from backend.dist import load_model
+from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,12 @@ class GenEvent:
     # on finish: every token id generated, the stop token included (what the prompt cache stored after the
     # prompt), so a continuation can append exactly what the model produced
     tokens: list[int] | None = None
+
+
+def local_checkpoint(model: str) -> Path:
+    """The directory a ``--model`` names: itself, or the Hugging Face snapshot ``load`` downloaded."""
+    path = Path(model)
+    return path if path.exists() else hf_repo_to_path(model)
 
 
 def prefill_step(base: int, context: int) -> int:
@@ -167,6 +175,7 @@ class Engine:
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
+        self.fingerprint = checkpoint_fingerprint(local_checkpoint(args.model))  # what results are cached under
         self.experts = int(getattr(text, "num_experts", None) or 0)
         self.layers = int(text.num_hidden_layers)
         self.vocab_size = int(text.vocab_size)

@@ -29,7 +29,7 @@ from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.launch import READY
 from backend.script import Script, ScriptError, load_script
-from k3lsp import keys, local
+from k3lsp import keys, local, sanitize
 from k3lsp.protocol import EFFORTS
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    sanitize.log_to_stderr("%(asctime)s %(levelname)s %(name)s: %(message)s")  # logs quote the model
     problem = _check(args)
     if problem:
         print(f"k3-backend serve: {problem}", file=sys.stderr)

@@ -1,9 +1,13 @@
 """Audit orchestration shared by the language server and ``k3lsp audit``: units in, findings per unit out.
 
 The expensive thing is the model, so this module's job is to ask it as little as possible: a unit whose
-content key (text + context) was audited before by the same model and prompt version is answered from the
-cache, and only the others are sent, a bounded number at a time, interactive ones first. Tool requests of
-the model are answered from the workspace through the sandbox in ``k3lsp.tools``.
+content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
+daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
+others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
+answered from the workspace through the sandbox in ``k3lsp.tools``. Only complete audits are cached: one
+the daemon cut short (deadline, token or tool-round budget, loop guard) is shown with what it found,
+reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
+"no findings".
 
 Connection problems are the normal case for a daemon on another machine: they end an audit with one
 :class:`BackendUnavailable` (after the cached units were delivered), the state is reported through
@@ -19,10 +23,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3lsp import protocol, tools
+from k3lsp import protocol, resultkey, sanitize, tools
+from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
+from k3lsp.resultkey import ResultKey
 from k3lsp.slots import PrioritySlots
 from k3lsp.units import Unit
 
@@ -36,6 +42,7 @@ CONNECTION_CODES = frozenset(
      "rank_failure"}
 )
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
+COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
 class BackendUnavailable(Exception):
@@ -55,6 +62,25 @@ class UnitResult:
     cached: bool
     stats: dict = field(default_factory=dict)
 
+    @property
+    def cut_short(self) -> str | None:
+        """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete."""
+        return cut_short(self.stats)
+
+    @property
+    def over_limit(self) -> int:
+        """Findings dropped beyond ``k3lsp.bounds``, by the daemon and by this side together."""
+        return _count(self.stats.get(OVER_LIMIT))
+
+
+def cut_short(stats: dict) -> str | None:
+    """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
+    or odd reason counts as incomplete: only a daemon that says the model finished gets its result kept."""
+    reason = stats.get("finish_reason")
+    if reason == COMPLETE:
+        return None
+    return reason[:64] if isinstance(reason, str) and reason else "unknown"
+
 
 @dataclass(frozen=True)
 class Lookup:
@@ -72,10 +98,12 @@ class Counters:
     units: int = 0  # units looked up
     cached: int = 0  # answered from the cache
     sent: int = 0  # audit requests sent to the daemon
-    audited: int = 0  # audit requests that completed
+    audited: int = 0  # audit requests that ended with `done`
+    incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
     cancelled: int = 0
     failed: int = 0
     findings: int = 0
+    over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
 
 
@@ -83,7 +111,7 @@ class Counters:
 class BackendState:
     """The ``k3lsp/status`` notification's payload."""
 
-    state: str  # connected | connecting | down | unauthorized
+    state: str  # disconnected (not connected yet) | connecting | connected | down | unauthorized
     queued: int
     running: int
     message: str
@@ -96,6 +124,11 @@ def _count(value: object) -> int:
 
 def state_for(code: str) -> str:
     return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+
+
+def not_connected(endpoint: str) -> str:
+    """Why nothing is known yet: the daemon is first contacted when a C file is opened or audited."""
+    return f"not connected yet to {endpoint}: it is contacted when a C file is opened or audited"
 
 
 def client_options(options: Options, name: str) -> ClientOptions:
@@ -125,7 +158,8 @@ class Auditor:
         self.options = options
         self.cache = cache
         self.counters = Counters()
-        self.welcome: dict | None = None  # the last welcome: the cache key's model id survives an outage
+        self.welcome: dict | None = None  # the last welcome: the result key survives an outage
+        self._result_key: ResultKey | None = None  # what results are cached under; None: no checkpoint named
         self._client_name = client_name
         self._client = BackendClient(client_options(options, client_name))
         self._connected = False
@@ -133,8 +167,7 @@ class Auditor:
         self._slots = PrioritySlots(concurrency, on_change=self._notify)
         self._on_state = on_state
         self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
-        self._state = "connecting"
-        self._message = ""
+        self._state, self._message = "disconnected", not_connected(options.endpoint)
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -143,7 +176,7 @@ class Auditor:
         return BackendState(self._state, self._slots.queued, self._slots.running, self._message)
 
     def _set_state(self, state: str, message: str = "") -> None:
-        self._state, self._message = state, message
+        self._state, self._message = state, sanitize.line(message)  # it quotes the daemon
         self._notify()
 
     def _notify(self) -> None:
@@ -157,7 +190,8 @@ class Auditor:
             await self._client.close()
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
-            self._set_state("connecting", f"connecting to {options.endpoint}")
+            self.welcome, self._result_key = None, None  # another daemon: the old one's results are not its
+            self._set_state("disconnected", not_connected(options.endpoint))
 
     async def close(self) -> None:
         await self._client.close()
@@ -182,25 +216,23 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        self.welcome, self._connected = welcome, True
+        key = resultkey.for_welcome(welcome, daemon=self._client.daemon_identity)
+        self.welcome, self._result_key, self._connected = welcome, key, True
         self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
         return welcome
 
     def _unavailable(self, code: str, message: str) -> BackendUnavailable:
         self._connected = False
         where = "" if self.options.endpoint in message else f" at {self.options.endpoint}"
-        text = f"k3 audit backend{where}: {message}"
+        text = sanitize.line(f"k3 audit backend{where}: {message}")
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
 
-    def _cache_id(self) -> tuple[str, str]:
-        assert self.welcome is not None
-        return self.welcome["model"], str(self.welcome["limits"].get("prompt_version", ""))
-
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def lookup(self, units: Sequence[Unit], *, force: bool = False) -> Lookup:
-        """Split units into cached results and units to audit; ``force`` (re-audit) treats everything as a miss.
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup:
+        """Split units into cached results and units to audit at ``priority`` (its thinking effort, or a higher
+        one, answers); ``force`` (re-audit) treats everything as a miss.
 
         Raises BackendUnavailable only when the daemon was never reached (no model id to look results up by).
         """
@@ -211,10 +243,11 @@ class Auditor:
             if self.welcome is None:
                 raise
             down = exc
+        keys = [] if force or self._result_key is None else self._result_key.answering(self.options.effort(priority))
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
-            hit = None if force else self.cache.get(unit.key, *self._cache_id())
+            hit = next((row for key in keys if (row := self.cache.get(unit.key, key)) is not None), None)
             if hit is None:
                 misses.append(unit)
             else:
@@ -226,7 +259,7 @@ class Auditor:
         self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
-        found = await self.lookup(units)
+        found = await self.lookup(units, priority=priority)
         for hit in found.hits:
             yield hit
         if found.misses and found.down is not None:
@@ -265,6 +298,7 @@ class Auditor:
             "thinking_effort": self.options.effort(priority),
         }
         findings: list[dict] = []
+        bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
         async with self._slots.hold(priority):
             try:
                 self.counters.sent += 1
@@ -273,9 +307,16 @@ class Auditor:
                     async for message in messages:
                         kind = message["kind"]
                         if kind == "finding":
-                            findings.append(message["finding"])
+                            why = bounds.admit(message["finding"])
+                            if why is None:
+                                findings.append(message["finding"])
+                            elif bounds.dropped == 1:
+                                log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
                         elif kind == "done":
-                            return self._store(unit, findings, message["stats"])
+                            stats = bounded_stats(message["stats"])
+                            if bounds.dropped:
+                                stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
+                            return self._store(unit, findings, stats, fields["thinking_effort"])
                         elif kind == "cancelled":
                             self.counters.cancelled += 1
                             return None
@@ -290,12 +331,19 @@ class Auditor:
                 return self._failed(unit, "protocol", str(exc))
         return None
 
-    def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:
-        self.cache.put(unit.key, *self._cache_id(), findings, stats)
+    def _store(self, unit: Unit, findings: list[dict], stats: dict, effort: str) -> UnitResult:
+        """Keep a complete audit's result; one cut short is returned (to be shown as incomplete) and forgotten."""
+        result = UnitResult(unit, findings, cached=False, stats=stats)
+        if result.cut_short is not None:
+            self.counters.incomplete += 1
+            log.info("audit of %s was cut short (%s): not cached", unit.name, result.cut_short)
+        elif self._result_key is not None:
+            self.cache.put(unit.key, self._result_key.digest(effort), findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
+        self.counters.over_limit += result.over_limit
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
-        return UnitResult(unit, findings, cached=False, stats=stats)
+        return result
 
     def _failed(self, unit: Unit, code: str, message: str) -> None:
         """One request failed: a connection-level reason ends the whole audit, any other only this unit."""
@@ -343,10 +391,15 @@ class Auditor:
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""
-        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters), "welcome": self.welcome}
+        out: dict = {
+            "endpoint": self.options.endpoint,
+            "state": asdict(self.state),
+            "counters": asdict(self.counters),
+            "welcome": sanitize.data(self.welcome),
+        }
         try:
             await self.connect()
-            out["backend"] = await self._client.status(self._client.options.connect_timeout)
+            out["backend"] = sanitize.data(await self._client.status(self._client.options.connect_timeout))
         except (BackendUnavailable, BackendError) as exc:
             out["backend"] = None
             out["error"] = str(exc)

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from pathlib import Path
 
+from k3lsp import sanitize
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
 from k3lsp.options import THINKING_EFFORTS
 from k3lsp.protocol import SEVERITIES
@@ -41,7 +43,7 @@ def _status(args: argparse.Namespace) -> int:
     backends = asyncio.run(ask_all())
     for b in backends:
         if b.error is not None:
-            print(f"k3lsp status: {b.error}", file=sys.stderr)
+            print(sanitize.line(f"k3lsp status: {b.error}"), file=sys.stderr)
     answered = [b for b in backends if b.error is None]
     if len(backends) == 1 and not answered:
         return 2
@@ -54,6 +56,17 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    """`k3lsp audit`; exit 1 means "findings", so an unexpected fault exits 2 (EXIT_ERROR), never 1."""
+    from k3lsp import batch
+
+    try:
+        return _audit_run(args)
+    except Exception as exc:
+        print(sanitize.line(f"k3lsp audit: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return batch.EXIT_ERROR
+
+
+def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
     from k3lsp import batch, options, report
@@ -165,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
         serve_stdio()
         return 0
+    sanitize.log_to_stderr("%(message)s", logging.WARNING)  # what Python prints unconfigured, sanitised
     return args.run(args)
 
 

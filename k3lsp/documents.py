@@ -63,10 +63,12 @@ class Document:
     shown: list[Shown] = field(default_factory=list)
     task: asyncio.Task | None = None  # the audit in flight for this document
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
+    published: int | None = None  # the result_id the client was last told about
 
     def show(self, shown: list[Shown]) -> None:
-        self.shown = shown
-        self.result_id += 1
+        if shown != self.shown:
+            self.shown = shown
+            self.result_id += 1
 
     def keep_results_for(self, units: Sequence[Unit]) -> None:
         """Forget results of units that no longer exist (they are still in the cache)."""

@@ -2,8 +2,10 @@
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
-was reported for. A bad finding is dropped with a log line and never shown; a bad trace step or fix is
-dropped from an otherwise good finding. Line numbers are 1-based and relative to the unit
+was reported for, and its text goes through `k3lsp.sanitize` (no control or bidi characters reach a
+diagnostic, hover, code-action title, terminal or report). A bad finding is dropped with a log line and
+never shown; a bad trace step or fix (a fix hiding control or bidi characters in code) is dropped from an
+otherwise good finding. Line numbers are 1-based and relative to the unit
 (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
@@ -21,7 +23,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import protocol
+from k3lsp import protocol, sanitize
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
     n = unit.line_count
     if d["end_line"] > n:
         raise FindingError(f"lines {d['start_line']}-{d['end_line']} are outside the unit's {n} lines")
-    title = " ".join(d["title"].split())
+    title = sanitize.line(d["title"])
     if not title:
         raise FindingError("title is blank")
     trace = []
@@ -116,15 +118,17 @@ def validate(raw: Any, unit: Unit) -> Finding:
         if step["line"] > n:
             log.info("dropped trace step at line %d of %s (%d lines)", step["line"], unit.name, n)
             continue
-        trace.append(TraceStep(step["line"], " ".join(step["note"].split())))
+        trace.append(TraceStep(step["line"], sanitize.line(step["note"])))
     fix = None
     if "fix" in d:
         f = d["fix"]
         if f["end_line"] > n:
             log.info("dropped fix for lines %d-%d of %s (%d lines)", f["start_line"], f["end_line"], unit.name, n)
+        elif sanitize.unsafe_code(f["replacement"]):
+            log.warning("dropped fix for %s: control or bidi characters in its code", unit.name)
         else:
             fix = Fix(f["start_line"], f["end_line"], f["replacement"].removesuffix("\n"))
-    message = d["message"].strip()
+    message = sanitize.text(d["message"]).strip()
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return Finding(
@@ -137,7 +141,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         confidence=d.get("confidence"),
         trace=tuple(trace),
         fix=fix,
-        reasoning=d.get("reasoning", "").strip(),
+        reasoning=sanitize.text(d.get("reasoning", "")).strip(),
     )
 
 
@@ -242,28 +246,50 @@ def _md(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def hover_markdown(finding: Finding, unit: Unit) -> str:
-    """The hover for a flagged range: title, CWE link, severity, confidence, message, trace and fix.
-    Model text is escaped: it is data, not markup."""
-    facts = [f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})", f"severity **{finding.severity}**"]
+@dataclass(frozen=True)
+class HoverStyle:
+    """How a client wants its hover: Markdown or plain text (its ``contentFormat``), and whether it already shows
+    the diagnostic under the pointer (VS Code does: title, message and trace would then appear twice)."""
+
+    markdown: bool = True
+    shows_diagnostic: bool = False
+
+
+def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> str:
+    """The one place a hover is written: title, CWE, severity, confidence, message, why, trace and fix.
+
+    Model text is data, not markup: escaped in Markdown, verbatim in plain text. A client that shows the
+    diagnostic itself gets only what the diagnostic lacks (the facts line, the reasoning and the suggested fix).
+    """
+    md = style.markdown
+    esc = _md if md else str
+    cwe = f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})" if md else f"CWE-{finding.cwe} ({cwe_url(finding.cwe)})"
+    facts = [cwe, f"severity **{finding.severity}**" if md else f"severity {finding.severity}"]
     if finding.confidence is not None:
         facts.append(f"confidence {finding.confidence:.0%}")
-    parts = [f"**{_md(finding.title)}**", " · ".join(facts) + f" · `{SOURCE}`"]
-    if finding.message:
-        parts.append(_md(finding.message))
+    facts.append(f"`{SOURCE}`" if md else SOURCE)
+    parts = [" · ".join(facts)]
+    if not style.shows_diagnostic:
+        parts.insert(0, f"**{esc(finding.title)}**" if md else finding.title)
+        if finding.message:
+            parts.append(esc(finding.message))
     if finding.reasoning:
-        parts.append(f"**Why this was flagged:** {_md(short_reasoning(finding.reasoning))}")
-    if finding.trace:
+        why = short_reasoning(finding.reasoning)
+        parts.append(f"**Why this was flagged:** {esc(why)}" if md else f"Why this was flagged: {why}")
+    if not style.shows_diagnostic and finding.trace:
         steps = "\n".join(
-            f"{i}. line {unit.file_line(s.line) + 1}: {_md(s.note)}" for i, s in enumerate(finding.trace, 1)
+            f"{i}. line {unit.file_line(s.line) + 1}: {esc(s.note)}" for i, s in enumerate(finding.trace, 1)
         )
-        parts.append("**Trace**\n\n" + steps)
+        parts.append(("**Trace**\n\n" if md else "Trace\n") + steps)
     if finding.fix is not None:
         fix = finding.fix
-        fence = "`" * max(3, _longest_backtick_run(fix.replacement) + 1)
         first, last = unit.file_line(fix.start_line) + 1, unit.file_line(fix.end_line) + 1
         where = f"line {first}" if first == last else f"lines {first}-{last}"
-        parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
+        if md:
+            fence = "`" * max(3, _longest_backtick_run(fix.replacement) + 1)
+            parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
+        else:
+            parts.append(f"Suggested fix ({where}):\n{fix.replacement}")
     return "\n\n".join(parts)
 
 
@@ -279,9 +305,10 @@ def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
 
 
-def to_hover(finding: Finding, unit: Unit) -> lsp.Hover:
+def to_hover(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> lsp.Hover:
+    kind = lsp.MarkupKind.Markdown if style.markdown else lsp.MarkupKind.PlainText
     return lsp.Hover(
-        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=hover_markdown(finding, unit)),
+        contents=lsp.MarkupContent(kind=kind, value=hover_text(finding, unit, style)),
         range=line_range(unit, finding.start_line, finding.end_line),
     )
 

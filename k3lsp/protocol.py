@@ -222,6 +222,7 @@ TO_CLIENT: dict[str, Schema] = {
         "protocol": (integer(0), True),
         "server": (string(64), True),
         "model": (NAME, True),
+        "fingerprint": (string(128, nonempty=True), False),  # the served checkpoint (backend/fingerprint.py)
         "experts": (integer(0), True),
         "ranks": (integer(1), True),
         "limits": (free_map, True),

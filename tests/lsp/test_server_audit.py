@@ -140,3 +140,20 @@ async def test_thinking_effort_is_low_on_save_high_for_the_workspace_unless_set(
     efforts = {name: [s["thinking_effort"] for s in daemon.sessions(f"effort_{name}")]
                for name in ("saved", "whole", "chosen")}
     assert efforts == {"saved": ["low"], "whole": ["high"], "chosen": ["max"]}
+
+
+async def test_a_cached_result_answers_only_audits_at_its_effort_or_below(daemon, tmp_path):
+    """A result at low effort (a save) does not answer a workspace audit (high); the high one then answers the
+    next save, and nothing more reaches the daemon."""
+    root = tmp_path / "reuse"
+    root.mkdir()
+    (root / "reuse.c").write_text("static int effort_reuse(int a)\n{\n\treturn a;\n}\n")
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("reuse.c")
+        ed.save(uri)
+        await ed.wait_for_status(lambda c: c["audited"] == 1)
+        assert (await ed.command("k3lsp.auditWorkspace"))["files"] == 1
+        await ed.wait_for_status(lambda c: c["audited"] == 2)
+        ed.save(uri)
+        await ed.wait_for_status(lambda c: c["cached"] >= 1)
+    assert [s["thinking_effort"] for s in daemon.sessions("effort_reuse")] == ["low", "high"]

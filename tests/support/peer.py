@@ -14,12 +14,14 @@ from k3lsp import protocol
 
 
 @contextlib.asynccontextmanager
-async def peer(handler):
+async def peer(handler, *, sndhwm: int = 1000):
     """A ROUTER on an ipc socket in a fresh 0700 directory (where a client trusts it, like the daemon's default
-    socket); ``handler(sock, ident, message)`` answers each decoded message."""
+    socket); ``handler(sock, ident, message)`` answers each decoded message. A ROUTER drops what a peer's full
+    queue cannot take: ``sndhwm=0`` (no limit) for floods that must arrive whole."""
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, sndhwm)
     private = tempfile.TemporaryDirectory(prefix="k3peer-")
     endpoint = f"ipc://{private.name}/daemon.sock"
     sock.bind(endpoint)
