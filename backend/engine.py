@@ -10,8 +10,8 @@ calls run identical batches.
 Prompt caches (docs/engine.md): Kimi K3's linear-attention caches cannot be trimmed, so a cache is
 only reusable for prompts it is an exact prefix of. The engine stores one at each segment offset the
 request names (end of system+tools, end of file context) and one at the end of every finished
-generation (prompt + generated tokens), so an agent that re-renders the conversation with a tool
-result only prefills the new tokens.
+generation (prompt + generated tokens, returned in the finish event), so an agent that continues by
+appending a tool result to prompt + generation only prefills the new tokens.
 """
 
 import heapq
@@ -51,6 +51,7 @@ class EngineArgs:
     prompt_cache_bytes: int = 1 << 63  # LRU byte budget (a real Kimi K3 entry holds every layer's KDA state)
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
+    trust_remote_code: bool = False  # run Python shipped with the checkpoint (the release's tokenizer class)
 
 
 @dataclass
@@ -74,6 +75,9 @@ class GenEvent:
     # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step;
     # with finish "error" also "error": what was wrong
     stats: dict | None = None
+    # on finish: every token id generated, the stop token included (what the prompt cache stored after the
+    # prompt), so a continuation can append exactly what the model produced
+    tokens: list[int] | None = None
 
 
 def local_checkpoint(model: str) -> Path:
@@ -140,13 +144,13 @@ class _Live:
     detokenizer: object
     loop: LoopDetector
     prefill_step: int
-    generated: int = 0
+    generated: list[int] = field(default_factory=list)
     batch_peak: int = 0
     decoding: bool = False
 
     def stats(self) -> dict:
         return {"prompt_tokens": len(self.req.prompt), "cached_tokens": self.cached,
-                "generated_tokens": self.generated, "batch_size_peak": self.batch_peak,
+                "generated_tokens": len(self.generated), "batch_size_peak": self.batch_peak,
                 "prefill_step": self.prefill_step}
 
 
@@ -167,7 +171,7 @@ class Engine:
         self.args = args
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
-            model, tokenizer = load_model(args.model, group)
+            model, tokenizer = load_model(args.model, group, trust_remote_code=args.trust_remote_code)
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
@@ -410,7 +414,7 @@ class Engine:
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
         live.decoding = True
-        live.generated += 1
+        live.generated.append(r.token)
         live.batch_peak = max(live.batch_peak, batch)
         self._n.generated_tokens += 1
         detok = live.detokenizer
@@ -431,7 +435,8 @@ class Engine:
         del self._live[live.req.rid]
         del self._uid_to_rid[live.uid]
         self._n.finishes.add(reason)
-        event = GenEvent(live.req.rid, text, reason, live.stats() | ({"error": error} if error else {}))
+        event = GenEvent(live.req.rid, text, reason, live.stats() | ({"error": error} if error else {}),
+                         list(live.generated))
         if cache is not None and cache[1] is not None:
             self._keep_cache(list(cache[0]), cache[1], "assistant")
         return event

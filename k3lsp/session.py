@@ -376,7 +376,7 @@ class Session:
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
         root = doc.root
         try:
-            found = await self.auditor.lookup(todo, force=line is not None)
+            found = await self.auditor.lookup(todo, priority=priority, force=line is not None)
         except BackendUnavailable as exc:
             return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
         for hit in found.hits:
@@ -445,15 +445,17 @@ class Session:
         await self.ready()
         root = doc.root
         parts: list[str] = []
+        # The reasoning came with the finding: it leads the explanation, and survives a failed explain.
+        why = f"Why it was flagged: {shown.finding.reasoning}\n\n" if shown.finding.reasoning else ""
         async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
             try:
                 async for piece in self.auditor.explain(root, doc.relpath, shown.unit, shown.finding.to_dict()):
                     parts.append(piece)
                     report(0, f"{len(''.join(parts))} characters")
             except (BackendUnavailable, BackendError) as exc:
-                self.message(f"Cannot explain the finding: {exc}", lsp.MessageType.Error)
+                self.message(f"{why}Cannot explain the finding: {exc}", lsp.MessageType.Error)
                 return None
-        answer = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
+        answer = why + (sanitize.text("".join(parts)).strip() or "(the model gave no explanation)")
         self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
         return answer
 

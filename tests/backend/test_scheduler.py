@@ -11,7 +11,7 @@ from backend.scheduler import Commands, Scheduler
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True))
     engine.warmup()
     return engine
 
@@ -90,7 +90,7 @@ async def test_abandoned_stream_cancels_in_the_engine(engine):
 
 
 async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model):
-    engine = FailingOnce(EngineArgs(model=str(tiny_model)))
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     sched = Scheduler(engine)
     sched.start()
     try:
@@ -136,7 +136,7 @@ class BreakingExchange:
 
 
 async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     exchange = BreakingExchange()
     sched = Scheduler(engine, exchange)
     sched.start()
@@ -156,7 +156,7 @@ async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine
 
 
 async def test_a_failed_turn_with_several_ranks_is_a_rank_failure(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
     exchange = BreakingExchange()
     failures: list[str] = []

@@ -197,7 +197,8 @@ def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_projec
     workspace_audit = values(lines, "WORKSPACE")[0]
     assert workspace_audit["note"] == "k3lsp: audited the workspace: 1 files", workspace_audit
     counters = workspace_audit["counters"]
-    assert (counters["sent"], counters["cached"]) == (2, 2), counters  # the workspace pass hit the cache
+    # The workspace pass thinks longer (effort high): the command's results (low) do not answer it.
+    assert (counters["sent"], counters["cached"]) == (4, 0), counters
     assert workspace_audit["diagnostics"] == 2
 
 
@@ -216,8 +217,8 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
 
     rejected = values(lines, "REJECT")
-    assert [r["ok"] for r in rejected] == [False] * 5
-    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include")
+    assert [r["ok"] for r in rejected] == [False] * 6
+    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort")
     for reject, option in zip(rejected, options, strict=True):
         assert reject["err"].startswith("k3lsp.setup: ") and option in reject["err"], reject
     assert values(lines, "UNCHANGED") == [default]  # a rejected setup{} leaves the previous one in place
@@ -230,7 +231,7 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     expected = {
         "endpoint": endpoint, "serverKey": f"{home}/keys/server.key", "clientKey": "/keys/client.key_secret",
         "trigger": "manual", "minSeverity": "high", "maxFileBytes": 4096,
-        "include": ["src/**"], "exclude": ["src/vendor/**"],
+        "include": ["src/**"], "exclude": ["src/vendor/**"], "thinkingEffort": "high",
     }
     assert full["init_options"] == expected and full["settings"] == {"k3lsp": expected}
 

@@ -51,6 +51,9 @@ def test_validate_normalises_a_good_finding():
         11, 11, "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n\tmutex_lock(&k3demo_lock);"
     )
     assert findings.validate(f.to_dict(), WRITE) == f  # the cached shape round-trips
+    why = findings.validate(raw(reasoning="  hdr.len comes from the user.\n"), WRITE)
+    assert why.reasoning == "hdr.len comes from the user." and why.to_dict()["reasoning"] == why.reasoning
+    assert findings.validate(why.to_dict(), WRITE) == why and "reasoning" not in f.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -188,6 +191,15 @@ def test_hover_has_everything_and_escapes_model_text():
     assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
     assert "````c\n```c\nx\n````" in findings.hover_text(fenced, WRITE)
+    assert "Why this was flagged" not in md  # no reasoning came with it
+
+
+def test_hover_says_briefly_why_it_was_flagged():
+    long = "The length *hdr.len* comes from the user.\n\n" + " ".join(f"step{i}" for i in range(200))
+    md = findings.hover_text(findings.validate(raw(reasoning=long), WRITE), WRITE)
+    line = next(p for p in md.split("\n\n") if p.startswith("**Why this was flagged:**"))
+    assert "The length \\*hdr.len\\* comes from the user. step0 step1" in line  # escaped, on one line
+    assert line.endswith(" …") and len(line) < findings.HOVER_REASONING_CHARS + 60
 
 
 def test_min_severity_filter():

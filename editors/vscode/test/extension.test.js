@@ -57,6 +57,7 @@ test("initializationOptions carry the server's settings and nothing extension-on
     maxFileBytes: 200000,
     include: ["src/**"],
     exclude: ["third_party/**"],
+    thinkingEffort: "high",
     "server.path": "/opt/k3lsp",
     "server.python": "",
     "trace.server": "verbose",
@@ -71,6 +72,7 @@ test("initializationOptions carry the server's settings and nothing extension-on
     maxFileBytes: 200000,
     include: ["src/**"],
     exclude: ["third_party/**"],
+    thinkingEffort: "high",
   });
 });
 
@@ -87,6 +89,7 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.maxFileBytes",
       "k3lsp.include",
       "k3lsp.exclude",
+      "k3lsp.thinkingEffort",
     ],
   });
 });
@@ -113,8 +116,12 @@ test("workspace/configuration for section k3lsp answers with the server's keys o
 
 test("unset settings (empty string, null) are left to the server's defaults", async () => {
   const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "open" });
-  // minSeverity is package.json's default, which VS Code reports like a user value.
-  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { trigger: "open", minSeverity: "info" });
+  // minSeverity and thinkingEffort are package.json's defaults, which VS Code reports like user values.
+  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, {
+    trigger: "open",
+    minSeverity: "info",
+    thinkingEffort: "auto",
+  });
 });
 
 test("the four commands of package.json are registered", async () => {
@@ -235,7 +242,11 @@ test("restart disposes the client and starts a new one with the current settings
   assert.equal(lc.clients.length, 2);
   assert.equal(lc.clients[0].disposed, 1);
   assert.equal(lc.clients[1].serverOptions.command, "/opt/k3lsp/bin/k3lsp");
-  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { trigger: "manual", minSeverity: "info" });
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, {
+    trigger: "manual",
+    minSeverity: "info",
+    thinkingEffort: "auto",
+  });
   assert.ok(lc.clients[1].isRunning());
 });
 

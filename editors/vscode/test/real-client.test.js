@@ -38,6 +38,7 @@ for (const client of ["real", "bundle"]) {
         minSeverity: "high",
         include: null,
         exclude: ["gen/**"],
+        thinkingEffort: "high",
       },
       { client },
     );
@@ -55,13 +56,14 @@ for (const client of ["real", "bundle"]) {
         trigger: "manual",
         minSeverity: "high",
         exclude: ["gen/**"],
+        thinkingEffort: "high",
       });
       const messages = await eventually(
         "configuration answers",
         () => received(log),
         (m) => m.some((x) => x.method === "configuration-result") && m.some((x) => x.method === "didChangeConfiguration"),
       );
-      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"] };
+      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"], thinkingEffort: "high" };
       assert.deepEqual(messages.find((m) => m.method === "configuration-result").params, [expected]);
       assert.deepEqual(messages.find((m) => m.method === "didChangeConfiguration").params, { settings: { k3lsp: expected } });
 

@@ -21,10 +21,12 @@ local SERVER_KEYS = {
   max_file_bytes = 'maxFileBytes',
   include = 'include',
   exclude = 'exclude',
+  thinking_effort = 'thinkingEffort',
 }
 
 local TRIGGERS = { 'save', 'open', 'manual' }
 local SEVERITIES = { 'critical', 'high', 'medium', 'low', 'info' }
+local EFFORTS = { 'auto', 'off', 'low', 'high', 'max' }
 
 M.defaults = {
   cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
@@ -38,6 +40,7 @@ M.defaults = {
   max_file_bytes = nil,
   include = nil,
   exclude = nil,
+  thinking_effort = nil,
   filetypes = { 'c', 'cpp' }, -- cpp only for `*.h`: Neovim calls headers cpp unless g:c_syntax_for_h is set
   root_markers = { '.git', 'compile_commands.json', '.k3audit-baseline.json' },
   lsp = {}, -- extra fields for the client config: on_attach, capabilities, handlers, ...
@@ -97,6 +100,7 @@ local function validate(opts)
   check_type(opts, 'insecure', 'boolean')
   check_choice(opts, 'trigger', TRIGGERS)
   check_choice(opts, 'min_severity', SEVERITIES)
+  check_choice(opts, 'thinking_effort', EFFORTS)
   for _, key in ipairs({ 'cmd', 'include', 'exclude', 'filetypes', 'root_markers' }) do
     check_strings(opts, key)
   end
