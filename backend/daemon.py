@@ -28,6 +28,7 @@ import errno
 import itertools
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +37,14 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
-from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
+from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
 from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
 from backend.gate import Gate
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
+from backend.store import ResultStore
 from k3lsp import __version__, local, protocol
 
 log = logging.getLogger(__name__)
@@ -91,12 +93,13 @@ class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
     def __init__(self, scheduler: Scheduler, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None, record: Record | None = None):
+                 script: Script | None = None, record: Record | None = None, store: ResultStore | None = None):
         self.scheduler = scheduler
         self.config = config
         self.agent_config = agent_config
         self.script = script or Script()
         self.record = record  # where finished conversations go (serve --trace-file), or None
+        self.store = store  # complete audits shared by every authorised client (serve --store), or None
         self.tally = ChannelTally()  # generated tokens per channel, over every request
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
@@ -310,11 +313,7 @@ class Daemon:
     async def _run_job(self, job: Job, msg: dict) -> None:
         """Run a request and send its one terminal message; the only place a job ends."""
         try:
-            agent = Agent(self.scheduler, self.agent_config, send=lambda kind, **f: self._job_send(job, kind, **f),
-                          ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                          priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
-                          record=self.record)
-            stats = await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+            stats = await self._answer(job, msg)
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
             if job.reason == "shutdown":
@@ -350,6 +349,25 @@ class Daemon:
             return
         if not delivered:
             log.info("could not deliver the end of request %s", job.id)
+
+    async def _answer(self, job: Job, msg: dict) -> dict:
+        """Run the model's loop for a request (an audit through the result store, when there is one)."""
+
+        def agent(send: Send) -> Agent:
+            return Agent(self.scheduler, self.agent_config, send=send,
+                         ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
+                         priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
+                         record=self.record)
+
+        def send(kind: str, **fields: Any) -> Awaitable[None]:
+            return self._job_send(job, kind, **fields)
+
+        if job.kind == "explain":
+            return await agent(send).explain(msg)
+        if self.store is None:
+            return await agent(send).audit(msg)
+        effort = msg.get("thinking_effort") or self.agent_config.thinking_effort
+        return await self.store.answer(msg, effort, send, lambda recording: agent(recording).audit(msg))
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""
@@ -473,6 +491,7 @@ class Daemon:
             "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
             "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
             **vars(self.tally), **self._counts, "engine": s,
+            "store": self.store.stats() if self.store is not None else None,
         }
 
 

@@ -24,10 +24,11 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from backend import auth
+from backend import auth, store
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.launch import READY
+from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys, local, sanitize
 from k3lsp.protocol import EFFORTS
@@ -66,6 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
     p.add_argument("--deadline", type=float, default=600.0, help="seconds per request")
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
+    p.add_argument("--store", type=Path, default=store.default_path(),
+                   help="sqlite file of complete audits answered again to every authorised client (default: "
+                        f"${store.ENV_PATH}, else %(default)s; its folder is made 0700, the file 0600)")
+    p.add_argument("--store-max-bytes", type=int, default=store.DEFAULT_MAX_BYTES,
+                   help="results kept in the store, in bytes; the least recently used go first (default %(default)s)")
+    p.add_argument("--no-store", dest="store", action="store_const", const=None,
+                   help="keep no results: every audit request is generated")
     p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
     p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
     p.add_argument("--insecure", action="store_true",
@@ -110,7 +118,7 @@ def _reserve_stdio() -> TextIO:
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
-    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client"):
+    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "store_max_bytes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
     try:
@@ -221,9 +229,12 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
             return RANK_FAILURE_EXIT
         scheduler = Scheduler(engine, link.lead, tick=args.rank_tick, on_failure=fail)
     record = TraceFile(args.trace_file) if args.trace_file else None
+    results = None if args.store is None else store.ResultStore(
+        args.store, args.store_max_bytes, model=store.answering_model(engine.fingerprint, script),
+        prompt_version=PROMPT_VERSION)
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
                                             tool_timeout=args.tool_timeout, security=_security(args)),
-                    _agent_config(args), script, record)
+                    _agent_config(args), script, record, results)
     try:
         endpoint = daemon.bind()
     except Exception as exc:
@@ -236,6 +247,8 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
         pair.watch(scheduler, args.rank_timeout, fail)
     print(READY + endpoint, file=ready, flush=True)
     await daemon.serve()
+    if results is not None:
+        results.close()
     if daemon.failure is not None:
         _exit_now(f"k3-backend serve: {daemon.failure[1]}; exiting for the supervisor to restart the pair")
     if link is not None:

@@ -269,14 +269,16 @@ class Auditor:
                 yield result
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        fresh: bool = False,
     ) -> AsyncIterator[UnitResult]:
         """Send units to the daemon (bounded, by priority) and yield their results as they finish.
 
-        ``path`` is workspace-relative (what the model and its tools see). Raises BackendUnavailable once the
+        ``path`` is workspace-relative (what the model and its tools see). ``fresh`` (a re-audit) asks the
+        daemon to audit again rather than answer from its result store. Raises BackendUnavailable once the
         daemon cannot be used; leaving early or cancelling the caller cancels the requests on the daemon.
         """
-        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority)) for unit in units]
+        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority, fresh)) for unit in units]
         try:
             for next_done in asyncio.as_completed(tasks):
                 result = await next_done
@@ -287,7 +289,8 @@ class Auditor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str) -> UnitResult | None:
+    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str,
+                         fresh: bool) -> UnitResult | None:
         fields = {
             "path": path,
             "unit": unit.name,
@@ -296,7 +299,7 @@ class Auditor:
             "first_line": unit.start_line + 1,
             "priority": priority,
             "thinking_effort": self.options.effort(priority),
-        }
+        } | ({"fresh": True} if fresh else {})
         findings: list[dict] = []
         bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
         async with self._slots.hold(priority):

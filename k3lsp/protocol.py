@@ -202,6 +202,7 @@ TO_DAEMON: dict[str, Schema] = {
         "priority": (one_of(*PRIORITIES), False),
         "max_tokens": (integer(1, 1_000_000), False),
         "thinking_effort": (one_of(*EFFORTS), False),
+        "fresh": (boolean, False),  # audit again: no answer from the daemon's result store
     },
     "explain": {
         "path": (NAME, True),

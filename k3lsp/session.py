@@ -385,7 +385,8 @@ class Session:
         incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete)
+            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete,
+                                                   fresh=line is not None)
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
@@ -400,14 +401,15 @@ class Session:
 
     async def _audit_misses(
         self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int,
-        incomplete: list[str],
+        incomplete: list[str], *, fresh: bool = False,
     ) -> tuple[int, str | None]:
-        """Audit what the cache did not have, with cancellable progress; returns (units done, error) and
-        adds each unit whose audit was cut short to ``incomplete``, as "name (reason)"."""
+        """Audit what the cache did not have, with cancellable progress (``fresh``: a re-audit, which the
+        daemon's result store does not answer); returns (units done, error) and adds each unit whose audit was
+        cut short to ``incomplete``, as "name (reason)"."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
             try:
-                results = self.auditor.audit_uncached(root, doc.relpath, misses, priority=priority)
+                results = self.auditor.audit_uncached(root, doc.relpath, misses, priority=priority, fresh=fresh)
                 async with contextlib.aclosing(results) as stream:
                     async for result in stream:
                         audited += 1

@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 MLX_TMPDIR = REPO / ".cache" / "tmp"
 MLX_TMPDIR.mkdir(parents=True, exist_ok=True)
 os.environ["TMPDIR"] = str(MLX_TMPDIR)
+# Daemons started by tests keep no result store unless a test gives one (serving(store=True)): a result kept
+# by one test's daemon must not answer another's, nor land in the user's cache directory.
+os.environ["K3_BACKEND_STORE"] = "none"
 
 PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
 

@@ -49,14 +49,17 @@ class Daemon:
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
             ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None,
-            trust: bool = True) -> Iterator[Daemon]:
+            trust: bool = True, store: Path | bool = False) -> Iterator[Daemon]:
     """Run `k3-backend serve --model MODEL --bind ENDPOINT --trace-file T [--script FILE] *args` for the block,
     in ``cwd``, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code)
-    unless `trust` is false."""
+    unless `trust` is false. ``store``: the daemon's result store file, True for a fresh one of its own, False
+    for none (the tests' default)."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
         traces = Path(tmp) / "traces.jsonl"
         cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
                *(["--trust-remote-code"] if trust else [])]
+        if store:
+            cmd += ["--store", str(Path(tmp) / "store.sqlite3" if store is True else store)]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
