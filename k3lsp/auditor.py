@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from k3lsp import protocol, resultkey, sanitize, tools
@@ -105,6 +105,15 @@ class Counters:
     findings: int = 0
     over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
+
+    @classmethod
+    def total(cls, counters: Iterable[Counters]) -> Counters:
+        """The sum of several auditors' counters (one per daemon)."""
+        out = cls()
+        for c in counters:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
+        return out
 
 
 @dataclass(frozen=True)
@@ -230,9 +239,16 @@ class Auditor:
 
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup:
+    @property
+    def result_key(self) -> ResultKey | None:
+        """What this daemon's results are cached under; None before its first welcome or when it has none."""
+        return self._result_key
+
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False,
+                     also: Sequence[ResultKey] = ()) -> Lookup:
         """Split units into cached results and units to audit at ``priority`` (its thinking effort, or a higher
-        one, answers); ``force`` (re-audit) treats everything as a miss.
+        one, answers); ``force`` (re-audit) treats everything as a miss. ``also``: the result keys of other
+        configured daemons whose results answer too (the same checkpoint and prompt version; ``k3lsp.pool``).
 
         Raises BackendUnavailable only when the daemon was never reached (no model id to look results up by).
         """
@@ -243,7 +259,10 @@ class Auditor:
             if self.welcome is None:
                 raise
             down = exc
-        keys = [] if force or self._result_key is None else self._result_key.answering(self.options.effort(priority))
+        effort = self.options.effort(priority)
+        keys = [] if force or self._result_key is None else [
+            key for rk in (self._result_key, *also) if rk.same_answers(self._result_key) for key in rk.answering(effort)
+        ]
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1

@@ -5,7 +5,7 @@ editor is the finding reported here and a tree audited once is not audited again
 files, audit their units into plain reports, then format the reports (text, JSON, SARIF in ``k3lsp.sarif``)
 and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
 
-Several daemons (``--endpoint`` repeated) share one work queue of units: each has its own
+Several daemons (``--endpoint`` repeated) share one work queue of units (``k3lsp.spread``): each has its own
 :class:`~k3lsp.auditor.Auditor` (one DEALER per daemon) and ``jobs`` workers pulling from the queue, so a faster
 daemon simply takes more units. A daemon that fails puts its unit back and stops taking work; the others
 finish the queue. Every unit's result is in the cache as soon as it finishes, so an interrupted run
@@ -17,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -31,8 +30,7 @@ from k3lsp import findings, sanitize, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
-
-log = logging.getLogger(__name__)
+from k3lsp.spread import Spread
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -197,8 +195,8 @@ async def audit_paths(
     report.units = len(work)
     cache = cache or ResultCache()
     auditors = {
-        e: Auditor(replace(options, endpoint=e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
-        for e in dict.fromkeys(endpoints or [options.endpoint])
+        e: Auditor(options.only(e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
+        for e in dict.fromkeys(endpoints or options.endpoints)
     }
     report.by_backend = dict.fromkeys(auditors, 0)
     run = _Run(report, options, baseline, work, on_progress)
@@ -206,13 +204,13 @@ async def audit_paths(
         await run.execute(auditors, jobs, stop or asyncio.Event())
     finally:
         await asyncio.gather(*(a.close() for a in auditors.values()))
-    report.counters = _total(a.counters for a in auditors.values())
+    report.counters = Counters.total(a.counters for a in auditors.values())
     report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
 class _Run:
-    """The shared queue of one batch audit and what its workers found."""
+    """One batch audit: its units spread over the daemons (``k3lsp.spread``), and what they found."""
 
     def __init__(
         self,
@@ -223,67 +221,38 @@ class _Run:
         on_progress: Callable[[int, int], None] | None,
     ):
         self.report, self.options, self.baseline = report, options, baseline
-        self.queue: asyncio.Queue[Work] = asyncio.Queue()
-        for item in work:
-            self.queue.put_nowait(item)
-        self.total = self.pending = len(work)
-        self.live: set[str] = set()
-        self.finished = asyncio.Event()
+        self.spread = Spread(work, self._audit, on_done=self._done, on_drop=self._drop)
         self.on_progress = on_progress
 
     async def execute(self, auditors: dict[str, Auditor], jobs: int, stop: asyncio.Event) -> None:
-        self.live = set(auditors)
-        if self.pending == 0:
+        spread = self.spread
+        if spread.pending == 0:
             return
         if self.on_progress is not None:
-            self.on_progress(0, self.total)
-        workers = [asyncio.ensure_future(self._worker(e, a)) for e, a in auditors.items() for _ in range(jobs)]
-        waits = [asyncio.ensure_future(self.finished.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in [*workers, *waits]:
-                task.cancel()
-            await asyncio.gather(*workers, *waits, return_exceptions=True)
-        if self.pending and stop.is_set():
+            self.on_progress(0, spread.total)
+        await spread.run(auditors, jobs, stop)
+        if spread.pending and stop.is_set():
             self.report.interrupted = True
             self.report.errors.append(
-                f"interrupted: {self.total - self.pending} of {self.total} units done; "
+                f"interrupted: {spread.total - spread.pending} of {spread.total} units done; "
                 "their results are cached, a rerun audits only the rest"
             )
-        elif self.pending:
-            self.report.errors.append(f"{self.pending} of {self.total} units not audited: no backend left")
+        elif spread.pending:
+            self.report.errors.append(f"{spread.pending} of {spread.total} units not audited: no backend left")
 
-    async def _worker(self, endpoint: str, auditor: Auditor) -> None:
-        while endpoint in self.live:
-            item = await self.queue.get()
-            if endpoint not in self.live:  # this backend failed while we waited: leave the unit to the others
-                self.queue.put_nowait(item)
-                return
-            try:
-                await self._audit(endpoint, auditor, item)
-            except BackendUnavailable as exc:
-                self.queue.put_nowait(item)
-                self._drop(endpoint, str(exc))
-                return
-            except Exception as exc:  # anything else costs this unit only: a dead worker would leave `pending` > 0
-                log.exception("auditing %s: %s failed", item.source.rel, item.unit.name)
-                self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {exc.__class__.__name__}: {exc}")
-            self.pending -= 1
-            if self.on_progress is not None:
-                self.on_progress(self.total - self.pending, self.total)
-            if self.pending == 0:
-                self.finished.set()
+    def _done(self, item: Work, failure: Exception | None) -> None:
+        if failure is not None:
+            self.report.errors.append(
+                f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}"
+            )
+        if self.on_progress is not None:
+            self.on_progress(self.spread.total - self.spread.pending, self.spread.total)
 
-    def _drop(self, endpoint: str, why: str) -> None:
-        if endpoint not in self.live:
-            return
-        self.live.discard(endpoint)
-        if self.live:
-            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(self.live))}")
+    def _drop(self, endpoint: str, why: BackendUnavailable, live: set[str]) -> None:
+        if live:
+            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(live))}")
         else:
-            self.report.errors.append(why)
-            self.finished.set()
+            self.report.errors.append(str(why))
 
     async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
         source, unit = item.source, item.unit
@@ -311,14 +280,6 @@ class _Run:
                         self.report.findings.append(reported)
         if not got:
             self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
-
-
-def _total(counters) -> Counters:
-    out = Counters()
-    for c in counters:
-        for f in fields(Counters):
-            setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
-    return out
 
 
 def _display(path: Path) -> str:

@@ -1,6 +1,6 @@
 """The language server's state and behaviour; ``server.py`` only routes LSP messages here.
 
-One session per server process: the settings, the auditor (daemon connection + cache), the documents,
+One session per server process: the settings, the auditor (daemon connections + cache), the documents,
 the audit tasks and how results reach the client. Results reach it in exactly one way per client:
 pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull
 and be told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on
@@ -23,10 +23,11 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from k3lsp import actions, findings, options, sanitize, suppress, units
-from k3lsp.auditor import Auditor, BackendState, BackendUnavailable
+from k3lsp.auditor import BackendState, BackendUnavailable
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.documents import Document, View, present
+from k3lsp.pool import Pool
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Session:
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
-        self.auditor = Auditor(self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used)
+        self.auditor = Pool(self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used)
         self.docs: dict[str, Document] = {}
         self.pull = False
         self.related = True
