@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import itertools
 import logging
+import os
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,7 @@ from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
 from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
+from backend.fairshare import FairShare
 from backend.gate import Gate
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
@@ -59,6 +63,7 @@ class DaemonConfig:
 
     bind: str = field(default_factory=local.default_endpoint)
     max_open_per_client: int = 16
+    slots: int = 8  # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
     tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
@@ -100,6 +105,8 @@ class Daemon:
         self.script = script or Script()
         self.record = record  # where finished conversations go (serve --trace-file), or None
         self.store = store  # complete audits shared by every authorised client (serve --store), or None
+        self.fair = FairShare(config.slots)
+        self._salt = os.urandom(16)  # status names other clients by a hash that says nothing outside this run
         self.tally = ChannelTally()  # generated tokens per channel, over every request
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
@@ -271,7 +278,7 @@ class Daemon:
         elif kind == "hello":
             await self._send(route, protocol.make("welcome", msg_id, **self.welcome()))
         elif kind == "status":
-            await self._send(route, protocol.make("status", msg_id, status=self.status()))
+            await self._send(route, protocol.make("status", msg_id, status=self.status(user)))
         elif kind == "cancel":
             job = self._jobs.get((peer, msg_id))
             if job is not None:
@@ -353,21 +360,23 @@ class Daemon:
     async def _answer(self, job: Job, msg: dict) -> dict:
         """Run the model's loop for a request (an audit through the result store, when there is one)."""
 
-        def agent(send: Send) -> Agent:
-            return Agent(self.scheduler, self.agent_config, send=send,
-                         ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                         priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
-                         record=self.record)
+        priority = 1 if msg.get("priority") == "background" else 0
+
+        async def run(send: Send) -> dict:
+            """The audit loop, once the fair share gives this client a turn."""
+            async with self.fair.slot(job.user, priority):
+                agent = Agent(self.scheduler, self.agent_config, send=send,
+                              ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
+                              priority=priority, tally=self.tally, record=self.record)
+                return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
 
         def send(kind: str, **fields: Any) -> Awaitable[None]:
             return self._job_send(job, kind, **fields)
 
-        if job.kind == "explain":
-            return await agent(send).explain(msg)
-        if self.store is None:
-            return await agent(send).audit(msg)
+        if job.kind == "explain" or self.store is None:
+            return await run(send)
         effort = msg.get("thinking_effort") or self.agent_config.thinking_effort
-        return await self.store.answer(msg, effort, send, lambda recording: agent(recording).audit(msg))
+        return await self.store.answer(msg, effort, send, run)
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""
@@ -479,7 +488,7 @@ class Daemon:
             },
         }
 
-    def status(self) -> dict:
+    def status(self, asker: str = "") -> dict:
         engine = self.scheduler.engine
         s = self.scheduler.stats()
         return {
@@ -492,7 +501,19 @@ class Daemon:
             "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
             **vars(self.tally), **self._counts, "engine": s,
             "store": self.store.stats() if self.store is not None else None,
+            "queues": self.queues(asker),
         }
+
+    def queues(self, asker: str) -> dict[str, dict[str, int]]:
+        """Per client identity: requests open, waiting for a fair turn, and running. The asker's own is ``you``;
+        the others are named by a salted hash of their identity only: no key, no path, no code."""
+        open_now = Counter(job.user for job in self._jobs.values())
+        depths = self.fair.depths()
+        out = {}
+        for user in sorted(set(open_now) | set(depths)):
+            name = "you" if user == asker else "client-" + hashlib.sha256(self._salt + user.encode()).hexdigest()[:8]
+            out[name] = {"open": open_now[user], **depths.get(user, {"waiting": 0, "running": 0})}
+        return out
 
 
 def _readable_id(raw: Any) -> str:

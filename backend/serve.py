@@ -233,7 +233,8 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
         args.store, args.store_max_bytes, model=store.answering_model(engine.fingerprint, script),
         prompt_version=PROMPT_VERSION)
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                            tool_timeout=args.tool_timeout, security=_security(args)),
+                                            slots=args.max_concurrency, tool_timeout=args.tool_timeout,
+                                            security=_security(args)),
                     _agent_config(args), script, record, results)
     try:
         endpoint = daemon.bind()

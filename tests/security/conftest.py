@@ -79,6 +79,18 @@ class Keyring:
         return Wire(endpoint, curve=(keys.load_public(self.server_public), public, secret), **kw)
 
 
+def team_keyring(root: Path, names: tuple[str, ...]) -> Keyring:
+    """A daemon key pair and a key pair per name, every one of them authorised."""
+    keys.init_server(root / "daemon")
+    people = {name: keys.init_keypair(root / "clients", name) for name in names}
+    daemon = root / "daemon"
+    ring = Keyring(daemon / "server.key", daemon / "server.key_secret", daemon / "authorized", people,
+                   daemon / "server.key")
+    for name in names:
+        ring.authorize(name)
+    return ring
+
+
 @pytest.fixture(scope="package")
 def keyring(tmp_path_factory) -> Keyring:
     root = tmp_path_factory.mktemp("keys")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import keys, units
+from k3lsp import units
 from k3lsp.auditor import Auditor, BackendUnavailable
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options
-from tests.security.conftest import Keyring
+from tests.security.conftest import Keyring, team_keyring
 from tests.support import kimi
 from tests.support.daemon import serving
 
@@ -42,14 +42,7 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def team(tmp_path_factory) -> Keyring:
     """A daemon key and three people: alice and bob authorised, carol authorised until she is revoked."""
-    root = tmp_path_factory.mktemp("team")
-    keys.init_server(root / "daemon")
-    people = {name: keys.init_keypair(root / "clients", name) for name in ("alice", "bob", "carol")}
-    ring = Keyring(root / "daemon" / "server.key", root / "daemon" / "server.key_secret",
-                   root / "daemon" / "authorized", people, root / "daemon" / "server.key")
-    for name in people:
-        ring.authorize(name)
-    return ring
+    return team_keyring(tmp_path_factory.mktemp("team"), ("alice", "bob", "carol"))
 
 
 @pytest.fixture(scope="module")

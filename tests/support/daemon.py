@@ -58,8 +58,7 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         traces = Path(tmp) / "traces.jsonl"
         cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
                *(["--trust-remote-code"] if trust else [])]
-        if store:
-            cmd += ["--store", str(Path(tmp) / "store.sqlite3" if store is True else store)]
+        cmd += ["--store", str(Path(tmp) / "store.sqlite3" if store is True else store)] if store else ["--no-store"]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
