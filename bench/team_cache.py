@@ -2,7 +2,8 @@
 
 A team shares one Mac pair, and every editor keeps its own result cache, so without the daemon's store each
 person pays the pair for every unit of the repository again. Here five clients (each with its own CurveZMQ
-key and its own empty editor cache) audit the same tree one after another through
+key, its own empty editor cache and its own checkout, in which everyone after the first has changed
+``--edits`` functions of their own) audit the same tree one after another through
 `k3lsp.batch.audit_paths` (the code behind `k3lsp audit`), once against a daemon started with `--no-store`
 and once against one with a store. The figure is the model's work: the sum of `generated_tokens` in every
 `done` the clients received (read back from their editor caches, which keep each unit's stats).
@@ -14,7 +15,7 @@ times the share of audits that end complete (`k3lsp status` shows it as `stop_ra
 
 Prints `ratio team_cache_saving = X`, X = generated tokens without the store / with it (target >= 3).
 
-Run: `uv run python bench/team_cache.py [--people 5] [--files 8]`.
+Run: `uv run python bench/team_cache.py [--people 5] [--files 8] [--edits 1]`.
 """
 
 from __future__ import annotations
@@ -45,12 +46,15 @@ SCRIPT = [{"unit": "*", "turns": [kimi.turn(("report_finding", kimi.finding(star
                                             reasoning="the caller decides n and nothing bounds it")]}]
 
 
-def write_repository(root: Path, files: int) -> int:
-    """A small C tree: ``files`` files of three functions each; returns the number of units."""
+def write_repository(root: Path, files: int, person: int, edits: int) -> int:
+    """One person's checkout of a small C tree: ``files`` files of three functions each, of which the person's
+    own ``edits`` functions (none for the first person) differ from everyone else's; returns the unit count."""
     src = root / "src"
     src.mkdir(parents=True)
     for f in range(files):
-        body = "\n".join(f"int f{f}_{i}(int n)\n{{\n\treturn n * {i} + {f};\n}}\n" for i in range(3))
+        edited = {(person * edits + k) % (3 * files) for k in range(edits)} if person else set()
+        body = "\n".join(f"int f{f}_{i}(int n)\n{{\n\treturn n * {i} + {f}{' + 1' * (3 * f + i in edited)};\n}}\n"
+                         for i in range(3))
         (src / f"m{f:02d}.c").write_text(body)
     return 3 * files
 
@@ -62,12 +66,12 @@ def generated(cache_file: Path) -> int:
     return int(rows[0] or 0)
 
 
-def team_audit(root: Path, endpoint: str, people: dict[str, Path], server_public: Path, work: Path,
+def team_audit(checkouts: list[Path], endpoint: str, people: dict[str, Path], server_public: Path, work: Path,
                units: int) -> tuple[int, float, list[int]]:
-    """Each person audits the tree with an empty cache of their own; (generated tokens, seconds, per person)."""
+    """Each person audits their checkout with an empty cache of their own; (generated tokens, seconds, per person)."""
     per_person = []
     tic = time.perf_counter()
-    for name, secret in people.items():
+    for root, (name, secret) in zip(checkouts, people.items(), strict=True):
         cache_file = work / name / "results.sqlite3"
         cache = ResultCache(cache_file)
         options = Options(endpoint=endpoint, server_key=str(server_public), client_key=str(secret))
@@ -83,13 +87,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--people", type=int, default=5)
     parser.add_argument("--files", type=int, default=8, help="C files of three functions each")
+    parser.add_argument("--edits", type=int, default=1,
+                        help="functions each person after the first has changed in their own checkout")
     args = parser.parse_args()
     print(f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
           f"load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="k3team-") as tmp:
         tmp = Path(tmp)
         model = make_tiny(tmp / "tiny")
-        units = write_repository(tmp / "repo", args.files)
+        checkouts = [tmp / f"checkout{p}" for p in range(args.people)]
+        for p, checkout in enumerate(checkouts):
+            units = write_repository(checkout, args.files, p, args.edits)
         keys.init_server(tmp / "daemon")
         people = {}
         for i in range(args.people):
@@ -98,11 +106,12 @@ def main() -> int:
             people[f"person{i}"] = secret
         curve = ["--server-key", str(tmp / "daemon" / "server.key_secret"),
                  "--authorized-keys", str(tmp / "daemon" / "authorized")]
-        print(f"{args.people} people, one repository of {units} units, each person with an empty editor cache")
+        print(f"{args.people} people, one repository of {units} units, each person with an empty editor cache "
+              f"and, after the first, {args.edits} function(s) of their own changed")
         figures = {}
         for label, store in (("without the store", False), ("with the store", True)):
             with serving(model, script=SCRIPT, args=curve, store=store) as daemon:
-                tokens, seconds, per_person = team_audit(tmp / "repo", daemon.endpoint, people,
+                tokens, seconds, per_person = team_audit(checkouts, daemon.endpoint, people,
                                                          tmp / "daemon" / "server.key", tmp / label, units)
             figures[label] = tokens
             print(f"  {label}: {tokens} generated tokens in {seconds:.1f} s (per person: {per_person})")

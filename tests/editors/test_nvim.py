@@ -217,14 +217,16 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
 
     rejected = values(lines, "REJECT")
-    assert [r["ok"] for r in rejected] == [False] * 6
-    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort")
+    assert [r["ok"] for r in rejected] == [False] * 7
+    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort", "endpoint")
     for reject, option in zip(rejected, options, strict=True):
         assert reject["err"].startswith("k3lsp.setup: ") and option in reject["err"], reject
     assert values(lines, "UNCHANGED") == [default]  # a rejected setup{} leaves the previous one in place
 
     minimal = values(lines, "MINIMAL")[0]  # nothing set: nothing sent, the server's defaults apply
     assert minimal["init_options"] is None and minimal["settings"] is None
+    several = values(lines, "LIST")[0]  # several Mac pairs: the list goes to the server as it is
+    assert several["init_options"] == {"endpoint": [endpoint, "ipc:///nowhere/k3.sock"]}
 
     full = values(lines, "FULL")[0]
     home = os.environ["HOME"]
