@@ -50,6 +50,7 @@ EFFORT_BUDGETS = {"off": 1024, "low": 2048, "high": 8192, "max": 32768}
 Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
 AskTool = Callable[[str, dict], Awaitable[tuple[bool, str]]]  # ask_tool(tool, args) -> (ok, result)
 Record = Callable[[dict], None]  # record(session): a finished conversation, for --trace-file
+Admit = Callable[[], contextlib.AbstractAsyncContextManager]  # admit(): held while one generation runs
 
 
 class AgentError(Exception):
@@ -150,6 +151,7 @@ class Agent:
     priority: int = 0
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
+    admit: Admit = contextlib.nullcontext  # the engine slot each generation waits for; tool rounds hold none
 
     @property
     def tokenizer(self):
@@ -199,7 +201,8 @@ class Agent:
             reader = channels.Reader(markers, initial)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
             await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
-            gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
+            async with self.admit():  # a fair turn in the engine (backend/fairshare.py), for this generation only
+                gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
             reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
             stats.add_generation(gen.stats, gen.finish, reasoning)
             self.tally.reasoning_tokens += reasoning

@@ -64,6 +64,7 @@ class DaemonConfig:
     bind: str = field(default_factory=local.default_endpoint)
     max_open_per_client: int = 16
     slots: int = 8  # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
+    interactive_reserve: int = 1  # of those, what background requests leave free (the engine's own reserve)
     tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
@@ -105,7 +106,7 @@ class Daemon:
         self.script = script or Script()
         self.record = record  # where finished conversations go (serve --trace-file), or None
         self.store = store  # complete audits shared by every authorised client (serve --store), or None
-        self.fair = FairShare(config.slots)
+        self.fair = FairShare(config.slots, config.interactive_reserve)
         self._salt = os.urandom(16)  # status names other clients by a hash that says nothing outside this run
         self.tally = ChannelTally()  # generated tokens per channel, over every request
         self.endpoint = ""
@@ -363,12 +364,12 @@ class Daemon:
         priority = 1 if msg.get("priority") == "background" else 0
 
         async def run(send: Send) -> dict:
-            """The audit loop, once the fair share gives this client a turn."""
-            async with self.fair.slot(job.user, priority):
-                agent = Agent(self.scheduler, self.agent_config, send=send,
-                              ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                              priority=priority, tally=self.tally, record=self.record)
-                return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+            """The model's loop; each of its generations waits for this client's fair turn in the engine."""
+            agent = Agent(self.scheduler, self.agent_config, send=send,
+                          ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
+                          priority=priority, tally=self.tally, record=self.record,
+                          admit=lambda: self.fair.slot(job.user, priority))
+            return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
 
         def send(kind: str, **fields: Any) -> Awaitable[None]:
             return self._job_send(job, kind, **fields)

@@ -233,7 +233,9 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
         args.store, args.store_max_bytes, model=store.answering_model(engine.fingerprint, script),
         prompt_version=PROMPT_VERSION)
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                            slots=args.max_concurrency, tool_timeout=args.tool_timeout,
+                                            slots=args.max_concurrency,
+                                            interactive_reserve=engine.args.interactive_reserve,
+                                            tool_timeout=args.tool_timeout,
                                             security=_security(args)),
                     _agent_config(args), script, record, results)
     try:
