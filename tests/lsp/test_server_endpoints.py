@@ -1,5 +1,6 @@
 """The language server with several daemons (the `endpoint` setting as a list): interactive work moved to the
-next one when its daemon dies mid-audit. Real server, real `k3-backend` processes."""
+next one when its daemon dies mid-audit; a re-audit asks for a fresh audit. Real server, real `k3-backend`
+processes."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ SCRIPT = [{"unit": "slow_unit", "turns": [{"repeat": scripted.LONG_PERIOD, "toke
 async def test_one_daemon_killed_mid_audit_the_audit_completes_on_the_other(tiny_model, tmp_path):
     root = scripted.workspace(tmp_path)
     (root / "mixed.c").write_text(MIXED_C)
-    with serving(tiny_model, script=SCRIPT, args=scripted.DAEMON_ARGS) as first, \
-            serving(tiny_model, script=SCRIPT, args=scripted.DAEMON_ARGS) as second:
+    with serving(tiny_model, script=SCRIPT, args=scripted.DAEMON_ARGS, store=True) as first, \
+            serving(tiny_model, script=SCRIPT, args=scripted.DAEMON_ARGS, store=True) as second:
         settings = {"endpoint": [first.endpoint, second.endpoint]}
         async with editor(root, settings=settings, cache_dir=tmp_path / "c") as ed:
             uri = ed.open("mixed.c")
@@ -34,3 +35,10 @@ async def test_one_daemon_killed_mid_audit_the_audit_completes_on_the_other(tiny
             assert status["state"]["state"] == "connected"
             assert status["endpoints"][first.endpoint]["state"] != "connected"
             assert status["endpoints"][second.endpoint]["state"] == "connected"
+
+            # A re-audit asks past the daemon's store too: slow_unit, stored there, is generated again.
+            line = MIXED_C.split("\n").index("static int slow_unit(int a)")
+            assert (await ed.command("k3lsp.reauditFunction", uri, line))["done"] == 1
+            store = (await ed.status())["backend"]["store"]
+            assert (store["fresh"], store["answered"], store["kept"]) == (1, 0, 2)
+            assert len(second.sessions("slow_unit")) == 2
