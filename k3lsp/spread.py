@@ -84,6 +84,9 @@ class Spread(Generic[T]):
                 self.queue.put_nowait(item)
                 self._drop(endpoint, exc)
                 return
+            except asyncio.CancelledError:  # the run ended (stopped, or no daemon left) with this item unfinished
+                self.queue.put_nowait(item)
+                raise
             except Exception as exc:  # anything else costs this item only: a dead worker would leave `pending` > 0
                 log.exception("audit work on %s failed", endpoint)
                 failure = exc
