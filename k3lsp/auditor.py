@@ -100,6 +100,7 @@ class Counters:
     sent: int = 0  # audit requests sent to the daemon
     audited: int = 0  # audit requests that ended with `done`
     incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
+    from_store: int = 0  # ... of which the daemon answered from its result store (nothing generated)
     cancelled: int = 0
     failed: int = 0
     findings: int = 0
@@ -362,6 +363,7 @@ class Auditor:
         elif self._result_key is not None:
             self.cache.put(unit.key, self._result_key.digest(effort), findings, stats)
         self.counters.audited += 1
+        self.counters.from_store += stats.get("from_store") is True
         self.counters.findings += len(findings)
         self.counters.over_limit += result.over_limit
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))

@@ -53,6 +53,7 @@ class Pool:
         self.options = options
         self.auditors: dict[str, Auditor] = self._auditors(options)
         self._retries: set[asyncio.Task] = set()
+        self._spreads: set[Spread] = set()  # running audits: their units not yet on a daemon count as queued
 
     def _auditors(self, options: Options) -> dict[str, Auditor]:
         return {e: Auditor(options.only(e), self.cache, on_state=lambda _: self._notify(), on_tool=self._on_tool)
@@ -62,9 +63,11 @@ class Pool:
 
     @property
     def state(self) -> BackendState:
-        """Connected while any daemon is; otherwise the first daemon's state. Queues add up."""
+        """Connected while any daemon is; otherwise the first daemon's state. Queues add up, with the units
+        that no daemon has taken yet."""
         states = [a.state for a in self.auditors.values()]
-        queued, running = sum(s.queued for s in states), sum(s.running for s in states)
+        queued = sum(s.queued for s in states) + sum(s.queue.qsize() for s in self._spreads)
+        running = sum(s.running for s in states)
         up = [s.message for s in states if s.state == "connected"]
         if len(states) == 1 or not up:
             return replace(states[0], queued=queued, running=running)
@@ -166,7 +169,12 @@ class Pool:
             failure = None
             for group in groups:
                 spread = Spread(units, work)
-                await spread.run({a.options.endpoint: a for a in group}, DEFAULT_CONCURRENCY)
+                self._spreads.add(spread)
+                self._notify()
+                try:
+                    await spread.run({a.options.endpoint: a for a in group}, DEFAULT_CONCURRENCY)
+                finally:
+                    self._spreads.discard(spread)
                 units, failure = spread.left(), spread.failure or failure
                 if not units:
                     return
@@ -189,13 +197,16 @@ class Pool:
                     raise
 
     async def status(self) -> dict:
-        """The first reachable daemon's status, with every configured daemon's state and all counters."""
+        """The first reachable daemon's status, with all counters and, for several, each daemon's state. The
+        counters and states are this side's as the request arrived (as ``Auditor.status`` has them), not after
+        the hellos it may wait for."""
+        state, counters = asdict(self.state), asdict(self.counters)
+        states = {e: asdict(a.state) for e, a in self.auditors.items()}
         with contextlib.suppress(BackendUnavailable):
             await self._reachable()
         connected = [a for a in self.auditors.values() if a.state.state == "connected"]
-        out = await (connected or list(self.auditors.values()))[0].status()
+        out = await (connected or list(self.auditors.values()))[0].status() | {"state": state, "counters": counters}
         if len(self.auditors) > 1:
-            out["counters"] = asdict(self.counters)
-            out["endpoints"] = {e: asdict(a.state) for e, a in self.auditors.items()}
+            out["endpoints"] = states
         return out
 

@@ -91,6 +91,7 @@ async def test_the_second_person_gets_every_unit_from_the_store_with_nothing_gen
         assert theirs.stats["stored"]["generated_tokens"] == mine.stats["generated_tokens"]
         assert theirs.findings == mine.findings and len(theirs.findings) == 1
     assert bob.counters.tokens == 0 and alice.counters.tokens > 0
+    assert (bob.counters.from_store, alice.counters.from_store) == (3, 0)
 
 
 async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_path):
