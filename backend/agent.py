@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from backend import prompts
+from backend import engine, prompts
 from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -101,6 +101,7 @@ class Agent:
     ask_tool: AskTool
     script: Script = field(default_factory=Script)
     priority: int = 0
+    last_rid: int | None = None  # the engine request of the latest generation
 
     @property
     def tokenizer(self):
@@ -130,6 +131,9 @@ class Agent:
                 stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, prose, lines)
         except TimeoutError:
             stats.finish_reason = "deadline"
+        finally:  # no round continues this conversation: its last generation's cache is worth nothing now
+            if self.last_rid is not None:
+                self.scheduler.release(self.last_rid)
         out = vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
         return out
 
@@ -139,7 +143,7 @@ class Agent:
         for n in range(self.config.max_tool_rounds + 1):
             rendered = await asyncio.to_thread(_render, self.tokenizer, messages, tools)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
-            await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
+            await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             on_text = ProseStream(self.send) if prose else None  # each generation's text starts empty
             gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
             stats.add_generation(gen.stats, gen.finish)
@@ -169,11 +173,15 @@ class Agent:
         rid = self.scheduler.new_rid()
         req = GenRequest(rid=rid, prompt=rendered.tokens, segments=rendered.segments, max_tokens=budget,
                          temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
-                         forced=self.script.forced(self.tokenizer, unit, n))
+                         forced=self.script.forced(self.tokenizer, unit, n), fault=self.script.fault(unit, n))
         text = ""
+        self.last_rid = rid
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
             async for event in events:
+                if event.progress is not None:
+                    stage, done, total = event.progress
+                    await self.send("progress", stage=stage, tokens=done, total=total, detail=f"round {n + 1}")
                 if event.text:
                     text += event.text
                     await findings.feed(text, len(event.text))
@@ -181,8 +189,11 @@ class Agent:
                         await on_text.feed(event.text)
                 if event.finish is not None:
                     if event.finish == "error":
+                        code = (event.stats or {}).get("code") or engine.FAILED
+                        if code == engine.TOO_LONG and n > 0:  # the conversation outgrew the context
+                            return Generation(text, "length", event.stats or {})
                         why = (event.stats or {}).get("error", "engine error")
-                        raise AgentError("internal", f"generation failed: {why}")
+                        raise AgentError(code, f"generation failed: {why}" if code != engine.TOO_LONG else why)
                     if event.finish == "cancelled":
                         raise AgentError("shutdown", "the daemon cancelled the generation")
                     if on_text is not None:
