@@ -44,7 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=1024, help="generated tokens per request (all tool rounds)")
     p.add_argument("--temp", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-concurrency", type=int, default=8, help="sequences decoded in one batch")
+    p.add_argument("--max-concurrency", type=int, default=8, help="requests admitted at once (reading or decoding)")
+    p.add_argument("--max-prompt-tokens", type=int, default=0,
+                   help="longer prompts are refused (error too_long) before any work; "
+                        "default: the model's context length less --max-tokens")
+    p.add_argument("--prompt-cache-size", type=int, default=16, help="stored prompt prefixes (prompt cache entries)")
+    p.add_argument("--prompt-cache-bytes", type=int, default=0,
+                   help="bytes the prompt cache may hold per rank; default: half the memory left after the "
+                        "weights (the headroom `doctor` reports), the smallest of all ranks")
     p.add_argument("--max-open-per-client", type=int, default=16, help="open requests per client")
     p.add_argument("--max-tool-rounds", type=int, default=4, help="continuations after tool results")
     p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
@@ -78,9 +85,11 @@ def run(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
-    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client"):
+    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "prompt_cache_size"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if args.max_prompt_tokens < 0 or args.prompt_cache_bytes < 0:
+        return "--max-prompt-tokens and --prompt-cache-bytes must be >= 0 (0: the default)"
     if args.max_tool_rounds < 0 or args.tool_timeout <= 0 or args.deadline <= 0:
         return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
     if args.temp < 0 or not 0 <= args.top_p <= 1:
@@ -116,7 +125,9 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     if ranks is not None:
         _log_rank(group.rank(), group.size())
     engine_args = EngineArgs(model=args.model, max_tokens=args.max_tokens, temp=args.temp, top_p=args.top_p,
-                             prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency)
+                             prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency,
+                             max_prompt_tokens=args.max_prompt_tokens, prompt_cache_size=args.prompt_cache_size,
+                             prompt_cache_bytes=args.prompt_cache_bytes)
     try:
         # On this thread, whose mlx streams are cleared at the end (see below), not in an executor thread.
         engine = Engine(engine_args, group=ranks)
