@@ -23,10 +23,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from k3lsp import actions, options, suppress, units
-from k3lsp.auditor import Auditor, BackendState, BackendUnavailable
+from k3lsp.auditor import Auditor, BackendState, BackendUnavailable, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
-from k3lsp.documents import Document, Shown, View, present
+from k3lsp.documents import Document, Shown, View, notices, present
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,8 @@ class Session:
         text = self.text(doc)
         if text is None:
             return
-        doc.show(present(doc.uri, text, units.split(text), doc.results, self.view()))
+        split = units.split(text)
+        doc.show(present(doc.uri, text, split, doc.results, self.view()), notices(split, doc.refusals))
         self.publish(doc)
 
     def republish_all(self) -> None:
@@ -314,7 +315,7 @@ class Session:
         except BackendUnavailable as exc:
             return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
         for hit in found.hits:
-            doc.results[hit.unit.key] = hit.findings
+            doc.record(hit.unit.key, hit.findings, hit.refusal)
         done, error = len(found.hits), str(found.down) if found.misses and found.down else None
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
@@ -330,12 +331,18 @@ class Session:
         """Audit what the cache did not have, with cancellable progress; returns (units done, error)."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
+
+            def progress(unit: units.Unit, message: dict) -> None:  # the daemon's prefill and decode, per unit
+                report(audited, describe(unit, message))
+
             try:
-                results = self.auditor.audit_uncached(root, doc.relpath, misses, priority=priority)
+                results = self.auditor.audit_uncached(
+                    root, doc.relpath, misses, priority=priority, on_progress=progress
+                )
                 async with contextlib.aclosing(results) as stream:
                     async for result in stream:
                         audited += 1
-                        doc.results[result.unit.key] = result.findings
+                        doc.record(result.unit.key, result.findings, result.refusal)
                         report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")
                         self.republish(doc)
             except BackendUnavailable as exc:
