@@ -14,6 +14,11 @@ that raises fails the requests decoding in it; the engine goes on. ``outcome()``
 in the last step and digests the state the step started from, so the ranks of a pair can check that they
 agree and fail on every rank what failed on one (backend/scheduler.py).
 
+On several ranks every collective (the model's own, inside a forward pass, and the scheduler's exchange) must
+run in the same order on every rank, one at a time: all model work runs on mlx-lm's generation stream, and
+since its decode step leaves the next forward pass running in the background, a step on a pair ends by
+waiting for it.
+
 Prompt caches (backend/prompt_cache.py, docs/engine.md): a copy is stored at each segment end the request
 names (the first: system + tools; later ones: a file's shared context) and at the end of every finished
 generation (prompt + generated tokens), which the next round of the conversation continues.
@@ -28,7 +33,7 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.generate import BatchGenerator
+from mlx_lm.generate import BatchGenerator, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 
@@ -294,8 +299,11 @@ class Engine:
         self._digest = self._state_digest()
         events += self._admit()
         if self._live:
-            events += self._read()
+            with mx.stream(generation_stream):  # one stream for all model work: its collectives stay in order
+                events += self._read()
             events += self._decode()
+            if self.ranks > 1:  # the next step's exchange must not run while this step's decode is in flight
+                mx.synchronize(generation_stream)
         self._n.busy_seconds += time.perf_counter() - tic
         return events
 
