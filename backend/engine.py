@@ -374,21 +374,39 @@ class Engine:
     def _admit(self) -> list[GenEvent]:
         """Start queued requests, interactive first; background ones never take the reserved slots
         (but always get at least one), so a request for the document being edited never waits
-        for a workspace audit to finish."""
-        events = []
+        for a workspace audit to finish. A request whose prompt starts with a segment another request
+        is reading right now waits until that one has stored it (a step or two), then reads only the rest:
+        the units of a file sent together read the file's shared context once, not once each."""
+        events, waiting = [], []
         background_limit = max(1, self.args.max_concurrency - self.args.interactive_reserve)
         while self._queue and len(self._live) < self.args.max_concurrency:
             priority, _, req = self._queue[0]
             if priority > 0 and len(self._live) >= background_limit:
                 break
-            heapq.heappop(self._queue)
+            entry = heapq.heappop(self._queue)
+            if self._reading_shared_prefix(req):
+                waiting.append(entry)
+                continue
             try:
                 self._start(req)
             except Exception as e:  # one bad request must not stop the others
                 log.exception("request %s could not be admitted", req.rid)
                 self._failed[req.rid] = f"{type(e).__name__}: {e}"
                 events.append(self._finish_queued(req, "error", FAILED, self._failed[req.rid]))
+        for entry in waiting:
+            heapq.heappush(self._queue, entry)
         return events
+
+    def _reading_shared_prefix(self, req: GenRequest) -> bool:
+        """Whether a request being read will store a segment ``req`` starts with, and has not yet."""
+        for live in self._live.values():
+            reading = live.reading
+            if reading is None:
+                continue
+            for s in req.segments:
+                if s in reading.stops and reading.pos < s and req.prompt[:s] == reading.prompt[:s]:
+                    return True
+        return False
 
     def _start(self, req: GenRequest) -> None:
         """Admit a request: take the longest stored prefix of ``prompt[:-1]`` (a cache must leave at least

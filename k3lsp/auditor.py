@@ -308,7 +308,7 @@ class Auditor:
             "path": path,
             "unit": unit.name,
             "code": unit.text,
-            "context": unit.context,
+            "context": unit.sent_context,  # the file's shared declarations: one cached prefix per file
             "first_line": unit.start_line + 1,
             "priority": priority,
         }

@@ -129,3 +129,22 @@ def test_the_byte_budget_holds_in_held_bytes(tiny_model):
     assert counted <= budget
     assert held <= budget + 100_000, (counted, held)  # 100 kB: allocations of the engine itself
     assert held >= 0.9 * counted  # the measurement sees the entries
+
+
+def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
+    """Four units of one file arrive in the same step: the first reads system + file context, the others wait
+    the step or two it takes and then read only their own tails."""
+    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
+    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
+    rendered = []
+    for i in range(4):
+        code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
+        messages = prompts.audit_messages(path="lib/file.c", unit=f"g{i}", code=code, context=context)
+        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS))
+    for rid, r in enumerate(rendered, 1):
+        e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
+    out = drain(e)
+    shared = rendered[0].segments[1]
+    assert all(r.segments[1] == shared for r in rendered)
+    assert [out[rid].stats["cached_tokens"] for rid in (1, 2, 3, 4)] == [0, shared, shared, shared]
+    assert e.stats()["prefilled_tokens"] == shared + sum(len(r.tokens) - 1 - shared for r in rendered)
