@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from backend.engine import Engine, EngineArgs, GenRequest, Outcome
-from backend.scheduler import Commands, Scheduler
+from backend.scheduler import Commands, Scheduler, local_exchange
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +89,20 @@ async def test_abandoned_stream_cancels_in_the_engine(engine):
         await sched.close()
 
 
-async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model):
+@pytest.mark.parametrize("ranks", [1, 2])
+async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model, ranks):
+    """On a pair too: the failure is a request's, not the pair's (the other rank learns it from the outcome)."""
     engine = FailingOnce(EngineArgs(model=str(tiny_model)))
-    sched = Scheduler(engine)
+    engine.ranks = ranks
+    failures: list[str] = []
+    sched = Scheduler(engine, PeerRank() if ranks == 2 else local_exchange, on_failure=failures.append)
     sched.start()
     try:
         engine.fail_next = True
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 8)), 120)
         assert evs[-1].finish == "error" and "injected" in evs[-1].stats["error"]
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 3)), 120)
-        assert evs[-1].finish in ("stop", "length", "loop")
+        assert evs[-1].finish in ("stop", "length", "loop") and failures == []
     finally:
         await sched.close()
 
@@ -155,22 +159,6 @@ async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine
         await sched.close()
 
 
-async def test_a_failed_turn_with_several_ranks_is_a_rank_failure(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
-    engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
-    exchange = BreakingExchange()
-    failures: list[str] = []
-    sched = Scheduler(engine, exchange, on_failure=failures.append)
-    sched.start()
-    try:
-        exchange.armed = True
-        sched.submit(request(sched, engine, 4))
-        await asyncio.wait_for(asyncio.to_thread(sched.thread.join, 60), 90)
-        assert not sched.thread.is_alive() and len(failures) == 1 and "injected" in failures[0]
-    finally:
-        await sched.close()
-
-
 async def collect_rest(stream):
     return [ev async for ev in stream]
 
@@ -215,33 +203,19 @@ async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_
         await sched.close()
 
 
-async def test_ranks_out_of_lockstep_end_the_pair(tiny_model):
+@pytest.mark.parametrize(("make", "flag", "why"), [(BreakingExchange, "armed", "injected"),
+                                                     (PeerRank, "diverge", "out of lockstep")])
+async def test_a_failed_exchange_or_ranks_out_of_lockstep_end_the_pair(tiny_model, make, flag, why):
     engine = Engine(EngineArgs(model=str(tiny_model)))
-    engine.ranks = 2
-    peer = PeerRank()
+    engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
+    exchange = make()
     failures: list[str] = []
-    sched = Scheduler(engine, peer, on_failure=failures.append)
+    sched = Scheduler(engine, exchange, on_failure=failures.append)
     sched.start()
     try:
-        peer.diverge = True
+        setattr(exchange, flag, True)
         sched.submit(request(sched, engine, 4))
         await asyncio.wait_for(asyncio.to_thread(sched.thread.join, 60), 90)
-        assert not sched.thread.is_alive() and len(failures) == 1 and "out of lockstep" in failures[0]
-    finally:
-        await sched.close()
-
-
-async def test_a_step_failure_with_several_ranks_fails_its_requests_and_the_pair_goes_on(tiny_model):
-    engine = FailingOnce(EngineArgs(model=str(tiny_model)))
-    engine.ranks = 2
-    failures: list[str] = []
-    sched = Scheduler(engine, PeerRank(), on_failure=failures.append)
-    sched.start()
-    try:
-        engine.fail_next = True
-        evs = await asyncio.wait_for(collect(sched, request(sched, engine, 8)), 120)
-        assert evs[-1].finish == "error" and "injected" in evs[-1].stats["error"]
-        evs = await asyncio.wait_for(collect(sched, request(sched, engine, 3)), 120)
-        assert evs[-1].finish in ("stop", "length", "loop") and failures == []
+        assert not sched.thread.is_alive() and len(failures) == 1 and why in failures[0]
     finally:
         await sched.close()
