@@ -436,24 +436,35 @@ class Engine:
         for live in self._live.values():
             if live.reading is not None and not live.reading.done:
                 groups.setdefault(live.chunk, []).append(live)
-        events = []
+        events: list[GenEvent] = []
         for group in groups.values():
-            try:
-                prefill.read(self.model, [live.reading for live in group])
-                done = group
-            except Exception:  # which one? each alone: the request that fails on its own fails alone
-                done = []
-                for live in group:
-                    try:
-                        prefill.read(self.model, [live.reading])
-                        done.append(live)
-                    except Exception as e:
-                        events.append(self._fail_now(live, "prefill", e))
-            events += [self._after_chunk(live) for live in done]
+            events += [self._after_chunk(live) for live in self._read_group(group, events)]
         for live in list(self._live.values()):
             if live.reading is not None and live.reading.done:
-                self._to_decoder(live)
+                try:
+                    self._to_decoder(live)
+                except Exception as e:
+                    events.append(self._fail_now(live, "joining the batch", e))
         return events
+
+    def _read_group(self, group: list[_Live], events: list[GenEvent]) -> list[_Live]:
+        """One chunk of every request of ``group`` in one pass; the ones read. If the pass fails, each request
+        of a larger group is read alone, so the one that fails on its own fails alone (its event in ``events``)."""
+        try:
+            prefill.read(self.model, [live.reading for live in group])
+            return group
+        except Exception as e:
+            if len(group) == 1:
+                events.append(self._fail_now(group[0], "prefill", e))
+                return []
+        done = []
+        for live in group:
+            try:
+                prefill.read(self.model, [live.reading])
+                done.append(live)
+            except Exception as e:
+                events.append(self._fail_now(live, "prefill", e))
+        return done
 
     def _after_chunk(self, live: _Live) -> GenEvent:
         reading = live.reading
