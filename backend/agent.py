@@ -31,6 +31,7 @@ from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
 from k3lsp import protocol
+from k3lsp.bounds import FindingBounds
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Stats:
     findings: int = 0
     invalid_tool_calls: int = 0
     dropped_findings: int = 0
+    findings_over_limit: int = 0  # valid findings beyond k3lsp.bounds (per unit, per finding, per result)
     rounds: int = 0
     batch_size_peak: int = 0
     finish_reason: str = "stop"
@@ -140,9 +142,10 @@ class Agent:
     async def _rounds(self, messages: list[dict], tools: list[dict], unit: str, budget: int, stats: Stats,
                       prose: bool, lines: int) -> str:
         allowed = {t["function"]["name"] for t in tools}
+        bounds = FindingBounds()  # one unit's findings over all rounds
         for n in range(self.config.max_tool_rounds + 1):
             rendered = await asyncio.to_thread(_render, self.tokenizer, messages, tools)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines)
+            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
             await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             on_text = ProseStream(self.send) if prose else None  # each generation's text starts empty
             gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
@@ -228,22 +231,25 @@ class FindingStream:
     """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in the text.
 
     The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
-    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side).
+    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side), and
+    so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
+    are no longer parsed as they close, only counted when the turn ends.
     """
 
     _CLOSE = "<|close|>call<|sep|>"
 
-    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int):
+    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
         self._send = send
         self._stats = stats
         self._enabled = enabled
         self._lines = lines
+        self._bounds = bounds
         self._seen: set[int] = set()
 
     async def feed(self, text: str, new_chars: int) -> None:
         """Called with the whole text after every new piece; parses only when a call just closed."""
         tail = text[-(new_chars + len(self._CLOSE)):]
-        if not self._enabled or self._CLOSE not in tail:
+        if not self._enabled or self._bounds.full or self._CLOSE not in tail:
             return
         cut = text.rfind(self._CLOSE) + len(self._CLOSE)
         prefix = text[:cut]
@@ -266,6 +272,12 @@ class FindingStream:
             except protocol.ProtocolError as exc:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
+                continue
+            why = self._bounds.admit(finding)
+            if why is not None:
+                self._stats.findings_over_limit += 1
+                if self._bounds.dropped == 1:
+                    log.warning("dropping findings beyond the bounds of one unit: %s", why)
                 continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)

@@ -9,13 +9,16 @@ while generation runs in the scheduler's engine thread and each request's audit 
   peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
 - ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
 
-Jobs are keyed by (peer, request id). ``peer`` is the owner of a request (``Daemon.peer_of``): the ROUTER
-routing id, prefixed with the authenticated CURVE User-Id when the socket is secured (backend/auth.py). A
-``cancel`` or ``tool_result`` is looked up under its sender's own peer, so no client can touch another's
-request, even by reusing its id. With CURVE every message's User-Id is checked against the allow-list as it
-arrives, and before each message a job streams out: a key deleted from ``authorized/`` stops being served at
-once, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``, ``error`` or
-``cancelled``: ``_run_job`` is the only code that finishes a job.
+Every connection passes the gate (backend/gate.py), which authenticates it and gives it its routing id and
+its User-Id (the CURVE key, or on a plain socket the peer's uid or address). A message from a routing id the
+gate did not give is refused. Jobs are keyed by (peer, request id). ``peer`` is the owner of a request
+(``Daemon.peer_of``): the User-Id and the routing id. A ``cancel`` or ``tool_result`` is looked up under its
+sender's own peer, so no client can touch another's request, even by reusing its id. Open requests are
+counted per User-Id, so more connections do not raise a client's share. With CURVE every message's User-Id
+is checked against the allow-list as it arrives, before each message a job streams out, and every
+RELOAD_SECONDS for the jobs that stream nothing: a key deleted from ``authorized/`` stops being served
+within a second, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
+``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError
+from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
+from backend.gate import Gate
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
-from k3lsp import __version__, protocol
+from k3lsp import __version__, local, protocol
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,7 @@ UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be r
 class DaemonConfig:
     """Socket and per-client limits (the serve flags)."""
 
-    bind: str = "tcp://127.0.0.1:0"
+    bind: str = field(default_factory=local.default_endpoint)
     max_open_per_client: int = 16
     tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
@@ -67,7 +72,7 @@ class Job:
     route: bytes
     id: str
     kind: str
-    user: str | None = None  # the CURVE public key (z85) that sent the request; None on a plain socket
+    user: str = ""  # the User-Id the gate gave the sender's connection (CURVE key, uid:N or addr:IP)
     task: asyncio.Task | None = None
     tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
     calls: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -94,7 +99,7 @@ class Daemon:
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
         self._sock: zmq.asyncio.Socket | None = None
-        self._curve: auth.CurveServer | None = None
+        self._gate: Gate | None = None
         self._jobs: dict[tuple[bytes, str], Job] = {}
         self._fd_routes = FdRoutes()  # which connection a disconnect event is about
         self._stopping = asyncio.Event()
@@ -108,8 +113,8 @@ class Daemon:
         """Create, secure and bind the ROUTER; returns the endpoint actually bound (port 0 resolved).
 
         Raises auth.InsecureBindError (or keys.KeyFileError) before binding when the set-up would expose
-        source code: a plain socket beyond loopback without ``insecure``, or unusable key files
-        (``auth.secure_router`` checks, whether or not the socket is secured).
+        source code: a plain tcp socket without ``insecure``, an ipc socket in a directory others may enter,
+        or unusable key files (``auth.secure_router`` checks, whether or not the socket is secured).
         """
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -121,12 +126,12 @@ class Daemon:
         sock.setsockopt(zmq.HEARTBEAT_TTL, self.config.heartbeat_timeout_ms)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 0)  # the default, stated: a reused routing id must not take results
         try:
-            self._curve = auth.secure_router(sock, self.config.bind, self.config.security)
+            self._gate = auth.secure_router(sock, self.config.bind, self.config.security)
             sock.bind(self.config.bind)
         except BaseException:
-            if self._curve is not None:
-                self._curve.stop()
-                self._curve = None
+            if self._gate is not None:
+                self._gate.stop()
+                self._gate = None
             sock.close(0)
             raise
         self._sock = sock
@@ -150,7 +155,8 @@ class Daemon:
         if self._sock is None:
             self.bind()
         monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch(monitor))]
+        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch(monitor)),
+                 asyncio.create_task(self._sweep_revoked())]
         try:
             await self._stopping.wait()
         finally:
@@ -166,8 +172,8 @@ class Daemon:
             self._sock.disable_monitor()
             monitor.close(0)
             self._sock.close(1000 if self.failure else 0)  # give the failure errors a moment to leave
-            if self._curve is not None:
-                self._curve.stop()
+            if self._gate is not None:
+                self._gate.stop()
             self._ctx.term()
 
     # --- receiving -----------------------------------------------------------------------------------------
@@ -180,28 +186,28 @@ class Daemon:
             except Exception:  # nothing a client sends may end the loop
                 log.exception("unexpected error handling a message")
 
-    def user_of(self, frames: list[zmq.Frame]) -> str | None:
-        """The authenticated CURVE public key (z85) that ZAP attached to the message; None on a plain socket."""
-        if self._curve is None:
-            return None
-        return frames[-1].get("User-Id")
+    def user_of(self, frames: list[zmq.Frame]) -> str:
+        """The User-Id the gate gave the sender's connection: its CURVE public key (z85), uid:N or addr:IP."""
+        return frames[-1].get("User-Id") or ""
 
     def peer_of(self, frames: list[zmq.Frame]) -> bytes:
-        """Who owns what the message starts: User-Id and routing id with CURVE, the routing id alone without.
+        """Who owns what the message starts: the User-Id and the routing id.
 
-        The routing id keeps two connections of one key apart; the User-Id makes ownership follow the key
-        that libzmq authenticated, not anything the client put in the message.
+        The routing id keeps two connections of one key apart; the User-Id makes ownership follow what the
+        gate authenticated, not anything the client put in the message.
         """
-        user = self.user_of(frames)
-        route = frames[0].bytes
-        return route if user is None else user.encode() + b"/" + route
+        return self.user_of(frames).encode() + b"/" + frames[0].bytes
 
-    def _allowed(self, user: str | None) -> bool:
-        return user is None or self._curve is None or self._curve.allow.allows(user)
+    def _allowed(self, user: str) -> bool:
+        return self._gate is None or self._gate.allows(user)
 
     async def _on_frames(self, frames: list[zmq.Frame]) -> None:
         route = frames[0].bytes
         user = self.user_of(frames)
+        if self._gate is not None and not self._gate.names(route):  # kept an id of its own (a hand-made handshake)
+            log.warning("refused a message from a connection that chose its own routing id %s", route.hex())
+            await self._bad(route, UNKNOWN_ID, "bad_request", "clients may not choose their routing id")
+            return
         if not self._allowed(user):
             await self._unauthorized(route, user, frames[-1].bytes)
             return
@@ -220,12 +226,11 @@ class Daemon:
         except protocol.ProtocolError as exc:
             version = raw.get("v") if isinstance(raw, dict) else None
             code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
-            kind = raw.get("kind") if isinstance(raw, dict) else None
-            await self._refuse(self.peer_of(frames), route, kind, msg_id, code, str(exc))
+            await self._refuse(self.peer_of(frames), route, raw, msg_id, code, str(exc))
             return
         await self._dispatch(self.peer_of(frames), route, msg, user)
 
-    async def _refuse(self, peer: bytes, route: bytes, kind: Any, msg_id: str, code: str, message: str) -> None:
+    async def _refuse(self, peer: bytes, route: bytes, raw: Any, msg_id: str, code: str, message: str) -> None:
         """Answer a malformed message so that every request still ends exactly once.
 
         A message naming one of the sender's open requests ends that request with this error (through its
@@ -238,7 +243,7 @@ class Daemon:
             log.info("refused a message for open request %s (%s): %s", msg_id, code, message[:200])
             job.stop("refused", (code, message))
             return
-        await self._bad(route, UNKNOWN_ID if kind in ("cancel", "tool_result") else msg_id, code, message)
+        await self._bad(route, _reply_id(raw), code, message)
 
     async def _unauthorized(self, route: bytes, user: str, frame: bytes) -> None:
         """A key removed from the allow-list while connected: end its requests and refuse the message."""
@@ -254,7 +259,7 @@ class Daemon:
         log.info("refused a frame (%s): %s", code, message[:200])
         await self._send(route, protocol.error(msg_id, code, message))
 
-    async def _dispatch(self, peer: bytes, route: bytes, msg: dict, user: str | None = None) -> None:
+    async def _dispatch(self, peer: bytes, route: bytes, msg: dict, user: str = "") -> None:
         kind, msg_id = msg["kind"], msg["id"]
         if kind == "ping":
             await self._send(route, protocol.make("pong", msg_id))
@@ -279,14 +284,13 @@ class Daemon:
             return
         future.set_result((msg["ok"], msg["result"]))
 
-    async def _start(self, peer: bytes, route: bytes, msg: dict, user: str | None) -> None:
+    async def _start(self, peer: bytes, route: bytes, msg: dict, user: str) -> None:
         msg_id = msg["id"]
         if (peer, msg_id) in self._jobs:  # the id is ambiguous now: the open request ends with this error
-            await self._refuse(peer, route, msg["kind"], msg_id, "duplicate", f"request {msg_id!r} was already open")
+            await self._refuse(peer, route, msg, msg_id, "duplicate", f"request {msg_id!r} was already open")
             return
-        # Counted per key with CURVE: opening more connections does not raise one client's share.
-        client = user or route
-        open_now = sum(1 for job in self._jobs.values() if (job.user or job.route) == client)
+        # Counted per User-Id: opening more connections does not raise one client's share.
+        open_now = sum(1 for job in self._jobs.values() if job.user == user)
         if open_now >= self.config.max_open_per_client:
             await self._send(route, protocol.error(
                 msg_id, "busy", f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
@@ -344,10 +348,17 @@ class Daemon:
         if not delivered:
             log.info("could not deliver the end of request %s", job.id)
 
-    async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
-        if not self._allowed(job.user):  # revoked mid-request: nothing more of it goes out
+    def _revoked(self, job: Job) -> bool:
+        """Whether the job's key has left the allow-list; counted and logged once per job."""
+        if self._allowed(job.user):
+            return False
+        if not job.reason:
             self._counts["unauthorized"] += 1
             log.warning("ending request %s: key %s is no longer in the authorized keys", job.id, job.user)
+        return True
+
+    async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
+        if self._revoked(job):  # revoked mid-request: nothing more of it goes out
             job.reason = job.reason or "unauthorized"
             raise asyncio.CancelledError
         if not await self._send(job.route, protocol.make(kind, job.id, **fields)):
@@ -401,6 +412,14 @@ class Daemon:
             job.stop(reason)
         return {job.id for job in jobs}
 
+    async def _sweep_revoked(self) -> None:
+        """End the requests of keys removed from the allow-list, also those that stream nothing (a silent
+        client waiting in the queue or on a tool call): each ends with ``error`` ``unauthorized``."""
+        while True:
+            await asyncio.sleep(RELOAD_SECONDS)
+            for job in [job for job in self._jobs.values() if self._revoked(job)]:
+                job.stop("unauthorized")
+
     # --- disconnects ---------------------------------------------------------------------------------------
 
     def _track_fd(self, frame: zmq.Frame, route: bytes) -> None:
@@ -428,7 +447,7 @@ class Daemon:
         engine = self.scheduler.engine
         return {
             "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
-            "experts": engine.experts, "ranks": engine.ranks,
+            "fingerprint": engine.fingerprint, "experts": engine.experts, "ranks": engine.ranks,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.max_tokens,
                 "max_open_requests": self.config.max_open_per_client,
@@ -459,8 +478,15 @@ def _readable_id(raw: Any) -> str:
     return msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= protocol.MAX_ID_CHARS else UNKNOWN_ID
 
 
+def _reply_id(raw: Any) -> str:
+    """The id an error about a message goes under: a ``cancel`` or ``tool_result`` gets no reply of its own (its
+    request may have ended already, and ends exactly once), so its error has the id ``-``."""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    return UNKNOWN_ID if kind in ("cancel", "tool_result") else _readable_id(raw)
+
+
 def _id_of(frame: bytes) -> str:
     try:
-        return _readable_id(protocol.unpack(frame))
+        return _reply_id(protocol.unpack(frame))
     except protocol.ProtocolError:
         return UNKNOWN_ID

@@ -17,11 +17,12 @@ from pathlib import Path
 import platformdirs
 
 from backend import launch
+from k3lsp import isolated
 
 NOTICE = (
     "NOTE: this run uses a tiny checkpoint with RANDOM weights, built on this machine. It proves that the\n"
     "      daemon, the audit loop and the editor-side pipeline work end to end; its findings mean nothing.\n"
-    "      On a real set-up run the same command with --model PATH_OR_REPO or --endpoint tcp://HOST:PORT."
+    "      On a real set-up run the same command with --model PATH_OR_REPO or --endpoint ENDPOINT."
 )
 
 
@@ -45,7 +46,7 @@ def tiny_checkpoint() -> Path:
 
 
 def _k3lsp(*args: str) -> int:
-    return subprocess.call([sys.executable, "-m", "k3lsp", *args])
+    return subprocess.call(isolated.python_command("k3lsp", *args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
         print(NOTICE, flush=True)
     model = args.model or str(tiny_checkpoint())
     print(f"starting k3-backend serve --model {model} (loads the model and compiles CPU kernels)", flush=True)
-    with tempfile.TemporaryFile("w+") as log:
+    # Its own private socket (like the default one, in a fresh 0700 directory): a daemon the user runs is untouched.
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="k3demo-") as private:
         try:
-            proc, endpoint = launch.start(
-                ["--model", model, "--bind", "tcp://127.0.0.1:0", "--max-tokens", str(args.max_tokens)], stderr=log
-            )
+            proc, endpoint = launch.start(["--model", model, "--bind", f"ipc://{private}/daemon.sock",
+                                           "--max-tokens", str(args.max_tokens)], stderr=log)
         except launch.LaunchError as exc:
             log.seek(0)
             print(f"k3-backend demo: {exc}\n{log.read()[-3000:]}", file=sys.stderr)

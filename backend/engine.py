@@ -36,8 +36,10 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
+from mlx_lm.utils import hf_repo_to_path
 
 from backend import dist, memory, prefill
+from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
 
@@ -90,6 +92,12 @@ class GenEvent:
     # with finish "error" also "error" (what was wrong) and "code" (TOO_LONG, FAILED or INTERNAL)
     stats: dict | None = None
     progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
+
+
+def local_checkpoint(model: str) -> Path:
+    """The directory a ``--model`` names: itself, or the Hugging Face snapshot ``load`` downloaded."""
+    path = Path(model)
+    return path if path.exists() else hf_repo_to_path(model)
 
 
 @dataclass
@@ -180,6 +188,7 @@ class Engine:
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
+        self.fingerprint = checkpoint_fingerprint(local_checkpoint(args.model))  # what results are cached under
         self.experts = int(getattr(text, "num_experts", None) or 0)
         self.layers = int(text.num_hidden_layers)
         self.vocab_size = int(text.vocab_size)

@@ -1,18 +1,19 @@
 """Start `k3-backend serve` as a child process and learn its endpoint from the ready line.
 
-Used by the demo (`k3-backend demo`) and by the tests, which both need a real daemon process on a free
-loopback port: `--bind tcp://127.0.0.1:0` lets the daemon pick the port and its one ready line says which.
+Used by the demo (`k3-backend demo`) and by the tests, which both need a real daemon process on an endpoint
+of their own: a private ipc socket, or `--bind tcp://127.0.0.1:0` (with --insecure), where the daemon picks
+the port; its one ready line says which.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import IO
+
+from k3lsp import isolated
 
 READY = "k3-backend ready on "  # printed by serve (followed by the endpoint), read here
 
@@ -27,13 +28,15 @@ class LaunchError(RuntimeError):
 def start(
     serve_args: list[str], *, stderr: IO | int | None = None, ready_timeout: float = 180.0, cwd: Path | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves."""
+    """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves.
+
+    The daemon imports nothing from ``cwd`` (k3lsp.isolated): the demo starts it in the user's directory.
+    """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "serve", *serve_args],
+        isolated.python_command("backend.cli", "serve", *serve_args, unbuffered=True),
         stdout=subprocess.PIPE,
         stderr=stderr,
         cwd=cwd,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
         text=True,
     )
     endpoint, exited = wait_ready(proc, ready_timeout)

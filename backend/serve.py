@@ -1,8 +1,9 @@
 """`k3-backend serve`: load the model, warm it up, bind the ROUTER, serve until SIGTERM/SIGINT.
 
-The ready line (``k3-backend ready on tcp://127.0.0.1:PORT``) is printed only once the model is loaded,
-the kernels are compiled and the socket is bound, so whoever starts the daemon (tests, a supervisor) knows
-from one line of stdout that requests will be served, and on which port when it bound port 0.
+The ready line (``k3-backend ready on ENDPOINT``) is printed only once the model is loaded, the kernels are
+compiled and the socket is bound, so whoever starts the daemon (tests, a supervisor) knows from one line of
+stdout that requests will be served, and on which port when it bound tcp port 0. By default the socket is
+``ipc://`` in a directory only this user may enter (k3lsp/local.py).
 
 Under `mlx.launch` (hostfiles/README.md) every rank runs this command: each loads its tensor-parallel shard,
 rank 0 alone binds the ROUTER and prints the ready line, the others follow rank 0's scheduling steps
@@ -27,7 +28,7 @@ from backend.agent import AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.launch import READY
 from backend.script import Script, ScriptError, load_script
-from k3lsp import keys
+from k3lsp import keys, local, sanitize
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collecti
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
-    p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint; port 0 picks a free port")
+    p.add_argument("--bind", default=local.default_endpoint(),
+                   help="ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// "
+                        "endpoint needs keys or --insecure; tcp port 0 picks a free port")
     p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
     p.add_argument("--max-tokens", type=int, default=1024, help="generated tokens per request (all tool rounds)")
     p.add_argument("--temp", type=float, default=1.0)
@@ -60,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
     p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
     p.add_argument("--insecure", action="store_true",
-                   help="allow a plain (unencrypted, unauthenticated) socket on a non-loopback address")
+                   help="allow a plain tcp socket (no encryption, no authentication): every local user, and "
+                        "beyond loopback everyone on the network, can connect or pose as the daemon")
     p.add_argument("--rank-timeout", type=float, default=300.0,
                    help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
     p.add_argument("--rank-tick", type=float, default=5.0,
@@ -68,8 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    sanitize.log_to_stderr("%(asctime)s %(levelname)s %(name)s: %(message)s")  # logs quote the model
     problem = _check(args)
     if problem:
         print(f"k3-backend serve: {problem}", file=sys.stderr)

@@ -3,7 +3,7 @@
     uv run python bench/lsp_noop_save.py --file X.c [--runs 20]
 
 (`bench/lsp_incremental.py` calls `measure` on its 10k-line slice.) Every unit of the file is already in
-the result cache for the daemon's model and prompt version (entries written up front, as a previous audit
+the result cache under the daemon's result key (entries written up front, as a previous audit
 would have), so a save must not reach the daemon at all: the figure is the server's own overhead, measured
 by the client from sending didSave to receiving publishDiagnostics over stdio. Target: < 20 ms. The peer,
 measured in the same run on the same text, is the bare editor-side work (split + one cache lookup per unit).
@@ -28,7 +28,7 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 from lsprotocol import types as lsp  # noqa: E402
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import cache, units  # noqa: E402
+from k3lsp import cache, resultkey, units  # noqa: E402
 from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
@@ -37,32 +37,34 @@ from tests.support.lsp import WAIT, editor  # noqa: E402
 NO_FINDINGS = [{"unit": "*", "turns": [kimi.turn(content="no findings")]}]
 
 
-async def _welcome(endpoint: str) -> dict:
-    async with BackendClient(ClientOptions(endpoint=endpoint)) as client:
-        return client.welcome
+async def _result_key(endpoint: str) -> str:
+    """The key the server's cached results are filed under for this daemon (as k3lsp.auditor computes it)."""
+    options = ClientOptions(endpoint=endpoint)
+    async with BackendClient(options) as client:
+        key = resultkey.for_welcome(client.welcome, effort=resultkey.DEFAULT_EFFORT, daemon=client.daemon_identity)
+    assert key is not None, "the daemon names no checkpoint fingerprint"
+    return key.digest()
 
 
-def _fill_cache(cache_dir: Path, source: str, welcome: dict) -> int:
-    """Write what an earlier audit would have left: one (empty) result per unit, under the daemon's ids."""
+def _fill_cache(cache_dir: Path, source: str, key: str) -> int:
+    """Write what an earlier audit would have left: one (empty) result per unit, under the daemon's key."""
     results = cache.ResultCache(cache_dir / cache.FILE_NAME)
-    model, version = welcome["model"], str(welcome["limits"].get("prompt_version", ""))
     split = units.split(source)
     for unit in split:
-        results.put(unit.key, model, version, [])
+        results.put(unit.key, key, [])
     results.close()
     return len(split)
 
 
-def _domain_ms(cache_dir: Path, source: str, welcome: dict, runs: int) -> float:
+def _domain_ms(cache_dir: Path, source: str, key: str, runs: int) -> float:
     """The peer: the same editor-side work with no server around it (split memoised on the text, as in the
     server, and one cache lookup per unit)."""
     results = cache.ResultCache(cache_dir / cache.FILE_NAME)
-    model, version = welcome["model"], str(welcome["limits"].get("prompt_version", ""))
     units.split(source)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        assert all(results.get(u.key, model, version) is not None for u in units.split(source))
+        assert all(results.get(u.key, key) is not None for u in units.split(source))
         times.append((time.perf_counter() - start) * 1000)
     results.close()
     return statistics.median(times)
@@ -98,10 +100,10 @@ def measure(source: str, runs: int = 20) -> dict:
         root.mkdir()
         (root / "bench.c").write_text(source)
         with serving(model, script=NO_FINDINGS) as daemon:
-            welcome = asyncio.run(_welcome(daemon.endpoint))
-            n_units = _fill_cache(tmp_path / "cache", source, welcome)
+            key = asyncio.run(_result_key(daemon.endpoint))
+            n_units = _fill_cache(tmp_path / "cache", source, key)
             times = asyncio.run(_server_ms(root, tmp_path / "cache", daemon.endpoint, runs))
-            domain = _domain_ms(tmp_path / "cache", source, welcome, runs)
+            domain = _domain_ms(tmp_path / "cache", source, key, runs)
     ordered = sorted(times)
     return {
         "units": n_units,

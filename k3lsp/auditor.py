@@ -1,9 +1,13 @@
 """Audit orchestration shared by the language server and ``k3lsp audit``: units in, findings per unit out.
 
 The expensive thing is the model, so this module's job is to ask it as little as possible: a unit whose
-content key (text + context) was audited before by the same model and prompt version is answered from the
-cache, and only the others are sent, a bounded number at a time, interactive ones first. Tool requests of
-the model are answered from the workspace through the sandbox in ``k3lsp.tools``.
+content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
+daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
+others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
+answered from the workspace through the sandbox in ``k3lsp.tools``. Only complete audits are cached: one
+the daemon cut short (deadline, token or tool-round budget, loop guard) is shown with what it found,
+reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
+"no findings".
 
 Errors come in three kinds (``k3lsp.protocol``): a transient one (the daemon restarts, its queue is full) is
 retried after a backoff, a bounded number of times (RETRY_DELAYS); a request-level one fails that unit only
@@ -22,7 +26,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3lsp import protocol, tools
+from k3lsp import protocol, resultkey, sanitize, tools
+from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
@@ -36,6 +41,7 @@ log = logging.getLogger(__name__)
 CONNECTION_CODES = protocol.TRANSIENT_CODES | protocol.SETUP_CODES
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
+COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
 class BackendUnavailable(Exception):
@@ -63,16 +69,38 @@ class UnitResult:
     stats: dict = field(default_factory=dict)
     refusal: str | None = None
 
+    @property
+    def cut_short(self) -> str | None:
+        """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete,
+        or never started (a refusal)."""
+        return None if self.refusal is not None else cut_short(self.stats)
+
+    @property
+    def over_limit(self) -> int:
+        """Findings dropped beyond ``k3lsp.bounds``, by the daemon and by this side together."""
+        return _count(self.stats.get(OVER_LIMIT))
+
+
+def cut_short(stats: dict) -> str | None:
+    """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
+    or odd reason counts as incomplete: only a daemon that says the model finished gets its result kept."""
+    reason = stats.get("finish_reason")
+    if reason == COMPLETE:
+        return None
+    return reason[:64] if isinstance(reason, str) and reason else "unknown"
+
 
 Progress = Callable[[Unit, dict], None]  # (unit, the daemon's progress message)
 
 
 def describe(unit: Unit, progress: dict) -> str:
-    """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens``."""
+    """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens`` (the daemon's words
+    sanitised, like all its text)."""
     stage, done, total = progress["stage"], progress.get("tokens"), progress.get("total")
     if stage in ("prefill", "decode") and done is not None and total:
-        return f"{unit.name}: {stage} {done:,}/{total:,} tokens"
-    return f"{unit.name}: {stage}" + (f" {progress['detail']}" if stage == "tool" and progress.get("detail") else "")
+        return sanitize.line(f"{unit.name}: {stage} {done:,}/{total:,} tokens")
+    detail = f" {progress['detail']}" if stage == "tool" and progress.get("detail") else ""
+    return sanitize.line(f"{unit.name}: {stage}{detail}")
 
 
 @dataclass(frozen=True)
@@ -91,12 +119,14 @@ class Counters:
     units: int = 0  # units looked up
     cached: int = 0  # answered from the cache
     sent: int = 0  # audit requests sent to the daemon
-    audited: int = 0  # audit requests that completed
+    audited: int = 0  # audit requests that ended with `done`
+    incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
     cancelled: int = 0
     failed: int = 0
     refused: int = 0  # too long to audit: not sent again
     retries: int = 0  # attempts repeated after a transient error
     findings: int = 0
+    over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
 
 
@@ -126,6 +156,7 @@ def client_options(options: Options, name: str) -> ClientOptions:
         client_name=name,
         server_key=Path(options.server_key).expanduser() if options.server_key else None,
         client_key=Path(options.client_key).expanduser() if options.client_key else None,
+        insecure=options.insecure,
     )
 
 
@@ -145,7 +176,8 @@ class Auditor:
         self.options = options
         self.cache = cache
         self.counters = Counters()
-        self.welcome: dict | None = None  # the last welcome: the cache key's model id survives an outage
+        self.welcome: dict | None = None  # the last welcome: the result key survives an outage
+        self._result_key: str | None = None  # what results are cached under; None: the daemon names no checkpoint
         self._client_name = client_name
         self._client = BackendClient(client_options(options, client_name))
         self._connected = False
@@ -155,7 +187,7 @@ class Auditor:
         self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
         self._state = "connecting"
         self._message = ""
-        self._refused: dict[tuple, str] = {}  # (unit key, model, prompt version, prompt limit) -> the refusal
+        self._refused: dict[tuple, str] = {}  # (unit key, result key, prompt limit) -> the refusal
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -164,7 +196,7 @@ class Auditor:
         return BackendState(self._state, self._slots.queued, self._slots.running, self._message)
 
     def _set_state(self, state: str, message: str = "") -> None:
-        self._state, self._message = state, message
+        self._state, self._message = state, sanitize.line(message)  # it quotes the daemon
         self._notify()
 
     def _notify(self) -> None:
@@ -178,6 +210,7 @@ class Auditor:
             await self._client.close()
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
+            self.welcome, self._result_key = None, None  # another daemon: the old one's results are not its
             self._set_state("connecting", f"connecting to {options.endpoint}")
 
     async def close(self) -> None:
@@ -203,7 +236,8 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        self.welcome, self._connected = welcome, True
+        key = resultkey.for_welcome(welcome, effort=self.effort, daemon=self._client.daemon_identity)
+        self.welcome, self._result_key, self._connected = welcome, key and key.digest(), True
         self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
         return welcome
 
@@ -211,16 +245,19 @@ class Auditor:
         self._connected = False
         where = "" if self.options.endpoint in message else f" at {self.options.endpoint}"
         text = message if message.startswith("k3 audit backend") else f"k3 audit backend{where}: {message}"
+        text = sanitize.line(text)
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
 
-    def _cache_id(self) -> tuple[str, str]:
-        assert self.welcome is not None
-        return self.welcome["model"], str(self.welcome["limits"].get("prompt_version", ""))
+    @property
+    def effort(self) -> str:
+        """The thinking effort audits are sent with: part of the result key. They send none yet (the daemon's
+        default); once the editor sends one, this returns it."""
+        return resultkey.DEFAULT_EFFORT
 
     def _refusal_key(self, unit: Unit) -> tuple:
-        """A refusal holds for this unit's text on this model, prompt version and prompt limit."""
-        return unit.key, *self._cache_id(), self.welcome["limits"].get("max_prompt_tokens")
+        """A refusal holds for this unit's text under this result key (model, prompt version...) and prompt limit."""
+        return unit.key, self._result_key, self.welcome["limits"].get("max_prompt_tokens")
 
     # --- audits ------------------------------------------------------------------------------------------
 
@@ -243,7 +280,7 @@ class Auditor:
             if refusal is not None:  # even when forced: it would be refused the same way
                 hits.append(UnitResult(unit, [], cached=True, refusal=refusal))
                 continue
-            hit = None if force else self.cache.get(unit.key, *self._cache_id())
+            hit = None if force or self._result_key is None else self.cache.get(unit.key, self._result_key)
             if hit is None:
                 misses.append(unit)
             else:
@@ -313,6 +350,7 @@ class Auditor:
             "priority": priority,
         }
         findings: list[dict] = []
+        bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
         try:
             await self.connect()
             self.counters.sent += 1
@@ -321,11 +359,18 @@ class Auditor:
                 async for message in messages:
                     kind = message["kind"]
                     if kind == "finding":
-                        findings.append(message["finding"])
+                        why = bounds.admit(message["finding"])
+                        if why is None:
+                            findings.append(message["finding"])
+                        elif bounds.dropped == 1:
+                            log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
                     elif kind == "progress" and on_progress is not None:
                         on_progress(unit, message)
                     elif kind == "done":
-                        return self._store(unit, findings, message["stats"])
+                        stats = bounded_stats(message["stats"])
+                        if bounds.dropped:
+                            stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
+                        return self._store(unit, findings, stats)
                     elif kind == "cancelled":
                         self.counters.cancelled += 1
                         return None
@@ -345,11 +390,18 @@ class Auditor:
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:
-        self.cache.put(unit.key, *self._cache_id(), findings, stats)
+        """Keep a complete audit's result; one cut short is returned (to be shown as incomplete) and forgotten."""
+        result = UnitResult(unit, findings, cached=False, stats=stats)
+        if result.cut_short is not None:
+            self.counters.incomplete += 1
+            log.info("audit of %s was cut short (%s): not cached", unit.name, result.cut_short)
+        elif self._result_key is not None:
+            self.cache.put(unit.key, self._result_key, findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
+        self.counters.over_limit += result.over_limit
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
-        return UnitResult(unit, findings, cached=False, stats=stats)
+        return result
 
     def _failed(self, unit: Unit, code: str, message: str) -> UnitResult | None:
         """One request failed: a transient reason is retried, a set-up one ends the whole audit, any other
@@ -362,8 +414,8 @@ class Auditor:
         log.warning("audit of %s failed (%s): %s", unit.name, code, message)
         if code == "too_long":
             self.counters.refused += 1
-            self._refused[self._refusal_key(unit)] = message
-            return UnitResult(unit, [], cached=False, refusal=message)
+            self._refused[self._refusal_key(unit)] = refusal = sanitize.line(message)
+            return UnitResult(unit, [], cached=False, refusal=refusal)
         return None
 
     async def _tool(self, root: Path | None, request: dict) -> tuple[bool, str]:
@@ -404,10 +456,11 @@ class Auditor:
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""
-        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters), "welcome": self.welcome}
+        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters),
+                     "welcome": sanitize.data(self.welcome)}
         try:
             await self.connect()
-            out["backend"] = await self._client.status(self._client.options.connect_timeout)
+            out["backend"] = sanitize.data(await self._client.status(self._client.options.connect_timeout))
         except (BackendUnavailable, BackendError) as exc:
             out["backend"] = None
             out["error"] = str(exc)

@@ -27,7 +27,7 @@ from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import findings, suppress, units
+from k3lsp import findings, sanitize, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
@@ -146,8 +146,9 @@ def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[P
     return list(dict.fromkeys(files)), errors
 
 
-def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str]]:
-    sources, errors = [], []
+def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str], list[str]]:
+    """(sources, errors: files not read, notes: files split coarser than into functions)."""
+    sources, errors, notes = [], [], []
     for path in files:
         rel = path.relative_to(root).as_posix()
         try:
@@ -155,8 +156,12 @@ def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[
         except OSError as exc:
             errors.append(f"{rel}: {exc.strerror or exc}")
             continue
-        sources.append(Source(path, rel, text.split("\n"), units.split(text)))
-    return sources, errors
+        split = units.split(text)
+        note = units.fallback_note(split)
+        if note is not None:
+            notes.append(f"{rel}: {note}")
+        sources.append(Source(path, rel, text.split("\n"), split))
+    return sources, errors, notes
 
 
 # --- auditing --------------------------------------------------------------------------------------------
@@ -183,7 +188,7 @@ async def audit_paths(
     report = BatchReport(root)
     files, report.errors = collect(paths, root, options)
     report.files = len(files)
-    sources, read_errors = read_sources(files, root)
+    sources, read_errors, report.warnings = read_sources(files, root)
     report.errors += read_errors
     baseline = suppress.Baseline.load(root)
     if baseline.error:
@@ -295,6 +300,16 @@ class _Run:
                     continue
                 if not result.cached:
                     self.report.by_backend[endpoint] += 1
+                if result.over_limit:
+                    self.report.warnings.append(
+                        f"{source.rel}: {unit.name}: {result.over_limit} findings beyond the bounds of one unit "
+                        "were dropped (k3lsp.bounds)"
+                    )
+                if result.cut_short is not None:  # not a clean pass: its findings may be missing
+                    self.report.errors.append(
+                        f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
+                        "missing; not cached, a rerun audits it again"
+                    )
                 accepted = findings.accept(result.findings, unit)
                 for f in findings.at_least(accepted, self.options.min_severity):
                     reported = _reported(source, f, unit, self.baseline)
@@ -355,25 +370,27 @@ def stats(report: BatchReport) -> dict:
         "failed": c.failed,
         "findings": len(report.findings),
         "tokens": c.tokens,
+        "incomplete": c.incomplete,
     }
 
 
 def print_problems(report: BatchReport, err: TextIO = sys.stderr) -> None:
-    """Errors and warnings on stderr, whatever the output format."""
+    """Errors and warnings on stderr, whatever the output format (they may quote the daemon: sanitised)."""
     for warning in report.warnings:
-        print(f"k3lsp audit: warning: {warning}", file=err)
+        print(sanitize.line(f"k3lsp audit: warning: {warning}"), file=err)
     for error in report.errors:
-        print(f"k3lsp audit: error: {error}", file=err)
+        print(sanitize.line(f"k3lsp audit: error: {error}"), file=err)
 
 
 def print_text(report: BatchReport, out: TextIO = sys.stdout) -> None:
-    """`path:line:col: severity CWE-n title`, like a compiler, then one stats line."""
+    """`path:line:col: severity CWE-n title`, like a compiler, then one stats line. The path comes from the
+    audited tree and the title from the model: each line is sanitised for the terminal."""
     for r in report.findings:
-        print(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}", file=out)
+        print(sanitize.line(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}"), file=out)
     line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
     if len(report.by_backend) > 1:
         line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in report.by_backend.items())
-    print(line, file=out)
+    print(sanitize.line(line), file=out)
 
 
 def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from pathlib import Path
 
+from k3lsp import sanitize
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
 from k3lsp.protocol import SEVERITIES
 
@@ -26,8 +28,8 @@ def _status(args: argparse.Namespace) -> int:
     from k3lsp.report import BackendStatus, print_status
 
     async def ask(endpoint: str) -> BackendStatus:
-        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout,
-                                server_key=args.server_key, client_key=args.client_key)
+        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout, server_key=args.server_key,
+                                client_key=args.client_key, insecure=args.insecure)
         try:
             async with BackendClient(options) as client:
                 return BackendStatus(endpoint, client.welcome, await client.status(args.timeout))
@@ -40,7 +42,7 @@ def _status(args: argparse.Namespace) -> int:
     backends = asyncio.run(ask_all())
     for b in backends:
         if b.error is not None:
-            print(f"k3lsp status: {b.error}", file=sys.stderr)
+            print(sanitize.line(f"k3lsp status: {b.error}"), file=sys.stderr)
     answered = [b for b in backends if b.error is None]
     if len(backends) == 1 and not answered:
         return 2
@@ -53,6 +55,17 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    """`k3lsp audit`; exit 1 means "findings", so an unexpected fault exits 2 (EXIT_ERROR), never 1."""
+    from k3lsp import batch
+
+    try:
+        return _audit_run(args)
+    except Exception as exc:
+        print(sanitize.line(f"k3lsp audit: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return batch.EXIT_ERROR
+
+
+def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
     from k3lsp import batch, options, report
@@ -60,7 +73,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     settings = {"minSeverity": args.min_severity,
                 "serverKey": args.server_key and str(args.server_key),
-                "clientKey": args.client_key and str(args.client_key)}
+                "clientKey": args.client_key and str(args.client_key),
+                "insecure": args.insecure}
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
@@ -116,6 +130,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-key", type=Path, help="the daemon's public key file (turns CurveZMQ on)")
     parser.add_argument("--client-key", type=Path, help="this client's secret key file (k3lsp keys init)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a plain tcp:// endpoint, where nothing proves who the daemon is")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
         serve_stdio()
         return 0
+    sanitize.log_to_stderr("%(message)s", logging.WARNING)  # what Python prints unconfigured, sanitised
     return args.run(args)
 
 

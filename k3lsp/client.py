@@ -7,6 +7,11 @@ application ``ping`` (ZMTP heartbeats only prove that libzmq is alive, not the d
 when the daemon goes away, open requests fail with :class:`BackendError` within the liveness timeout
 instead of hanging, and ZeroMQ reconnects by itself, so the next request works as soon as the daemon
 is back.
+
+Nothing is sent to a daemon whose identity is not established first (``daemon_identity``): with keys,
+CurveZMQ proves the daemon holds the secret half of the configured server key; on an ``ipc://`` socket,
+its directory must be this user's alone (k3lsp/local.py); a plain tcp endpoint proves nothing and is
+used only with ``insecure``.
 """
 
 from __future__ import annotations
@@ -25,16 +30,15 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from k3lsp import __version__, keys, protocol
+from k3lsp import __version__, keys, local, protocol
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
-
 
 def default_endpoint() -> str:
-    """The endpoint every k3lsp front end uses when none is configured."""
-    return os.environ.get("K3LSP_ENDPOINT") or DEFAULT_ENDPOINT
+    """The endpoint every k3lsp front end uses when none is configured: K3LSP_ENDPOINT, else the private
+    ipc socket of this user's daemon (``local.default_endpoint``)."""
+    return os.environ.get("K3LSP_ENDPOINT") or local.default_endpoint()
 
 
 class BackendError(Exception):
@@ -43,7 +47,9 @@ class BackendError(Exception):
     Codes: ``unreachable`` (no answer in time), ``down`` (it stopped answering mid-request), ``version``,
     ``unauthorized`` (the daemon refused our key), ``server_key`` (the daemon is not the one our server key
     names), ``security_mismatch`` (one side uses CurveZMQ, the other not), ``keys`` (a local key file problem),
-    ``protocol`` (it sent something malformed), or the daemon's own ``error`` code.
+    ``insecure`` (the daemon's identity cannot be established: a plain tcp endpoint without ``insecure``, or
+    an ipc socket in a directory others could enter), ``protocol`` (it sent something malformed), or the
+    daemon's own ``error`` code.
     """
 
     def __init__(self, code: str, message: str):
@@ -60,6 +66,7 @@ class ClientOptions:
     client_name: str = "k3lsp"
     server_key: Path | None = None  # the daemon's public key file: turns CurveZMQ on
     client_key: Path | None = None  # this client's secret key file (its public half must be in the daemon's allow-list)
+    insecure: bool = False  # allow a plain tcp endpoint, where nothing proves who the daemon is
 
     def __post_init__(self) -> None:
         self.endpoint = self.endpoint or default_endpoint()
@@ -84,6 +91,9 @@ class BackendClient:
         self._handshake_error: BackendError | None = None
         self._monitor: asyncio.Task | None = None
         self.welcome: dict | None = None
+        # Who the daemon is, established before anything is sent: "curve:<server public key, z85>",
+        # "ipc:<socket path>" (a socket only this user can create) or "insecure:<endpoint>" (nothing proven).
+        self.daemon_identity: str | None = None
 
     # --- connection --------------------------------------------------------------------------------------
 
@@ -98,7 +108,7 @@ class BackendClient:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 4000)
         try:
-            self._set_curve(sock)
+            self.daemon_identity = self._set_curve(sock) or self._check_plain()
         except BackendError:
             sock.close(linger=0)
             raise
@@ -111,20 +121,39 @@ class BackendClient:
         sock.connect(self.options.endpoint)
         return sock
 
-    def _set_curve(self, sock: zmq.Socket) -> None:
+    def _set_curve(self, sock: zmq.Socket) -> str | None:
+        """Configure CurveZMQ when keys are set; returns the daemon identity the handshake will prove."""
         opts = self.options
         if not (opts.server_key or opts.client_key):
-            return
+            return None
         if not (opts.server_key and opts.client_key):
             raise BackendError(
                 "keys",
                 "CurveZMQ needs both serverKey (the daemon's public key) and clientKey (this client's secret key file)",
             )
         try:
-            sock.curve_serverkey = keys.load_public(opts.server_key)
+            sock.curve_serverkey = server = keys.load_public(opts.server_key)
             sock.curve_publickey, sock.curve_secretkey = keys.load_secret(opts.client_key)
         except keys.KeyFileError as exc:
             raise BackendError("keys", str(exc)) from exc
+        return f"curve:{server.decode()}"
+
+    def _check_plain(self) -> str:
+        """The daemon identity of a plain endpoint, or BackendError('insecure') when there is none to trust."""
+        endpoint = self.options.endpoint
+        if endpoint.startswith("ipc://"):
+            try:
+                return f"ipc:{local.private_socket(endpoint)}"
+            except local.LocalSocketError as exc:
+                raise BackendError("insecure", f"not connecting to {exc}") from None
+        if self.options.insecure:
+            return f"insecure:{endpoint}"
+        raise BackendError(
+            "insecure",
+            f"not sending code to {endpoint}: on plain tcp any user of this machine could be the one answering; "
+            "use the daemon's default ipc socket, set serverKey/clientKey, or set insecure if you trust every "
+            "user of this machine and the network",
+        )
 
     async def _watch_handshakes(self, monitor: zmq.asyncio.Socket) -> None:
         """Turn libzmq's silent refusals into reasons: a refused client otherwise just waits forever."""
@@ -179,7 +208,15 @@ class BackendClient:
         return reply
 
     async def close(self) -> None:
-        """Stop the tasks and close the socket; never raises: a task that died is logged, not re-raised here."""
+        """Stop the tasks and close the socket; never raises: a task that died is logged, not re-raised here.
+
+        The monitor is disabled before its reader goes: libzmq's I/O thread sends socket events to the monitor
+        with a blocking send, and with nobody reading it blocks for ever, and every later connection of the
+        process's context with it (seen: the next connect never completes).
+        """
+        if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
         for task in (self._reader, self._watchdog, self._monitor):
             if task:
                 task.cancel()

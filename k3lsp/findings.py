@@ -2,8 +2,10 @@
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
-was reported for. A bad finding is dropped with a log line and never shown; a bad trace step or fix is
-dropped from an otherwise good finding. Line numbers are 1-based and relative to the unit
+was reported for, and its text goes through `k3lsp.sanitize` (no control or bidi characters reach a
+diagnostic, hover, code-action title, terminal or report). A bad finding is dropped with a log line and
+never shown; a bad trace step or fix (a fix hiding control or bidi characters in code) is dropped from an
+otherwise good finding. Line numbers are 1-based and relative to the unit
 (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
@@ -21,7 +23,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import protocol
+from k3lsp import protocol, sanitize
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
     n = unit.line_count
     if d["end_line"] > n:
         raise FindingError(f"lines {d['start_line']}-{d['end_line']} are outside the unit's {n} lines")
-    title = " ".join(d["title"].split())
+    title = sanitize.line(d["title"])
     if not title:
         raise FindingError("title is blank")
     trace = []
@@ -112,15 +114,17 @@ def validate(raw: Any, unit: Unit) -> Finding:
         if step["line"] > n:
             log.info("dropped trace step at line %d of %s (%d lines)", step["line"], unit.name, n)
             continue
-        trace.append(TraceStep(step["line"], " ".join(step["note"].split())))
+        trace.append(TraceStep(step["line"], sanitize.line(step["note"])))
     fix = None
     if "fix" in d:
         f = d["fix"]
         if f["end_line"] > n:
             log.info("dropped fix for lines %d-%d of %s (%d lines)", f["start_line"], f["end_line"], unit.name, n)
+        elif sanitize.unsafe_code(f["replacement"]):
+            log.warning("dropped fix for %s: control or bidi characters in its code", unit.name)
         else:
             fix = Fix(f["start_line"], f["end_line"], f["replacement"].removesuffix("\n"))
-    message = d["message"].strip()
+    message = sanitize.text(d["message"]).strip()
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return Finding(

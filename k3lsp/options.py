@@ -32,6 +32,7 @@ class Options:
     endpoint: str = field(default_factory=default_endpoint)
     server_key: str = ""  # path to the daemon's public CurveZMQ key; empty = no encryption
     client_key: str = ""  # path to this client's secret key file
+    insecure: bool = False  # allow a plain tcp endpoint, where nothing proves who the daemon is
     trigger: str = "save"
     min_severity: str = "info"
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
@@ -82,7 +83,13 @@ def _text(value: Any) -> str:
 def _endpoint(value: Any) -> str:
     value = _text(value).strip()
     if not value.startswith(("tcp://", "ipc://")):
-        raise ValueError(f"{value!r} is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555")
+        raise ValueError(f"{value!r} is not a ZeroMQ endpoint such as ipc:///path/daemon.sock or tcp://HOST:PORT")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
     return value
 
 
@@ -113,6 +120,7 @@ _PARSERS = {
     "endpoint": ("endpoint", _endpoint),
     "serverKey": ("server_key", _text),
     "clientKey": ("client_key", _text),
+    "insecure": ("insecure", _flag),
     "trigger": ("trigger", _choice(TRIGGERS)),
     "minSeverity": ("min_severity", _choice(SEVERITIES)),
     "maxFileBytes": ("max_file_bytes", _positive_int),

@@ -33,7 +33,7 @@ TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "unreachable", 
 # Request: this request cannot be served, and sending it again fails the same way: never retry it.
 REQUEST_CODES = frozenset({"bad_request", "duplicate", "too_long", "failed", "internal", "protocol"})
 # Set-up: the client or daemon configuration (keys, versions) must change first.
-SETUP_CODES = frozenset({"version", "unauthorized", "server_key", "security_mismatch", "keys"})
+SETUP_CODES = frozenset({"version", "unauthorized", "server_key", "security_mismatch", "keys", "insecure"})
 
 Direction = Literal["to_daemon", "to_client"]
 
@@ -226,6 +226,7 @@ TO_CLIENT: dict[str, Schema] = {
         "protocol": (integer(0), True),
         "server": (string(64), True),
         "model": (NAME, True),
+        "fingerprint": (string(128, nonempty=True), False),  # the served checkpoint (backend/fingerprint.py)
         "experts": (integer(0), True),
         "ranks": (integer(1), True),
         "limits": (free_map, True),

@@ -1,4 +1,6 @@
-"""Human-readable terminal output of the CLI (rich tables and progress); JSON output stays in the commands."""
+"""Human-readable terminal output of the CLI (rich tables and progress); JSON output stays in the commands.
+
+Every value in a table comes from a daemon: cells are ``sanitize.rich`` Text (no markup, no controls)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from k3lsp import sanitize
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,15 @@ def print_status(backends: Sequence[BackendStatus], console: Console | None = No
     table = Table(title="k3 audit backends" if len(backends) > 1 else "k3 audit backend")
     table.add_column("", style="bold")
     for b in backends:
-        table.add_column(b.endpoint)
+        table.add_column(sanitize.rich(b.endpoint))
     for label, value in _ROWS:
         cells = []
         for b in backends:
             shown = value(b.welcome or {}, b.status or {}) if b.error is None else None
-            cells.append("-" if shown is None else str(shown))
+            cells.append(sanitize.rich("-" if shown is None else shown))
         table.add_row(label, *cells)
     if any(b.error for b in backends):
-        table.add_row("error", *(b.error or "" for b in backends), style="red")
+        table.add_row("error", *(sanitize.rich(b.error or "") for b in backends), style="red")
     (console or Console()).print(table)
 
 

@@ -12,7 +12,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from k3lsp import __version__, actions, findings
+from k3lsp import __version__, actions, findings, sanitize
 from k3lsp.session import Session
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,6 @@ async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
 
 def serve_stdio() -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
-    logging.basicConfig(level=logging.INFO, format="k3lsp %(levelname)s %(name)s: %(message)s")
+    sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     server.start_io()

@@ -22,7 +22,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
-from k3lsp import actions, options, suppress, units
+from k3lsp import actions, options, sanitize, suppress, units
 from k3lsp.auditor import Auditor, BackendState, BackendUnavailable, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
@@ -123,7 +123,8 @@ class Session:
     # --- talking to the client ---------------------------------------------------------------------------
 
     def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
-        self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=text))
+        """window/showMessage; the text may quote the model or the daemon, so it is sanitised here."""
+        self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
     def _state_changed(self, state: BackendState) -> None:
         self.ls.protocol.notify(STATUS_NOTIFICATION, asdict(state))
@@ -144,7 +145,7 @@ class Session:
         outcome = f"answered ({len(answer)} characters)" if ok else f"refused: {answer}"
         kind = lsp.MessageType.Log if ok else lsp.MessageType.Warning
         self.ls.window_log_message(
-            lsp.LogMessageParams(type=kind, message=f"model tool {request['tool']}({args}) {outcome}")
+            lsp.LogMessageParams(type=kind, message=sanitize.line(f"model tool {request['tool']}({args}) {outcome}"))
         )
 
     def publish(self, doc: Document) -> None:
@@ -308,6 +309,9 @@ class Session:
             self.message(note, lsp.MessageType.Warning)
             return {"units": 0, "error": note}
         all_units = units.split(text)
+        note = units.fallback_note(all_units)
+        if note is not None:
+            self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
         root = doc.root
         try:
@@ -317,18 +321,28 @@ class Session:
         for hit in found.hits:
             doc.record(hit.unit.key, hit.findings, hit.refusal)
         done, error = len(found.hits), str(found.down) if found.misses and found.down else None
+        incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(doc, root, found.misses, priority, done)
+            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete)
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
-        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error}
+        if incomplete:
+            self.message(
+                f"k3 audit of {doc.relpath} was cut short for {', '.join(incomplete)}: findings there may be "
+                "missing. Not cached: audited again on the next save.",
+                lsp.MessageType.Warning,
+            )
+        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error,
+                "incomplete": len(incomplete)}
 
     async def _audit_misses(
-        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int
+        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int,
+        incomplete: list[str],
     ) -> tuple[int, str | None]:
-        """Audit what the cache did not have, with cancellable progress; returns (units done, error)."""
+        """Audit what the cache did not have, with cancellable progress; returns (units done, error) and
+        adds each unit whose audit was cut short to ``incomplete``, as "name (reason)"."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
 
@@ -343,6 +357,8 @@ class Session:
                     async for result in stream:
                         audited += 1
                         doc.record(result.unit.key, result.findings, result.refusal)
+                        if result.cut_short is not None:
+                            incomplete.append(f"{result.unit.name} ({result.cut_short})")
                         report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")
                         self.republish(doc)
             except BackendUnavailable as exc:
@@ -382,7 +398,7 @@ class Session:
             except (BackendUnavailable, BackendError) as exc:
                 self.message(f"Cannot explain the finding: {exc}", lsp.MessageType.Error)
                 return None
-        answer = "".join(parts).strip() or "(the model gave no explanation)"
+        answer = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
         self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
         return answer
 

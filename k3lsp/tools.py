@@ -3,14 +3,18 @@
 The model asks for more code than its unit: `read_lines`, `find_definition`, `grep`. Its requests are
 untrusted (the audited code can try to steer it), so every tool is read-only and confined to the
 workspace root: no `..`, no absolute paths, no hidden component (`.ssh`, `.git`, `.env`), no symlink that
-resolves outside the root or to a hidden file (or loops), no file over `MAX_FILE_BYTES`, no binary file,
-and every answer is cut to `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an ordinary result
-text (`run_tool` returns ok=False), which the model reads and can act on; no exception escapes to the
-server. A file outside every workspace folder gets no tools at all (``Auditor._tool``).
+resolves outside the root or to a hidden file (or loops), no file with other hard links (one may be a file
+outside the workspace), no file over `MAX_FILE_BYTES`, no binary file (a NUL anywhere), and nothing in a
+known secret place, wherever the workspace is (a workspace at the home folder): the key and cache
+directories of k3lsp and k3-backend, macOS's ~/Library folders of credentials (`LIBRARY_SECRETS`), and
+secret-key file names (`SECRET_NAMES`). Every answer is cut to `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an
+ordinary result text (`run_tool` returns ok=False), which the model reads and can act on; no exception
+escapes to the server. A file outside every workspace folder gets no tools at all (``Auditor._tool``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -22,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from k3lsp import units
+from k3lsp import cache, isolated, keys, units
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,12 @@ SEARCH_SECONDS = 3.0  # grep and find_definition stop here: the model waits, and
 GREP_SECONDS = SEARCH_SECONDS + 3.0  # grep's child process is killed here (one line can backtrack forever)
 TOOL_SECONDS = GREP_SECONDS + 2.0  # the auditor's bound on any tool call: answered with a refusal after this
 C_SUFFIXES = (".c", ".h")
+# macOS ~/Library folders holding credentials and private data (not Mobile Documents: iCloud Drive may hold code).
+LIBRARY_SECRETS = ("Keychains", "Cookies", "Application Support", "Containers", "Group Containers", "Mail",
+                   "Messages", "Safari")
+# Private keys and key stores, by name: never code to audit, wherever they lie.
+SECRET_NAMES = ("*.key_secret", "*.pem", "*.p12", "*.pfx", "*.kdbx", "*.keychain", "*.keychain-db",
+                "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*")
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
@@ -46,6 +56,19 @@ class ToolError(Exception):
 
 
 # --- the sandbox ------------------------------------------------------------------------------------------
+
+
+def secret_places() -> tuple[Path, ...]:
+    """Directories whose files never reach the model, even inside the workspace: this machine's k3lsp and
+    k3-backend keys, the result cache, and macOS's ~/Library folders of credentials (keychains, cookies, mail)."""
+    places = (keys.default_dir("k3lsp"), keys.default_dir("k3-backend"), cache.default_path().parent,
+              *(Path.home() / "Library" / name for name in LIBRARY_SECRETS))
+    return tuple(Path(os.path.realpath(p)) for p in places)
+
+
+def _secret(real: Path, places: tuple[Path, ...]) -> bool:
+    return any(fnmatch.fnmatch(real.name, pattern) for pattern in SECRET_NAMES) or any(
+        real.is_relative_to(place) for place in places)
 
 
 def resolve(root: str | os.PathLike[str], path: Any) -> Path:
@@ -73,6 +96,8 @@ def resolve(root: str | os.PathLike[str], path: Any) -> Path:
         raise ToolError(f"{path}: resolves outside the workspace (symlink); refused")
     if _hidden(real.relative_to(base)):
         raise ToolError(f"{path}: resolves to a hidden file (symlink); refused")
+    if _secret(real, secret_places()):
+        raise ToolError(f"{path}: keys and other secrets are not available to the model")
     return real
 
 
@@ -81,23 +106,30 @@ def _hidden(rel: PurePosixPath | Path) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
-def _read_text(real: Path, shown: str) -> str:
-    """A workspace file's text, refusing directories, large files and binary files."""
+def _read_bytes(real: Path, shown: str) -> bytes:
+    """A workspace file's bytes, refusing directories, hard-linked, large and binary files."""
     if not real.is_file():
         raise ToolError(f"{shown}: not a regular file")
-    size = real.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ToolError(f"{shown}: {size} bytes is over the {MAX_FILE_BYTES}-byte limit")
+    info = real.stat()
+    if info.st_nlink > 1:  # the other name may be anywhere on the disk, e.g. a linked ~/.ssh/id_rsa
+        raise ToolError(f"{shown}: has other hard links, so it may be a file from outside the workspace; refused")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ToolError(f"{shown}: {info.st_size} bytes is over the {MAX_FILE_BYTES}-byte limit")
     data = real.read_bytes()
-    if b"\0" in data[:8192]:
+    if b"\0" in data:
         raise ToolError(f"{shown}: binary file")
-    return data.decode("utf-8", "replace")
+    return data
+
+
+def _read_text(real: Path, shown: str) -> str:
+    return _read_bytes(real, shown).decode("utf-8", "replace")
 
 
 def _files(root: Path, under: Path, suffixes: tuple[str, ...] | None) -> Iterator[tuple[Path, str]]:
     """Regular files under a directory, sorted, skipping hidden files and directories and anything that
     leaves the workspace; yields (real path, workspace-relative posix path)."""
     count = 0
+    places = secret_places()
     for dirpath, dirnames, filenames in os.walk(under, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
@@ -110,7 +142,8 @@ def _files(root: Path, under: Path, suffixes: tuple[str, ...] | None) -> Iterato
                 real = Path(dirpath, name).resolve(strict=True)
             except (OSError, RuntimeError):
                 continue
-            if real.is_relative_to(root) and not _hidden(real.relative_to(root)) and real.is_file():
+            if (real.is_relative_to(root) and not _hidden(real.relative_to(root)) and not _secret(real, places)
+                    and real.is_file()):
                 yield real, real.relative_to(root).as_posix()
 
 
@@ -177,10 +210,8 @@ def find_definition(root: str | os.PathLike[str], symbol: str) -> str:
             note = f"(search stopped after {SEARCH_SECONDS:g} s: later files were not searched)"
             break
         try:
-            if real.stat().st_size > MAX_FILE_BYTES:
-                continue
-            data = real.read_bytes()
-        except OSError:
+            data = _read_bytes(real, shown)
+        except (ToolError, OSError):
             continue
         if not word.search(data):
             continue
@@ -209,12 +240,13 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     """Lines matching a regular expression in a file or directory of the workspace (`path:line: text`).
 
     The search runs in a child process killed after GREP_SECONDS: Python's ``re`` can backtrack on one line
-    for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape.
+    for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape. The
+    child imports nothing from the workspace, which is usually the current directory (k3lsp.isolated).
     """
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
     request = json.dumps({"root": str(root), "pattern": pattern, "path": path, "seconds": SEARCH_SECONDS})
-    command = [sys.executable, "-m", "k3lsp.tools"]
+    command = isolated.python_command("k3lsp.tools")
     try:
         child = subprocess.run(command, input=request, capture_output=True, text=True, timeout=GREP_SECONDS)
     except subprocess.TimeoutExpired:  # run() has killed it

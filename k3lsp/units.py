@@ -29,6 +29,11 @@ file order, the same text for every unit of the file. The daemon caches the prom
 context once per file, so a whole-file audit reads the file's declarations once and then a short tail per
 function, and a re-audit of one edited function reads only its tail. A file whose union is larger than
 MAX_FILE_CONTEXT_CHARS (a 9 MB amalgamation) sends each unit its own context instead.
+
+A file whose structure is beyond the walk's limits (``#if`` or unbalanced-brace nesting deeper than
+``MAX_NESTING``: a hostile repository can nest 1,000 levels in 13 KB) is not refused: it is split into
+windows of ``WINDOW_LINES`` lines without context (kind ``lines``), so it is still audited, and
+:func:`fallback_note` says so.
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ MAX_ITEM_LINES = 40  # a 500-line table initialiser is not worth its tokens; its
 MAX_REFERENCES = 4  # top-level lines naming the unit (ops structs, module_init) that show how it is reached
 TRANSITIVE_DEPTH = 2  # a macro's macros, a struct's member types; deeper chains are rarely needed
 _MIN_ITEM_CHARS = 24  # below this much budget nothing useful fits: stop looking (big files fill the budget)
+MAX_NESTING = 200  # containers and resumed walks the splitter follows; real C stays far below, Python's stack too
+WINDOW_LINES = 200  # a file beyond the splitter's limits is audited in windows of this many lines
+WINDOW_KIND = "lines"
 
 IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
@@ -115,7 +123,7 @@ class Unit:
     """One audit unit: a function (or macro body) of a file, with its context and content address."""
 
     name: str
-    kind: str  # function | macro_body | block (a brace block whose header tree-sitter could not read)
+    kind: str  # function | macro_body | block (a brace block whose header tree-sitter could not read) | lines
     start_line: int  # 0-based file line of the unit's first line
     end_line: int  # 0-based file line of its last line, inclusive
     text: str  # the whole lines start_line..end_line, joined by "\n", without a final newline
@@ -188,8 +196,42 @@ def split(source: str | bytes) -> tuple[Unit, ...]:
 
 
 def parse(source: str | bytes) -> ParsedFile:
-    """Parse a C file into units and context items."""
+    """Parse a C file into units and context items; line windows when it is beyond the splitter's limits."""
     data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
+    try:
+        return _parse(data)
+    except (_TooDeep, RecursionError):
+        return ParsedFile(_windows(data), [])
+
+
+def fallback_note(units: tuple[Unit, ...] | list[Unit]) -> str | None:
+    """What to tell the user when a file was split into line windows instead of functions; None otherwise."""
+    if not units or units[0].kind != WINDOW_KIND:
+        return None
+    return (
+        f"nested deeper than the C splitter follows (over {MAX_NESTING} levels of #if or braces): audited as "
+        f"{len(units)} windows of up to {WINDOW_LINES} lines (line windows, without file context)"
+    )
+
+
+def _windows(data: bytes) -> list[Unit]:
+    """The whole lines of a file in consecutive windows of WINDOW_LINES lines (no trailing empty line)."""
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    out = []
+    for start in range(0, len(lines), WINDOW_LINES):
+        end = min(start + WINDOW_LINES, len(lines)) - 1
+        text = b"\n".join(lines[start : end + 1]).decode("utf-8", "replace")
+        out.append(Unit(f"lines {start + 1}-{end + 1}", WINDOW_KIND, start, end, text, "", unit_key(text, "")))
+    return out
+
+
+class _TooDeep(Exception):
+    """The walk went deeper than MAX_NESTING."""
+
+
+def _parse(data: bytes) -> ParsedFile:
     tree = Parser(C_LANGUAGE).parse(data)
     definitions = QueryCursor(_DEFINITIONS).captures(tree.root_node).get("f", [])
     definitions.sort(key=lambda n: n.start_byte)
@@ -226,11 +268,14 @@ class _Scan:
     spans: list[_Span] = field(default_factory=list)
     items: list[ContextItem] = field(default_factory=list)
 
-    def walk(self, node: Node, from_byte: int = 0) -> None:
+    def walk(self, node: Node, from_byte: int = 0, depth: int = 0) -> None:
         """Walk the children of a top-level-like node.
 
-        `from_byte` resumes the walk inside a misparsed unit, at the first definition nested in it.
+        `from_byte` resumes the walk inside a misparsed unit, at the first definition nested in it; `depth`
+        counts the walks this one is inside of (raises _TooDeep beyond MAX_NESTING).
         """
+        if depth > MAX_NESTING:
+            raise _TooDeep
         data, children = self.data, node.children
         i = 0
         while i < len(children):
@@ -240,10 +285,10 @@ class _Scan:
             if child.end_byte <= from_byte:
                 continue
             if child.start_byte < from_byte:
-                self.walk(child, from_byte)
+                self.walk(child, from_byte, depth + 1)
                 continue
             kind = child.type
-            if node.type == "ERROR" and kind in _HEADER_PARTS and self.loose_function(node, i - 1):
+            if node.type == "ERROR" and kind in _HEADER_PARTS and self.loose_function(node, i - 1, depth):
                 return
             if kind == "function_definition" and _is_data(child):
                 self.items += filter(None, [_context_item(child, data)])
@@ -260,7 +305,7 @@ class _Scan:
                 # A stray block whose header tree-sitter could not recognise: audited, never dropped.
                 span, body = _Span(f"block@{child.start_point.row + 1}", "block", *_rows(child)), child
             elif kind in _CONTAINERS:
-                self.walk(child)
+                self.walk(child, depth=depth + 1)
                 continue
             else:
                 item = _context_item(child, data) if kind not in _SKIP else None
@@ -274,9 +319,9 @@ class _Scan:
                 span.end = max(span.start, nested.start_point.row - 1)
             self.spans.append(span)
             if nested is not None:
-                self.walk(body, nested.start_byte)
+                self.walk(body, nested.start_byte, depth + 1)
 
-    def loose_function(self, node: Node, k: int) -> bool:
+    def loose_function(self, node: Node, k: int, depth: int) -> bool:
         """A function whose definition tree-sitter gave up on, left as loose tokens in an ERROR node:
         `static int f(int x)` `{` statements... It runs until the next definition (where the walk of
         the ERROR node resumes) or the end of the node. True if one starts at child k (and was taken)."""
@@ -293,7 +338,7 @@ class _Scan:
         end = following.start_point.row - 1 if following is not None else _rows(node)[1]
         self.spans.append(_Span(_text(name, self.data), "function", start, max(start, end)))
         if following is not None:
-            self.walk(node, following.start_byte)
+            self.walk(node, following.start_byte, depth + 1)
         return True
 
     def nested_definition(self, node: Node, after: int | None = None) -> Node | None:

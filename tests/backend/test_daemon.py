@@ -176,8 +176,9 @@ async def test_duplicate_id_and_per_client_limit(daemon):
             await wire.until(f"h{i}", "tool_request")
         busy = await wire.request("audit", "extra", **audit_fields("short"))
         assert busy[-1]["kind"] == "error" and busy[-1]["code"] == "busy"
-        async with Wire(daemon.endpoint) as other:  # the limit is per client
-            assert (await other.request("audit", "o", **audit_fields("short")))[-1]["kind"] == "done"
+        async with Wire(daemon.endpoint) as other:  # the limit is per client (this user), not per connection
+            refused = await other.request("audit", "o", **audit_fields("short"))
+            assert refused[-1]["kind"] == "error" and refused[-1]["code"] == "busy"
         # a reused id ends the open request with the one terminal message "duplicate"
         dup = await wire.request("audit", "h0", **audit_fields("short"))
         assert dup == [dup[-1]] and dup[-1]["kind"] == "error" and dup[-1]["code"] == "duplicate"

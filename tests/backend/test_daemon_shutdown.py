@@ -7,9 +7,9 @@ from backend.agent import AgentConfig
 from backend.daemon import Daemon, DaemonConfig, Job
 
 
-async def test_the_end_of_a_job_on_a_closed_socket_is_logged_not_raised(caplog):
+async def test_the_end_of_a_job_on_a_closed_socket_is_logged_not_raised(caplog, tmp_path):
     caplog.set_level(logging.INFO, logger="backend.daemon")
-    daemon = Daemon(None, DaemonConfig(bind="tcp://127.0.0.1:0"), AgentConfig())  # no engine: the job fails first
+    daemon = Daemon(None, DaemonConfig(bind=f"ipc://{tmp_path}/daemon.sock"), AgentConfig())  # no engine: fails first
     daemon.bind()
     daemon._sock.close(0)  # as at shutdown: sends now raise ZMQError (ENOTSOCK)
     try:
@@ -19,4 +19,5 @@ async def test_the_end_of_a_job_on_a_closed_socket_is_logged_not_raised(caplog):
         await asyncio.wait_for(job.task, 30)  # returns instead of raising
         assert daemon._jobs == {} and "could not send the end of request r1" in caplog.text
     finally:
+        daemon._gate.stop()
         daemon._ctx.term()

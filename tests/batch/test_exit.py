@@ -4,17 +4,11 @@ format says about errors; a real scripted daemon, real processes."""
 from __future__ import annotations
 
 import json
-import socket
 
 from tests.batch import corpus
 from tests.batch.test_sarif import valid_sarif
 from tests.support.batch import k3lsp
-
-
-def free_port() -> int:
-    with socket.socket() as s:  # nobody listens on it once closed
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.daemon import nowhere
 
 
 def test_threshold_decides_between_0_and_1(corpus_daemon, tmp_path):
@@ -46,7 +40,7 @@ def test_clean_tree_exits_0_and_non_c_and_excluded_files_are_not_audited(corpus_
 
 def test_unreachable_backend_exits_2_and_sarif_records_the_failed_invocation(tmp_path):
     corpus.tree(tmp_path)
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    endpoint = nowhere(tmp_path)
     result = k3lsp("audit", "proj", "--endpoint", endpoint, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
     assert result.returncode == 2
     assert f"{endpoint} is not reachable" in result.stderr

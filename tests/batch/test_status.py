@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.batch.test_exit import free_port
 from tests.support.batch import k3lsp
+from tests.support.daemon import nowhere
 
 FIGURES = ("model", "experts", "ranks", "queued", "tokens/s", "loop rate", "ended on stop token")
 
@@ -23,14 +23,15 @@ def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
 
 def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair, tmp_path):
     a, b = slow_pair
-    table = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", b.endpoint, cache=tmp_path, cwd=tmp_path)
+    table = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", b.endpoint, cache=tmp_path, cwd=tmp_path,
+                  env={"COLUMNS": "300"})  # wide enough for two socket paths as column headers
     assert table.returncode == 0, table.stderr
     header = next(line for line in table.stdout.splitlines() if a.endpoint in line)
     assert b.endpoint in header
     for figure in FIGURES:
         assert any(line.lstrip("│ ").startswith(figure) for line in table.stdout.splitlines()), figure
 
-    down = f"tcp://127.0.0.1:{free_port()}"
+    down = nowhere(tmp_path)
     mixed = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", down, "--json", "--timeout", "2",
                   cache=tmp_path, cwd=tmp_path)  # fmt: skip
     assert mixed.returncode == 2

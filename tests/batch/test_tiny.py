@@ -15,12 +15,14 @@ def test_tiny_checkpoint_audits_every_unit_into_valid_sarif(tiny_model, tmp_path
         result = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, "--format", "sarif", "--jobs", "2",
                        cache=tmp_path / "c", cwd=tmp_path)  # fmt: skip
         again = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, "--json", cache=tmp_path / "c", cwd=tmp_path)
-    assert result.returncode in (0, 1), result.stderr  # random weights may or may not report something
     run = valid_sarif(result.stdout)["runs"][0]
-    assert run["invocations"][0] == {"executionSuccessful": True, "exitCode": result.returncode}
-    assert (result.returncode == 1) == bool(run["results"])
+    invocation = run["invocations"][0]
+    notes = [n["message"]["text"] for n in invocation.get("toolExecutionNotifications", [])]
+    cut = sum("the audit was cut short" in n for n in notes)  # random weights rarely stop within 24 tokens
+    assert len(notes) == cut, notes  # nothing else went wrong
+    assert result.returncode == (2 if cut else 1 if run["results"] else 0), result.stderr
+    assert invocation["executionSuccessful"] is (cut == 0) and invocation["exitCode"] == result.returncode
     for r in run["results"]:  # whatever it said passed the same validation as in the editor
         assert r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] in ("src/net/parse.c",
                                                                                   "src/net/proto.h", "lib/util.c")
-    assert again.returncode == result.returncode
-    assert (stats(again)["cached"], stats(again)["audited"]) == (corpus.UNITS, 0)  # every unit was audited and stored
+    assert (stats(again)["cached"], stats(again)["audited"]) == (corpus.UNITS - cut, cut)  # only complete ones stored

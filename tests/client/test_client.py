@@ -50,7 +50,7 @@ async def test_unreachable_daemon_is_a_clear_error():
     with socket.socket() as probe:  # closed synchronously (a zmq socket's listener lingers in its I/O thread,
         probe.bind(("127.0.0.1", 0))  # and a handshake with it failed as "server_key" now and then)
         port = probe.getsockname()[1]
-    client = BackendClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5))
+    client = BackendClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5, insecure=True))
     with pytest.raises(BackendError) as err:
         await asyncio.wait_for(client.connect(), 5)
     await client.close()

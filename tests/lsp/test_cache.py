@@ -10,16 +10,16 @@ from k3lsp import cache
 FINDING = {"cwe": 120, "severity": "high", "title": "t", "message": "m", "start_line": 1, "end_line": 1, "trace": []}
 
 
-def test_put_get_has_by_key_model_and_prompt(tmp_path):
+def test_put_get_has_by_unit_and_result_key(tmp_path):
     c = cache.ResultCache(tmp_path / "r.sqlite3")
-    assert c.get("k1", "m", "p1") is None and not c.has("k1", "m", "p1")
-    c.put("k1", "m", "p1", [FINDING], {"tokens": 42})
-    got = c.get("k1", "m", "p1")
+    assert c.get("k1", "r1") is None and not c.has("k1", "r1")
+    c.put("k1", "r1", [FINDING], {"tokens": 42})
+    got = c.get("k1", "r1")
     assert got.findings == [FINDING] and got.stats == {"tokens": 42} and got.created > 0
-    assert c.has("k1", "m", "p1")
-    assert c.get("k1", "other-model", "p1") is None and c.get("k1", "m", "p2") is None
-    c.put("k1", "m", "p1", [], None)  # a re-audit replaces
-    assert c.get("k1", "m", "p1").findings == []
+    assert c.has("k1", "r1")
+    assert c.get("k1", "r2") is None and c.get("k1", "r3") is None
+    c.put("k1", "r1", [], None)  # a re-audit replaces
+    assert c.get("k1", "r1").findings == []
     s = c.stats()
     assert s["entries"] == 1 and s["hits"] == 2 and s["misses"] == 3 and s["bytes"] > 0
     assert c.clear() == 1 and c.stats()["entries"] == 0
@@ -29,9 +29,9 @@ def test_survives_restart_and_uses_the_env_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "env"))
     assert cache.default_path() == tmp_path / "env" / cache.FILE_NAME
     first = cache.ResultCache()
-    first.put("k", "m", "p", [FINDING])
+    first.put("k", "r", [FINDING])
     first.close()
-    assert cache.ResultCache().get("k", "m", "p").findings == [FINDING]
+    assert cache.ResultCache().get("k", "r").findings == [FINDING]
 
 
 def test_corrupt_file_is_moved_aside_and_recreated(tmp_path, caplog):
@@ -41,14 +41,14 @@ def test_corrupt_file_is_moved_aside_and_recreated(tmp_path, caplog):
         c = cache.ResultCache(path)
     assert "moved aside" in caplog.text
     assert [p.name for p in tmp_path.glob("r.sqlite3.corrupt-*")]
-    c.put("k", "m", "p", [FINDING])
-    assert c.get("k", "m", "p").findings == [FINDING]
+    c.put("k", "r", [FINDING])
+    assert c.get("k", "r").findings == [FINDING]
 
 
 def test_file_corrupted_while_open_is_recovered(tmp_path, caplog):
     path = tmp_path / "r.sqlite3"
     c = cache.ResultCache(path)
-    c.put("k", "m", "p", [FINDING])
+    c.put("k", "r", [FINDING])
     c.close()
     c = cache.ResultCache(path)
     for suffix in ("", "-wal", "-shm"):
@@ -56,9 +56,9 @@ def test_file_corrupted_while_open_is_recovered(tmp_path, caplog):
         if p.exists():
             p.write_bytes(b"\x00garbage" * 1000)
     with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
-        assert c.get("k", "m", "p") is None  # lost, but no exception
-    c.put("k2", "m", "p", [FINDING])
-    assert c.get("k2", "m", "p") is not None
+        assert c.get("k", "r") is None  # lost, but no exception
+    c.put("k2", "r", [FINDING])
+    assert c.get("k2", "r") is not None
 
 
 def test_unusable_location_falls_back_to_memory(tmp_path, caplog):
@@ -67,14 +67,14 @@ def test_unusable_location_falls_back_to_memory(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
         c = cache.ResultCache(blocker / "sub" / "r.sqlite3")  # parent is a file: cannot mkdir
     assert "in memory" in caplog.text
-    c.put("k", "m", "p", [FINDING])
-    assert c.has("k", "m", "p")
+    c.put("k", "r", [FINDING])
+    assert c.has("k", "r")
 
 
 def test_unreadable_row_is_a_miss(tmp_path):
     c = cache.ResultCache(tmp_path / "r.sqlite3")
-    c._conn.execute("INSERT INTO results VALUES ('k', 'm', 'p', 'not json', '{}', 0)")
-    assert c.get("k", "m", "p") is None
+    c._conn.execute("INSERT INTO results VALUES ('k', 'r', 10, 0, 0, 'not json', '{}')")
+    assert c.get("k", "r") is None
 
 
 WRITER = textwrap.dedent(
@@ -83,8 +83,8 @@ WRITER = textwrap.dedent(
     from k3lsp.cache import ResultCache
     c = ResultCache(sys.argv[1])
     for i in range(200):
-        c.put(f"{sys.argv[2]}-{i}", "m", "p", [{"i": i}])
-        assert c.get(f"{sys.argv[2]}-{i}", "m", "p") is not None
+        c.put(f"{sys.argv[2]}-{i}", "r", [{"i": i}])
+        assert c.get(f"{sys.argv[2]}-{i}", "r") is not None
     """
 )
 
@@ -100,4 +100,4 @@ def test_several_processes_share_one_cache(tmp_path):
         assert p.returncode == 0, err.decode()
     c = cache.ResultCache(path)
     assert c.stats()["entries"] == 600
-    assert c.get("w2-199", "m", "p").findings == [{"i": 199}]
+    assert c.get("w2-199", "r").findings == [{"i": 199}]

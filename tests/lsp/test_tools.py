@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import tools
+from k3lsp import keys, tools
 from tests.lsp.conftest import EXAMPLES
 
 
@@ -180,3 +180,56 @@ def test_searches_stop_at_the_time_limit(ws, monkeypatch):
     assert ok and text == "no definition of k3demo_ioctl found in the workspace's C files " + (
         "(search stopped after -1 s: later files were not searched)"
     )
+
+
+def test_a_hard_link_to_a_file_outside_is_out_of_every_tools_reach(ws, tmp_path):
+    outside = tmp_path / "secret" / "creds.c"
+    outside.write_text("int stolen_key = 45;\n")
+    os.link(outside, ws / "drivers" / "harmless.c")  # no symlink to see: the same file under a second name
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/harmless.c", "start": 1, "end": 3})
+    assert not ok and "has other hard links" in text and "stolen_key" not in text
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "stolen_key"})
+    assert ok and text.startswith("0 matching lines")
+    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "stolen_key"})
+    assert "no definition" in text
+
+
+def test_a_nul_after_the_first_8_kib_still_makes_a_binary_file(ws):
+    (ws / "drivers" / "late.c").write_bytes(b"int plain_text;\n" * 1000 + b"\0\x7fELF stolen_key")
+    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/late.c", "start": 1, "end": 2})
+    assert not ok and "binary file" in text
+    ok, text = tools.run_tool(ws, "grep", {"pattern": "plain_text|stolen_key", "path": "drivers/late.c"})
+    assert ok and text.startswith("0 matching lines")
+
+
+def test_a_workspace_at_the_home_folder_keeps_keys_and_other_secrets_out_of_reach(tmp_path, monkeypatch):
+    """Home as the workspace: the key directories (not hidden on macOS: ~/Library/Application Support/...),
+    the result cache, keychains and private keys lying around are refused by name and place."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "conf"))  # a config dir without a dot, as on macOS
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "caches"))
+    monkeypatch.delenv("K3LSP_CACHE_DIR", raising=False)
+    keys.init_client(keys.default_dir("k3lsp"), "alice")
+    keys.init_server(keys.default_dir("k3-backend"))
+    (home / "caches" / "k3lsp").mkdir(parents=True)
+    (home / "caches" / "k3lsp" / "notes.c").write_text("int cached_result;\n")
+    (home / "Library" / "Keychains").mkdir(parents=True)
+    (home / "Library" / "Keychains" / "login.txt").write_text("stolen_key\n")
+    (home / "work").mkdir()
+    (home / "work" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY----- stolen_key\n")
+    (home / "work" / "server.pem").write_text("-----BEGIN PRIVATE KEY----- stolen_key\n")
+    (home / "work" / "main.c").write_text("int main(void) { return 0; }\n")
+    secrets = ["conf/k3lsp/keys/alice.key_secret", "conf/k3lsp/keys/alice.key", "conf/k3-backend/keys/server.key",
+               "caches/k3lsp/notes.c", "Library/Keychains/login.txt", "work/id_ed25519", "work/server.pem"]
+    for path in secrets:
+        ok, text = tools.run_tool(home, "read_lines", {"path": path, "start": 1, "end": 3})
+        assert not ok and "secrets are not available" in text, (path, text)
+    (home / "Library" / "Mobile Documents").mkdir()  # iCloud Drive: code may live there
+    (home / "Library" / "Mobile Documents" / "icloud.c").write_text("int synced;\n")
+    assert tools.run_tool(home, "read_lines", {"path": "Library/Mobile Documents/icloud.c", "start": 1, "end": 1})[0]
+    ok, text = tools.run_tool(home, "grep", {"pattern": "."})
+    assert ok and "work/main.c:1:" in text
+    assert not any(path in text for path in secrets) and "stolen_key" not in text and "BEGIN" not in text
+    ok, text = tools.run_tool(home, "find_definition", {"symbol": "cached_result"})
+    assert "no definition" in text

@@ -87,7 +87,7 @@ def test_serve_with_a_rank_that_never_starts_exits(tiny_model, tmp_path):
     env = os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": "0"}  # rank 1 is never started
     tic = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model),
-                           "--bind", "tcp://127.0.0.1:0", "--rank-timeout", "3"], cwd=REPO, env=env,
+                           "--bind", f"ipc://{tmp_path}/daemon.sock", "--rank-timeout", "3"], cwd=REPO, env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "ready" not in done.stdout
     assert time.monotonic() - tic < 30

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import auth
+from backend.allowlist import RELOAD_SECONDS
 from k3lsp import keys
 from k3lsp.client import BackendClient, ClientOptions
 from tests.support import kimi
@@ -67,11 +67,11 @@ class Keyring:
 
     def authorize(self, name: str) -> None:
         shutil.copy(self.clients[name][0], self.authorized / f"{name}.key")
-        time.sleep(auth.RELOAD_SECONDS + 0.2)  # the daemon looks at the directory at most this often
+        time.sleep(RELOAD_SECONDS + 0.2)  # the daemon looks at the directory at most this often
 
     def revoke(self, name: str) -> None:
         (self.authorized / f"{name}.key").unlink()
-        time.sleep(auth.RELOAD_SECONDS + 0.2)
+        time.sleep(RELOAD_SECONDS + 0.2)
 
     def wire(self, endpoint: str, name: str, **kw) -> Wire:
         """A raw DEALER with ``name``'s keys: the test sees exactly the frames on the wire."""

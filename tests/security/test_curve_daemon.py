@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from backend.allowlist import RELOAD_SECONDS
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from tests.support.daemon import audit_fields
 
@@ -111,6 +112,22 @@ async def test_terminal_messages_are_exactly_one_after_revocation(curve_daemon, 
                 after.append(msg)
         assert end["code"] == "unauthorized"
         assert [m for m in after if m["id"] == "r"] == []
+    finally:
+        if (keyring.authorized / "late.key").exists():
+            keyring.revoke("late")
+
+
+async def test_a_revoked_key_that_stays_silent_loses_its_open_request(curve_daemon, keyring):
+    """The request waits for our tool answer, which never comes: revocation alone must end it, within seconds
+    (not at the tool timeout, and not only when the client speaks again)."""
+    keyring.authorize("late")
+    try:
+        async with keyring.wire(curve_daemon.endpoint, "late") as late:
+            await late.send("audit", "quiet", **audit_fields("holder"))
+            await late.until("quiet", "tool_request")
+            keyring.revoke("late")  # waits RELOAD_SECONDS: the daemon's view of the directory may be that stale
+            end = await late.until("quiet", "error", timeout=2 * RELOAD_SECONDS + 2)
+        assert end["code"] == "unauthorized"
     finally:
         if (keyring.authorized / "late.key").exists():
             keyring.revoke("late")

@@ -1,8 +1,9 @@
 """A real `k3-backend serve` process for tests, and a raw DEALER to talk to it.
 
-`serving(model, script=..., args=...)` starts the daemon as its own process on tcp://127.0.0.1:0, waits
-(bounded) for its ready line, yields a `Daemon` with the endpoint, and stops the process by PID at the end
-(SIGTERM, then SIGKILL if it does not exit). LSP, CLI and editor tests reuse it with their own scripts.
+`serving(model, script=..., args=...)` starts the daemon as its own process on a private ipc socket (in a
+fresh 0700 directory, like the default one), waits (bounded) for its ready line, yields a `Daemon` with the
+endpoint, and stops the process by PID at the end (SIGTERM, then SIGKILL if it does not exit). LSP, CLI and
+editor tests reuse it with their own scripts; `bind=` gives another endpoint (plain tcp needs --insecure).
 
 `Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire. Many
 coroutines may wait on one Wire for different requests: one of them at a time reads the socket and keeps
@@ -43,10 +44,10 @@ class Daemon:
 
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
-            ready_timeout: float = 180.0) -> Iterator[Daemon]:
-    """Run `k3-backend serve --model MODEL --bind tcp://127.0.0.1:0 [--script FILE] *args` for the block."""
+            ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None) -> Iterator[Daemon]:
+    """Run `k3-backend serve --model MODEL --bind ENDPOINT [--script FILE] *args` for the block, in ``cwd``."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
-        cmd = ["--model", str(model), "--bind", "tcp://127.0.0.1:0"]
+        cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock"]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
@@ -54,7 +55,7 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=REPO)
+                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd)
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
@@ -159,6 +160,11 @@ class Wire:
                 ok, result = tools[msg["tool"]]
                 await self.send("tool_result", msg_id, call=msg["call"], ok=ok, result=result)
         raise AssertionError(f"request {msg_id} sent 10000 messages without ending")
+
+
+def nowhere(directory: Path) -> str:
+    """An endpoint where no daemon listens: a socket in a private directory, like the default one but empty."""
+    return f"ipc://{directory}/nowhere/daemon.sock"
 
 
 def audit_fields(unit: str, *, code: str = "int f(int n)\n{\n\treturn n;\n}\n", path: str = "src/f.c",

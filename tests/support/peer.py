@@ -1,10 +1,11 @@
-"""A ROUTER on loopback playing a scripted daemon, for tests of the client side's handling of odd answers
-(the real daemon is in tests/backend)."""
+"""A ROUTER on a private ipc socket playing a scripted daemon, for tests of the client side's handling of odd
+answers (the real daemon is in tests/backend)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 
 import zmq
 import zmq.asyncio
@@ -13,12 +14,17 @@ from k3lsp import protocol
 
 
 @contextlib.asynccontextmanager
-async def peer(handler):
-    """A ROUTER on a free loopback port; ``handler(sock, ident, message)`` answers each decoded message."""
+async def peer(handler, *, sndhwm: int = 1000):
+    """A ROUTER on an ipc socket in a fresh 0700 directory (where a client trusts it, like the daemon's default
+    socket); ``handler(sock, ident, message)`` answers each decoded message. A ROUTER drops what a peer's full
+    queue cannot take: ``sndhwm=0`` (no limit) for floods that must arrive whole."""
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.setsockopt(zmq.SNDHWM, sndhwm)
+    private = tempfile.TemporaryDirectory(prefix="k3peer-")
+    endpoint = f"ipc://{private.name}/daemon.sock"
+    sock.bind(endpoint)
 
     async def serve():
         while True:
@@ -27,13 +33,14 @@ async def peer(handler):
 
     task = asyncio.create_task(serve())
     try:
-        yield f"tcp://127.0.0.1:{port}"
+        yield endpoint
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         sock.close()
         ctx.term()
+        private.cleanup()
 
 
 async def reply(sock, ident, kind, msg_id, **fields):

@@ -18,6 +18,7 @@ export const SERVER_KEYS = [
   "endpoint",
   "serverKey",
   "clientKey",
+  "insecure",
   "trigger",
   "minSeverity",
   "maxFileBytes",
@@ -49,12 +50,14 @@ function setting(settings: SettingsView, key: string): string {
 
 /**
  * `k3lsp.server.python` wins over `k3lsp.server.path`: a virtualenv's interpreter is the
- * usual way to run a checkout, and `-m k3lsp` needs no console script on PATH.
+ * usual way to run a checkout, and `-m k3lsp` needs no console script on PATH. `-I` (isolated):
+ * the server may start in the workspace, and a plain `-m` would import a `k3lsp/` directory of
+ * the audited repository before the installed package.
  */
 export function serverCommand(settings: SettingsView): ServerCommand {
   const python = setting(settings, "server.python");
   if (python) {
-    return { command: expandHome(python), args: ["-m", "k3lsp"] };
+    return { command: expandHome(python), args: ["-I", "-m", "k3lsp"] };
   }
   return { command: expandHome(setting(settings, "server.path") || "k3lsp"), args: [] };
 }

@@ -33,9 +33,9 @@ test("k3lsp.server.path is used, with ~ expanded", async () => {
   assert.deepEqual(onlyClient(lc).serverOptions, { command: path.join(os.homedir(), "bin/k3lsp"), args: [] });
 });
 
-test("k3lsp.server.python runs `python -m k3lsp` and wins over the path", async () => {
+test("k3lsp.server.python runs `python -I -m k3lsp` and wins over the path", async () => {
   const { lc } = await activated({ "server.path": "/opt/k3lsp", "server.python": "/w/.venv/bin/python" });
-  assert.deepEqual(onlyClient(lc).serverOptions, { command: "/w/.venv/bin/python", args: ["-m", "k3lsp"] });
+  assert.deepEqual(onlyClient(lc).serverOptions, { command: "/w/.venv/bin/python", args: ["-I", "-m", "k3lsp"] });
 });
 
 test("document selector covers C files and .h headers of any language", async () => {
@@ -80,6 +80,7 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.endpoint",
       "k3lsp.serverKey",
       "k3lsp.clientKey",
+      "k3lsp.insecure",
       "k3lsp.trigger",
       "k3lsp.minSeverity",
       "k3lsp.maxFileBytes",
@@ -239,7 +240,7 @@ test("changing k3lsp.server.* restarts the server; other keys only sync", async 
   vscode.changeSettings({ "server.python": "/usr/bin/python3" });
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(lc.clients.length, 2);
-  assert.deepEqual(lc.clients[1].serverOptions, { command: "/usr/bin/python3", args: ["-m", "k3lsp"] });
+  assert.deepEqual(lc.clients[1].serverOptions, { command: "/usr/bin/python3", args: ["-I", "-m", "k3lsp"] });
 });
 
 test("a server that cannot start leaves a clear message and a stopped status, not a failed activation", async () => {

@@ -34,7 +34,7 @@ test("real server: settings accepted, audit with the backend down, status", { sk
   fs.writeFileSync(source, "#include <string.h>\nvoid copy(char *d, const char *s) {\n  strcpy(d, s);\n}\n");
   const endpoint = `tcp://127.0.0.1:${await deadPort()}`;
   const { extension, context, vscode } = loadExtension(
-    { "server.path": SERVER, endpoint, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
+    { "server.path": SERVER, endpoint, insecure: true, trigger: "manual", minSeverity: "high", exclude: ["gen/**"] },
     { client: "real" },
   );
   vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
@@ -68,25 +68,36 @@ test("real server: settings accepted, audit with the backend down, status", { sk
 
 const PYTHON = path.join(path.dirname(SERVER), "python");
 
-test("real server through k3lsp.server.python (`python -m k3lsp`)", { skip, timeout: 60000 }, async (t) => {
+test("real server through k3lsp.server.python (`python -I -m k3lsp`), started in a hostile workspace", { skip, timeout: 60000 }, async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "k3lsp-vscode-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const cwd = process.cwd();
+  t.after(() => {
+    process.chdir(cwd);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
   process.env.XDG_CACHE_HOME = path.join(dir, "cache");
+  // The audited repository holds a `k3lsp` package; the server process starts in it.
+  const marker = path.join(dir, "marker");
+  fs.mkdirSync(path.join(dir, "k3lsp"));
+  fs.writeFileSync(path.join(dir, "k3lsp", "__init__.py"), `open(${JSON.stringify(marker)}, "w").write("ran")\n`);
+  process.chdir(dir);
   const { extension, context, vscode } = loadExtension(
-    { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}` },
+    { "server.python": PYTHON, endpoint: `tcp://127.0.0.1:${await deadPort()}`, insecure: true },
     { client: "real" },
   );
+  vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
   try {
     await extension.activate(context);
     const settled = ["$(shield) k3", "$(error) k3: server stopped"];
     const text = await eventually("the server to start or stop", () => vscode.statusItems[0].text, (t) =>
       settled.includes(t),
     );
-    assert.equal(text, "$(shield) k3", `python -m k3lsp did not start:\n${vscode.channels[0].lines.slice(-5).join("\n")}`);
+    assert.equal(text, "$(shield) k3", `python -I -m k3lsp did not start:\n${vscode.channels[0].lines.slice(-5).join("\n")}`);
     await vscode.api.commands.executeCommand("k3lsp.showStatus");
     assert.deepEqual(vscode.messages.filter((m) => m.level === "error"), []);
     assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
   } finally {
     await extension.deactivate();
   }
+  assert.equal(fs.existsSync(marker), false, "the server imported the workspace's k3lsp package");
 });

@@ -77,7 +77,7 @@ end
 --- Returns false when a configured key file cannot be read.
 local function check_keys(opts)
   if not opts.server_key and not opts.client_key then
-    vim.health.info('no server_key / client_key: the connection is not encrypted (fine for a daemon on 127.0.0.1)')
+    vim.health.info('no server_key / client_key: no encryption (fine for the daemon of this user on this machine)')
     return true
   end
   if not (opts.server_key and opts.client_key) then
@@ -104,9 +104,15 @@ local function describe(stdout)
 end
 
 local function check_backend(k3lsp, cmd, opts)
-  local endpoint = k3lsp.endpoint(opts)
-  local status = vim.list_extend(vim.deepcopy(cmd), { 'status', '--endpoint', endpoint, '--json' })
-  vim.list_extend(status, { '--timeout', tostring(STATUS_TIMEOUT_S) })
+  local configured = k3lsp.endpoint(opts)
+  local endpoint = configured or "the daemon's default socket"
+  local status = vim.list_extend(vim.deepcopy(cmd), { 'status', '--json', '--timeout', tostring(STATUS_TIMEOUT_S) })
+  if configured then
+    vim.list_extend(status, { '--endpoint', configured })
+  end
+  if opts.insecure then
+    table.insert(status, '--insecure')
+  end
   if opts.server_key then
     vim.list_extend(status, { '--server-key', vim.fs.normalize(opts.server_key) })
   end
@@ -118,7 +124,7 @@ local function check_backend(k3lsp, cmd, opts)
     vim.health.ok(('backend reachable at %s: %s'):format(endpoint, describe(stdout)))
   else
     vim.health.error(('backend not reachable at %s: %s'):format(endpoint, last_line(output)), {
-      'start it: k3-backend serve --model PATH --bind ' .. endpoint,
+      'start it: k3-backend serve --model PATH' .. (configured and (' --bind ' .. configured) or ''),
       'or point `endpoint` in setup{} (or $K3LSP_ENDPOINT) at the running daemon',
     })
   end

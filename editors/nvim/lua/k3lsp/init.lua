@@ -15,6 +15,7 @@ local SERVER_KEYS = {
   endpoint = 'endpoint',
   server_key = 'serverKey',
   client_key = 'clientKey',
+  insecure = 'insecure',
   trigger = 'trigger',
   min_severity = 'minSeverity',
   max_file_bytes = 'maxFileBytes',
@@ -25,15 +26,13 @@ local SERVER_KEYS = {
 local TRIGGERS = { 'save', 'open', 'manual' }
 local SEVERITIES = { 'critical', 'high', 'medium', 'low', 'info' }
 
---- The endpoint the server uses when none is configured (kept equal to k3lsp.client.default_endpoint).
-M.default_endpoint = 'tcp://127.0.0.1:5555'
-
 M.defaults = {
   cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
-  python = nil, -- string: run `python -m k3lsp.cli` with this interpreter instead of `cmd`
+  python = nil, -- string: run `python -I -m k3lsp.cli` with this interpreter instead of `cmd`
   endpoint = nil,
   server_key = nil,
   client_key = nil,
+  insecure = nil, -- boolean: allow a plain tcp:// endpoint, where nothing proves who the daemon is
   trigger = nil,
   min_severity = nil,
   max_file_bytes = nil,
@@ -95,6 +94,7 @@ local function validate(opts)
     check_type(opts, key, 'string')
   end
   check_type(opts, 'lsp', 'table')
+  check_type(opts, 'insecure', 'boolean')
   check_choice(opts, 'trigger', TRIGGERS)
   check_choice(opts, 'min_severity', SEVERITIES)
   for _, key in ipairs({ 'cmd', 'include', 'exclude', 'filetypes', 'root_markers' }) do
@@ -112,13 +112,15 @@ local function validate(opts)
   end
 end
 
---- The server command line: `cmd`, else `python -m k3lsp.cli`, else `k3lsp` from PATH.
+--- The server command line: `cmd`, else `python -I -m k3lsp.cli`, else `k3lsp` from PATH.
+--- `-I`: the server starts in the project, and a plain `-m` would import a `k3lsp/` directory lying there
+--- (the audited repository's code) before the installed package.
 function M.server_cmd(opts)
   if opts.cmd then
     return vim.deepcopy(opts.cmd)
   end
   if opts.python then
-    return { vim.fs.normalize(opts.python), '-m', 'k3lsp.cli' }
+    return { vim.fs.normalize(opts.python), '-I', '-m', 'k3lsp.cli' }
   end
   return { 'k3lsp' }
 end
@@ -138,10 +140,11 @@ function M.server_settings(opts)
   return settings
 end
 
---- The endpoint the server will use, for messages and the health check.
+--- The endpoint configured for the server, for messages and the health check; nil means the server's
+--- default: the private ipc socket of this user's daemon (see `k3lsp status --help`).
 function M.endpoint(opts)
   opts = opts or M.options or {}
-  return opts.endpoint or vim.env.K3LSP_ENDPOINT or M.default_endpoint
+  return opts.endpoint or vim.env.K3LSP_ENDPOINT
 end
 
 --- C sources always; other filetypes (cpp, from `filetypes`) only for `*.h` headers.

@@ -1,0 +1,48 @@
+"""What a cached audit result is filed under, besides the unit's own content address (``units.Unit.key``).
+
+A cached result stands for "what this model, asked this way, by this daemon, said about this unit", so it
+is shown again only when all of these match:
+
+- the model: the daemon's checkpoint fingerprint (``welcome.fingerprint``, backend/fingerprint.py), never
+  the model's name, which any other build can carry;
+- the prompt version (``welcome.limits.prompt_version``);
+- the thinking effort the audit request was sent with;
+- the daemon's identity, as the client established it before sending anything
+  (``BackendClient.daemon_identity``: its CurveZMQ server key, its private ipc socket, or an insecure
+  endpoint): results of one daemon are never shown as another's.
+
+A daemon whose welcome names no fingerprint, or whose identity is unknown, has no key: its results are shown
+but never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import astuple, dataclass
+
+DEFAULT_EFFORT = "default"  # audits that name no thinking effort get the daemon's default
+
+
+@dataclass(frozen=True)
+class ResultKey:
+    fingerprint: str
+    prompt_version: str
+    effort: str
+    daemon: str
+
+    def digest(self) -> str:
+        """The key as the cache stores it: a hash of every component, each length-prefixed (unambiguous)."""
+        h = hashlib.sha256(b"k3lsp-result-key-v1\0")
+        for part in astuple(self):
+            data = part.encode("utf-8", "surrogatepass")
+            h.update(len(data).to_bytes(8, "big") + data)
+        return h.hexdigest()
+
+
+def for_welcome(welcome: dict, *, effort: str, daemon: str | None) -> ResultKey | None:
+    """The key of the results a daemon gives; None when its welcome names no checkpoint fingerprint or its
+    identity is unknown."""
+    fingerprint = welcome.get("fingerprint")
+    if not fingerprint or not daemon:
+        return None
+    return ResultKey(fingerprint, str(welcome["limits"].get("prompt_version", "")), effort, daemon)

@@ -1,0 +1,77 @@
+"""The one sanitiser for text from the model or the daemon, on every way it goes out to a person.
+
+A finding's title, message and trace, an explanation, the daemon's welcome, errors and status are data
+that neither side can vouch for (the model follows what the audited code says; the daemon may be someone
+else's). Shown raw, such text acts instead of reading:
+
+- C0 and C1 control characters are terminal commands: ``ESC ] 0`` sets the window title, ``ESC ] 52``
+  writes the clipboard, ``ESC [`` recolours, hides or erases text, a bare ``CR`` overwrites the line;
+  editors show them as bare boxes or break the line there;
+- Unicode bidi controls (U+202A-U+202E, U+2066-U+2069, U+200E/F, U+061C) reorder what is shown, so the
+  text reads otherwise than it is (Trojan Source);
+- rich markup (``[link=...]``) in a string printed through rich becomes a hyperlink or a style.
+
+So: :func:`line` for one-line text (titles, labels, status, log lines), :func:`text` for messages that
+keep their line breaks, :func:`unsafe_code` to refuse a suggested fix that hides such characters in code,
+:func:`rich` for table cells (data, never markup), and :class:`Formatter` for log lines on a terminal.
+JSON and SARIF output escape every control character themselves (``json.dumps``), and what they carry
+went through :func:`line` / :func:`text` in ``k3lsp.findings`` already.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from rich.text import Text
+
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_BREAKS = re.compile("\r\n|[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # what terminals or editors break lines on
+_DROPPED = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")  # every control but tab and newline
+_UNSAFE_IN_CODE = re.compile(f"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f{BIDI_CONTROLS}]")  # tab, LF, FF, CR are C
+
+
+def line(value: object) -> str:
+    """One line: line breaks and tabs become spaces, other controls and bidi controls go, whitespace collapses."""
+    return " ".join(_DROPPED.sub("", _BREAKS.sub(" ", str(value))).split())
+
+
+def text(value: object) -> str:
+    """Lines kept (any line break becomes ``\\n``) and tabs; every other control and bidi control goes."""
+    return _DROPPED.sub("", _BREAKS.sub("\n", str(value)))
+
+
+def unsafe_code(code: str) -> bool:
+    """True when code (a suggested fix) holds a bidi control or a control character other than tab, newline,
+    carriage return and form feed: a replacement that would read otherwise than it compiles."""
+    return _UNSAFE_IN_CODE.search(code) is not None
+
+
+def data(value: Any) -> Any:
+    """Every string in a map or list (keys too) through :func:`line`: a daemon's free-form answer to show."""
+    if isinstance(value, dict):
+        return {line(k): data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [data(v) for v in value]
+    return line(value) if isinstance(value, str) else value
+
+
+def rich(value: object) -> Text:
+    """A rich table cell showing ``value`` as plain text: its brackets are never read as markup."""
+    return Text(line(value))
+
+
+class Formatter(logging.Formatter):
+    """Log lines whose arguments may be model or daemon text: the formatted record goes through :func:`text`
+    (a traceback keeps its lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return text(super().format(record))
+
+
+def log_to_stderr(fmt: str, level: int = logging.INFO) -> None:
+    """``logging.basicConfig`` on stderr with the sanitising :class:`Formatter`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(Formatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler])

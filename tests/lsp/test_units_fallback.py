@@ -1,0 +1,91 @@
+"""A file beyond the splitter's limits is audited in line windows with a note, never a crash.
+
+1,000 nested ``#if`` (13 KB) or 500 ``#if/#else {`` blocks once raised RecursionError out of ``units.split``:
+``k3lsp audit`` died with exit 1 (which means "findings") and no SARIF, a workspace audit stopped at the
+file, and the file was never audited. Here the same files are split, audited by the CLI and by a workspace
+audit through the real language server, against the scripted daemon.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k3lsp import cli, tools, units
+from tests.batch.test_sarif import valid_sarif
+from tests.lsp import scripted
+from tests.support.batch import k3lsp
+from tests.support.daemon import nowhere
+from tests.support.lsp import editor
+
+DEEP_IF = "#if A\n" * 1000 + "int f(char *p)\n{\n\treturn p[0];\n}\n" + "#endif\n" * 1000
+IF_ELSE = "".join(f"#if A\nint f{i}(void) {{\n#else\nint g{i}(void) {{\n#endif\n" for i in range(500)) + "}\n" * 500
+
+
+@pytest.mark.parametrize("source", [DEEP_IF, IF_ELSE], ids=["nested-if", "if-else-braces"])
+def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(source, tmp_path):
+    lines = source.removesuffix("\n").split("\n")
+    split = units.split(source)
+    assert split and all(u.kind == units.WINDOW_KIND for u in split)
+    assert [line for u in split for line in u.text.split("\n")] == lines  # every line, once, in order
+    assert all(u.line_count <= units.WINDOW_LINES for u in split)
+    assert split[0].name == f"lines 1-{units.WINDOW_LINES}"
+    note = units.fallback_note(split)
+    assert note is not None and f"{len(split)} windows of up to {units.WINDOW_LINES} lines" in note
+    assert units.fallback_note(units.split(scripted.DEMO_C)) is None
+    (tmp_path / "deep.c").write_text(source)
+    assert "no definition of f0" in tools.find_definition(tmp_path, "f0")  # the model's tool survives it too
+
+
+def test_the_recursion_limit_itself_also_falls_back(monkeypatch):
+    monkeypatch.setattr(units, "MAX_NESTING", 10**6)  # only Python's own limit is left
+    assert all(u.kind == units.WINDOW_KIND for u in units.parse(DEEP_IF).units)
+
+
+def workspace(tmp_path):
+    root = scripted.workspace(tmp_path)
+    (root / "slow.c").unlink()  # 3000 forced tokens: not needed here
+    (root / "a_deep.c").write_text(DEEP_IF)  # sorted before demo.c: the workspace audit meets it first
+    return root
+
+
+def test_the_batch_audit_keeps_its_exit_codes_and_writes_sarif(daemon, tmp_path):
+    workspace(tmp_path)
+    args = ("--endpoint", daemon.endpoint)
+    result = k3lsp("audit", "ws", *args, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr  # demo.c's findings, not a crash
+    run = valid_sarif(result.stdout)["runs"][0]
+    assert sorted(r["ruleId"] for r in run["results"]) == ["CWE-129", "CWE-787"]
+    notes = [n["message"]["text"] for n in run["invocations"][0]["toolExecutionNotifications"]]
+    assert len(notes) == 1 and notes[0].startswith("a_deep.c: ") and "audited as 11 windows" in notes[0]
+    assert "k3lsp audit: warning: a_deep.c: " in result.stderr
+
+    clean = k3lsp("audit", "ws/a_deep.c", *args, "--json", cache=tmp_path / "c", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["stats"]["units"] == 11  # 2,004 lines in windows of 200
+
+
+def test_an_unexpected_fault_in_the_batch_audit_exits_2_not_1(monkeypatch, tmp_path, capsys):
+    from k3lsp import batch
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("something nobody expected")
+
+    monkeypatch.setattr(batch, "audit_paths", broken)
+    (tmp_path / "a.c").write_text("int f(void) { return 0; }\n")
+    assert cli.main(["audit", str(tmp_path / "a.c"), "--endpoint", nowhere(tmp_path)]) == batch.EXIT_ERROR
+    assert "k3lsp audit: error: RuntimeError: something nobody expected" in capsys.readouterr().err
+
+
+async def test_a_workspace_audit_goes_on_past_the_file_and_audits_it(daemon, tmp_path):
+    root = workspace(tmp_path)
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        result = await ed.command("k3lsp.auditWorkspace", timeout=120)
+        assert result == {"files": 3}
+        demo = await ed.wait_diagnostics(ed.uri("demo.c"), lambda d: len(d) == 2)
+        assert {d.code for d in demo} == {"CWE-787", "CWE-129"}
+        notes = [m.message for m in ed.client.messages if "line windows" in m.message]
+        assert len(notes) == 1 and notes[0].startswith("a_deep.c: ")
+        counters = (await ed.status())["counters"]
+    assert counters["failed"] == 0 and counters["audited"] == 11 + 3  # the windows, demo.c's 2 and leaky.c's 1
