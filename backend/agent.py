@@ -1,16 +1,24 @@
 """The audit loop of one request: generate -> tool calls -> results -> continue, within budgets.
 
-The model reports each finding by calling ``report_finding``; a finding is validated and sent to the client
-the moment its call closes in the generated text, not when the turn ends, so the editor shows it while the
-model keeps going. When a turn ends with read-only workspace calls (``read_lines``, ``find_definition``,
-``grep``), the client runs them (it owns the workspace and its sandbox) and the conversation goes on: the
-assistant turn and the tool results are appended and the conversation is re-rendered through the chat
-template. That re-rendering extends prompt + generation token for token, so the engine's prompt cache turns
-it into a continuation that only prefills the tool results.
+Each generation is read as it streams (``backend.channels``): the think channel (the reasoning), the response
+and the tool-call sections are told apart by the markers mlx-lm infers for the tokenizer. The model reports
+each finding by calling ``report_finding``; a finding is validated and sent to the client the moment its call
+closes in a tool-call section, not when the turn ends, so the editor shows it while the model keeps going, and
+it carries the reasoning the model wrote before it (bounded). Calls written inside the think channel are
+never run, nor their findings reported. ``explain`` streams the response channel only.
 
-The loop ends when the model ends a turn without read-only calls (``stop``), or on a budget: tool rounds
-(``budget``), generated tokens (``length``), wall time (``deadline``), or the loop guard (``loop``). Invalid
-tool-call text is counted and reported in the stats; it never fails the request.
+When a turn ends with read-only workspace calls (``read_lines``, ``find_definition``, ``grep``), the client
+runs them (it owns the workspace and its sandbox) and the conversation goes on by appending: the next prompt
+is the previous prompt + the tokens the model generated (the end-of-message token it stopped on included) +
+the tool results and a generation prompt as the renderer renders them (``prompts.continuation``). The engine
+stored prompt + generation at the end of the generation (a continuation entry of its prompt cache, taken by
+the next round and released when the conversation ends), so each round prefills only the new tool turn. The
+history kept beside it has the reasoning as ``reasoning_content``, apart from the response in ``content``.
+
+The thinking effort (the request's, or the daemon's default) goes to the renderer and chooses the token
+budget. The loop ends when the model ends a turn without read-only calls (``stop``), or on a budget: tool
+rounds (``budget``), generated tokens (``length``), wall time (``deadline``), or the loop guard (``loop``).
+Invalid tool-call text is counted and reported in the stats; it never fails the request.
 
 The agent knows nothing about sockets: the daemon gives it ``send`` (a message to the client) and
 ``ask_tool`` (a tool round trip to the client).
@@ -26,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from backend import engine, prompts
+from backend import channels, engine, prompts
 from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -37,9 +45,12 @@ log = logging.getLogger(__name__)
 
 READ_ONLY_TOOLS = frozenset({"read_lines", "find_definition", "grep"})
 MAX_TOOL_RESULT_CHARS = 32 * 1024  # what one tool result may add to the conversation
+# Generated tokens per request (all rounds) at each thinking effort: reasoning is most of a turn's tokens.
+EFFORT_BUDGETS = {"off": 1024, "low": 2048, "high": 8192, "max": 32768}
 
 Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
 AskTool = Callable[[str, dict], Awaitable[tuple[bool, str]]]  # ask_tool(tool, args) -> (ok, result)
+Record = Callable[[dict], None]  # record(session): a finished conversation, for --trace-file
 
 
 class AgentError(Exception):
@@ -52,13 +63,29 @@ class AgentError(Exception):
 
 @dataclass
 class AgentConfig:
-    """Per-request limits and sampling, from the serve flags."""
+    """Per-request limits, sampling and thinking, from the serve flags."""
 
-    max_tokens: int = 1024  # generated tokens over all rounds of one request
+    max_tokens: int | None = None  # when set (--max-tokens), the budget at every effort
     max_tool_rounds: int = 4  # continuations after tool results
     deadline: float = 600.0  # seconds for a whole request
     temp: float = 1.0
     top_p: float = 0.95
+    thinking_effort: str = "low"  # for requests that name none
+    budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
+
+    def budget(self, effort: str, requested: int | None = None) -> int:
+        """Generated tokens a request at ``effort`` may use: the effort's budget (or --max-tokens, when given),
+        capped by the request's own ``max_tokens``."""
+        budget = self.budgets[effort] if self.max_tokens is None else self.max_tokens
+        return budget if requested is None else min(budget, requested)
+
+
+@dataclass
+class ChannelTally:
+    """Tokens generated per channel over the daemon's life, for ``status``."""
+
+    reasoning_tokens: int = 0
+    response_tokens: int = 0
 
 
 @dataclass
@@ -66,31 +93,50 @@ class Stats:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    reasoning_tokens: int = 0  # in the think channel, its markers included
+    response_tokens: int = 0  # everything else generated: the response, tool calls, the stop token
     tool_calls: int = 0
     findings: int = 0
     invalid_tool_calls: int = 0
+    think_tool_calls: int = 0  # calls written inside the think channel (never run)
     dropped_findings: int = 0
     findings_over_limit: int = 0  # valid findings beyond k3lsp.bounds (per unit, per finding, per result)
     rounds: int = 0
     batch_size_peak: int = 0
+    thinking_effort: str = ""
+    token_budget: int = 0
     finish_reason: str = "stop"
     turns: list[dict] = field(default_factory=list)  # per generation: what was prefilled, cached, generated
 
-    def add_generation(self, stats: dict, finish: str) -> None:
-        self.turns.append({k: int(stats.get(k, 0)) for k in ("prompt_tokens", "cached_tokens", "generated_tokens")}
-                          | {"finish": finish})
-        self.prompt_tokens += int(stats.get("prompt_tokens", 0))
-        self.cached_tokens += int(stats.get("cached_tokens", 0))
-        self.generated_tokens += int(stats.get("generated_tokens", 0))
+    def add_generation(self, stats: dict, finish: str, reasoning: int) -> None:
+        turn = {k: int(stats.get(k, 0)) for k in ("prompt_tokens", "cached_tokens", "generated_tokens")}
+        self.turns.append(turn | {"reasoning_tokens": reasoning, "finish": finish})
+        self.prompt_tokens += turn["prompt_tokens"]
+        self.cached_tokens += turn["cached_tokens"]
+        self.generated_tokens += turn["generated_tokens"]
+        self.reasoning_tokens += reasoning
+        self.response_tokens += turn["generated_tokens"] - reasoning
         self.batch_size_peak = max(self.batch_size_peak, int(stats.get("batch_size_peak", 0)))
         self.rounds += 1
 
 
 @dataclass
 class Generation:
-    text: str
     finish: str
     stats: dict
+    tokens: list[int]  # every generated id, the stop token included
+
+
+@dataclass
+class Conversation:
+    """One request's conversation: the history as messages, and the prompt the next round generates from."""
+
+    messages: list[dict]
+    tools: list[dict]
+    effort: str
+    specials: tuple[str, ...]
+    prompt: list[int] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +149,8 @@ class Agent:
     ask_tool: AskTool
     script: Script = field(default_factory=Script)
     priority: int = 0
+    tally: ChannelTally = field(default_factory=ChannelTally)
+    record: Record | None = None
     last_rid: int | None = None  # the engine request of the latest generation
 
     @property
@@ -111,53 +159,60 @@ class Agent:
 
     async def audit(self, req: dict) -> dict:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
-        messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"],
+        effort = req.get("thinking_effort") or self.config.thinking_effort
+        specials = prompts.special_strings(self.tokenizer)
+        messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
                                           context=req["context"], first_line=req.get("first_line"))
-        budget = min(req.get("max_tokens", self.config.max_tokens), self.config.max_tokens)
-        return await self._run(messages, prompts.AUDIT_TOOLS, req["unit"], budget, prose=False,
+        return await self._run(Conversation(messages, prompts.AUDIT_TOOLS, effort, specials), req["unit"],
+                               self.config.budget(effort, req.get("max_tokens")), prose=False,
                                lines=len(req["code"].splitlines()) or 1)
 
     async def explain(self, req: dict) -> dict:
-        """Stream an explanation of one finding as ``text`` messages; returns the ``done`` stats."""
-        messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"],
+        """Stream an explanation of one finding (its response channel) as ``text``; returns the ``done`` stats."""
+        effort = req.get("thinking_effort") or self.config.thinking_effort
+        specials = prompts.special_strings(self.tokenizer)
+        messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
                                             finding=req["finding"], context=req["context"])
-        return await self._run(messages, prompts.EXPLAIN_TOOLS, req["unit"], self.config.max_tokens,
-                               prose=True, lines=len(req["code"].splitlines()) or 1)
+        return await self._run(Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials), req["unit"],
+                               self.config.budget(effort), prose=True, lines=len(req["code"].splitlines()) or 1)
 
-    async def _run(self, messages: list[dict], tools: list[dict], unit: str, budget: int,
-                   prose: bool, lines: int) -> dict:
+    async def _run(self, conv: Conversation, unit: str, budget: int, prose: bool, lines: int) -> dict:
         started = time.monotonic()
-        stats = Stats()
+        stats = Stats(thinking_effort=conv.effort, token_budget=budget)
         try:
             async with asyncio.timeout(self.config.deadline):
-                stats.finish_reason = await self._rounds(messages, tools, unit, budget, stats, prose, lines)
+                stats.finish_reason = await self._rounds(conv, unit, budget, stats, prose, lines)
         except TimeoutError:
             stats.finish_reason = "deadline"
         finally:  # no round continues this conversation: its last generation's cache is worth nothing now
             if self.last_rid is not None:
                 self.scheduler.release(self.last_rid)
-        out = vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
-        return out
+        if self.record is not None:
+            self.record({"id": unit, "tools": conv.tools, "thinking_effort": conv.effort, "messages": conv.messages})
+        return vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
 
-    async def _rounds(self, messages: list[dict], tools: list[dict], unit: str, budget: int, stats: Stats,
-                      prose: bool, lines: int) -> str:
-        allowed = {t["function"]["name"] for t in tools}
+    async def _rounds(self, conv: Conversation, unit: str, budget: int, stats: Stats, prose: bool,
+                      lines: int) -> str:
+        allowed = {t["function"]["name"] for t in conv.tools}
+        rendered = await asyncio.to_thread(_locked, prompts.render, self.tokenizer, conv.messages, conv.tools,
+                                           conv.effort)
+        conv.prompt, conv.segments = rendered.tokens, rendered.segments
+        markers = channels.Markers.of(self.tokenizer)
         bounds = FindingBounds()  # one unit's findings over all rounds
         for n in range(self.config.max_tool_rounds + 1):
-            rendered = await asyncio.to_thread(_render, self.tokenizer, messages, tools)
+            initial = channels.initial_state(self.tokenizer, conv.prompt)
+            reader = channels.Reader(markers, initial)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
             await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
-            on_text = ProseStream(self.send) if prose else None  # each generation's text starts empty
-            gen = await self._generate(rendered, unit, n, budget - stats.generated_tokens, findings, on_text)
-            stats.add_generation(gen.stats, gen.finish)
-            turn = prompts.parse_turn(gen.text)
-            await findings.sweep(turn)
-            unknown = [c.name for c in turn.calls if c.name not in allowed]
-            stats.invalid_tool_calls += len(turn.errors) + len(unknown)
-            for error in turn.errors:
-                log.info("invalid tool call text (%s): %s", error.error, error.text)
-            if unknown:
-                log.info("model called tools it does not have: %s", ", ".join(unknown))
+            gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
+            reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
+            stats.add_generation(gen.stats, gen.finish, reasoning)
+            self.tally.reasoning_tokens += reasoning
+            self.tally.response_tokens += len(gen.tokens) - reasoning
+            turn = prompts.read_turn(reader)
+            await findings.sweep(turn.calls, turn.reasoning)
+            conv.messages.append(prompts.assistant_message(turn.content, turn.calls, turn.reasoning))
+            self._count_invalid(turn, allowed, stats)
             if gen.finish != "stop":
                 return gen.finish
             if not any(c.name in READ_ONLY_TOOLS & allowed for c in turn.calls):
@@ -165,19 +220,33 @@ class Agent:
             if n == self.config.max_tool_rounds:  # no round left to read the results in
                 break
             results = [await self._tool_result(call, allowed, stats) for call in turn.calls]
-            messages.append(prompts.assistant_message(turn.content, turn.calls))
-            messages.extend(prompts.tool_message(c, r) for c, r in zip(turn.calls, results, strict=True))
+            tool_messages = [prompts.tool_message(c, r, conv.specials)
+                             for c, r in zip(turn.calls, results, strict=True)]
+            conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens,
+                                                  tool_messages)
+            conv.messages.extend(tool_messages)
         return "budget"
 
-    async def _generate(self, rendered: prompts.Rendered, unit: str, n: int, budget: int,
-                        findings: FindingStream, on_text: ProseStream | None) -> Generation:
+    @staticmethod
+    def _count_invalid(turn: prompts.ParsedTurn, allowed: set[str], stats: Stats) -> None:
+        unknown = [c.name for c in turn.calls if c.name not in allowed]
+        stats.invalid_tool_calls += len(turn.errors) + len(unknown)
+        stats.think_tool_calls += turn.think_calls
+        for error in turn.errors:
+            log.info("invalid tool call text (%s): %s", error.error, error.text)
+        if unknown:
+            log.info("model called tools it does not have: %s", ", ".join(unknown))
+        if turn.think_calls:
+            log.info("ignored %d tool call(s) written inside the think channel", turn.think_calls)
+
+    async def _generate(self, conv: Conversation, unit: str, n: int, budget: int, reader: channels.Reader,
+                        findings: FindingStream, prose: bool) -> Generation:
         if budget <= 0:
-            return Generation("", "length", {})
+            return Generation("length", {}, [])
         rid = self.scheduler.new_rid()
-        req = GenRequest(rid=rid, prompt=rendered.tokens, segments=rendered.segments, max_tokens=budget,
+        req = GenRequest(rid=rid, prompt=conv.prompt, segments=conv.segments, max_tokens=budget,
                          temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
                          forced=self.script.forced(self.tokenizer, unit, n), fault=self.script.fault(unit, n))
-        text = ""
         self.last_rid = rid
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
@@ -186,22 +255,23 @@ class Agent:
                     stage, done, total = event.progress
                     await self.send("progress", stage=stage, tokens=done, total=total, detail=f"round {n + 1}")
                 if event.text:
-                    text += event.text
-                    await findings.feed(text, len(event.text))
-                    if on_text is not None:
-                        await on_text.feed(event.text)
+                    response = reader.feed(event.text)
+                    await findings.feed(reader)
+                    if prose and response:
+                        await self.send("text", text=response)
                 if event.finish is not None:
                     if event.finish == "error":
                         code = (event.stats or {}).get("code") or engine.FAILED
                         if code == engine.TOO_LONG and n > 0:  # the conversation outgrew the context
-                            return Generation(text, "length", event.stats or {})
+                            return Generation("length", event.stats or {}, [])
                         why = (event.stats or {}).get("error", "engine error")
                         raise AgentError(code, f"generation failed: {why}" if code != engine.TOO_LONG else why)
                     if event.finish == "cancelled":
                         raise AgentError("shutdown", "the daemon cancelled the generation")
-                    if on_text is not None:
-                        await on_text.finish()
-                    return Generation(text, event.finish, event.stats or {})
+                    response = reader.finish()
+                    if prose and response:
+                        await self.send("text", text=response)
+                    return Generation(event.finish, event.stats or {}, list(event.tokens or []))
         raise AgentError("internal", "the generation ended without a finish event")
 
     async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
@@ -217,26 +287,48 @@ class Agent:
         return result if ok else f"error: {result}"
 
 
-def _render(tokenizer, messages: list[dict], tools: list[dict]) -> prompts.Rendered:
-    """Render off the event loop (the whole conversation is templated and tokenized each round), one
-    render at a time: the tokenizer is shared by every request."""
+def _continued(tokenizer, conv: Conversation, generated: list[int], tool_messages: list[dict]) -> list[int]:
+    """The next round's prompt: prompt + generated tokens + the renderer's tool turn and generation prompt.
+
+    A renderer that does not render tool results as an append (none known) gets the whole conversation
+    re-rendered instead: correct, but a prompt-cache miss and the renderer's view of the history.
+    """
+    try:
+        suffix = prompts.continuation(tokenizer, conv.messages[:-1], conv.messages[-1], tool_messages, conv.tools,
+                                      conv.effort)
+    except prompts.ContinuationError as exc:
+        log.warning("%s: re-rendering the whole conversation", exc)
+        return prompts.template(tokenizer, [*conv.messages, *tool_messages], conv.tools, add_generation_prompt=True,
+                                effort=conv.effort)
+    return [*conv.prompt, *generated, *suffix]
+
+
+def _locked(render, *args):
+    """Render off the event loop, one render at a time: the tokenizer is shared by every request."""
     with _RENDER_LOCK:
-        return prompts.render(tokenizer, messages, tools)
+        return render(*args)
 
 
 _RENDER_LOCK = threading.Lock()
 
 
+def clip_reasoning(text: str) -> str:
+    """The reasoning a finding carries: the end of the think channel (where the model concluded), bounded."""
+    text = text.strip()
+    if len(text) <= protocol.MAX_REASONING_CHARS:
+        return text
+    return "…" + text[-(protocol.MAX_REASONING_CHARS - 1):].lstrip()
+
+
 class FindingStream:
-    """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in the text.
+    """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in a tool-call section.
 
     The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
     the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side), and
     so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
-    are no longer parsed as they close, only counted when the turn ends.
+    are no longer parsed as they close, only counted when the turn ends. Each finding carries the reasoning
+    written before it in the think channel.
     """
-
-    _CLOSE = "<|close|>call<|sep|>"
 
     def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
         self._send = send
@@ -245,24 +337,24 @@ class FindingStream:
         self._lines = lines
         self._bounds = bounds
         self._seen: set[int] = set()
+        self._closed = (0, 0)  # (sections closed, calls closed in the open one) when last parsed
 
-    async def feed(self, text: str, new_chars: int) -> None:
-        """Called with the whole text after every new piece; parses only when a call just closed."""
-        tail = text[-(new_chars + len(self._CLOSE)):]
-        if not self._enabled or self._bounds.full or self._CLOSE not in tail:
+    async def feed(self, reader: channels.Reader) -> None:
+        """Called after every new piece; parses only when a call just closed in the open section."""
+        if not self._enabled or self._bounds.full or not reader.open_section:
             return
-        cut = text.rfind(self._CLOSE) + len(self._CLOSE)
-        prefix = text[:cut]
-        start, end = prompts.kimi_k3.tool_call_start, prompts.kimi_k3.tool_call_end
-        if prefix.count(start) > prefix.count(end):  # the section is still open: close it to parse its calls
-            prefix += end
-        await self.sweep(prompts.parse_turn(prefix))
+        closed = (len(reader.sections), reader.section.count(prompts.CALL_CLOSE))
+        if closed == self._closed or closed[1] == 0:
+            return
+        self._closed = closed
+        calls, _ = prompts.parse_calls([*reader.sections, prompts.closed_calls(reader.section)])
+        await self.sweep(calls, reader.reasoning)
 
-    async def sweep(self, turn: prompts.ParsedTurn) -> None:
-        """Send the report_finding calls of ``turn`` not sent yet (calls are identified by their index)."""
+    async def sweep(self, calls: list[prompts.ToolCall], reasoning: str) -> None:
+        """Send the report_finding calls not sent yet (calls are identified by their index in the turn)."""
         if not self._enabled:
             return
-        for call in turn.calls:
+        for call in calls:
             if call.name != "report_finding" or call.index in self._seen:
                 continue
             self._seen.add(call.index)
@@ -273,6 +365,9 @@ class FindingStream:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
                 continue
+            finding.pop("reasoning", None)  # only the think channel says why, not the call's own arguments
+            if reasoning.strip():
+                finding["reasoning"] = clip_reasoning(reasoning)
             why = self._bounds.admit(finding)
             if why is not None:
                 self._stats.findings_over_limit += 1
@@ -281,7 +376,6 @@ class FindingStream:
                 continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)
-
 
     def _check_lines(self, finding: dict) -> None:
         """Every line a finding names (its range, trace steps, fix range) must be a line of the unit."""
@@ -292,59 +386,3 @@ class FindingStream:
         for where, line in lines:  # start lines are >= 1 and <= their end lines (the schema checked that)
             if line > self._lines:
                 raise protocol.ProtocolError(f"{where}line {line} is outside the unit's {self._lines} lines")
-
-
-class ProseStream:
-    """Streams the prose of one generation as ``text`` messages, leaving out tool-call sections and markup.
-
-    It is fed only each event's new text and keeps what is undecided: inside a tool-call section, text up
-    to the section's end is dropped; outside, a tail that could begin a marker (tags arrive token by token)
-    is held back until the next piece, or the end of the generation, decides.
-    """
-
-    def __init__(self, send: Send):
-        self._send = send
-        self._pending = ""
-        self._in_section = False
-
-    async def feed(self, piece: str) -> None:
-        self._pending += piece
-        visible = []
-        while True:
-            marker = _SECTION_END if self._in_section else _SECTION_START
-            cut = self._pending.find(marker)
-            if cut < 0:
-                break
-            if not self._in_section:
-                visible.append(self._pending[:cut])
-            self._pending = self._pending[cut + len(marker):]
-            self._in_section = not self._in_section
-        if self._in_section:  # only a possible start of the end marker matters
-            self._pending = self._pending[-(len(_SECTION_END) - 1):]
-        else:
-            held = _partial_marker(self._pending)
-            visible.append(self._pending[:len(self._pending) - held])
-            self._pending = self._pending[len(self._pending) - held:]
-        await self._emit("".join(visible))
-
-    async def finish(self) -> None:
-        """The generation ended: a held-back tail was prose after all (an unclosed section is not)."""
-        if not self._in_section:
-            await self._emit(self._pending)
-        self._pending = ""
-
-    async def _emit(self, text: str) -> None:
-        for marker in prompts.END_OF_MESSAGE:
-            text = text.replace(marker, "")
-        if text:
-            await self._send("text", text=text)
-
-
-_SECTION_START, _SECTION_END = prompts.kimi_k3.tool_call_start, prompts.kimi_k3.tool_call_end
-_MARKERS = (_SECTION_START, *prompts.END_OF_MESSAGE)
-
-
-def _partial_marker(text: str) -> int:
-    """The length of the longest tail of ``text`` that is a proper start of a marker (0 if none)."""
-    return max((k for marker in _MARKERS for k in range(len(marker) - 1, 0, -1) if text.endswith(marker[:k])),
-               default=0)

@@ -36,7 +36,7 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
-from backend.agent import Agent, AgentConfig, AgentError
+from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
 from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
 from backend.gate import Gate
@@ -91,11 +91,13 @@ class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
     def __init__(self, scheduler: Scheduler, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None):
+                 script: Script | None = None, record: Record | None = None):
         self.scheduler = scheduler
         self.config = config
         self.agent_config = agent_config
         self.script = script or Script()
+        self.record = record  # where finished conversations go (serve --trace-file), or None
+        self.tally = ChannelTally()  # generated tokens per channel, over every request
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
         self._sock: zmq.asyncio.Socket | None = None
@@ -310,7 +312,8 @@ class Daemon:
         try:
             agent = Agent(self.scheduler, self.agent_config, send=lambda kind, **f: self._job_send(job, kind, **f),
                           ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                          priority=1 if msg.get("priority") == "background" else 0)
+                          priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
+                          record=self.record)
             stats = await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
@@ -449,7 +452,9 @@ class Daemon:
             "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
             "fingerprint": engine.fingerprint, "experts": engine.experts, "ranks": engine.ranks,
             "limits": {
-                "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.max_tokens,
+                "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
+                "thinking_effort": self.agent_config.thinking_effort,
+                "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
                 "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
                 "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
@@ -468,7 +473,7 @@ class Daemon:
             "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2), "steps_per_s": s["steps_per_s"],
             "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
             "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
-            **self._counts, "engine": s,
+            **vars(self.tally), **self._counts, "engine": s,
         }
 
 

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--model", help="serve this checkpoint instead of the tiny one")
     where.add_argument("--endpoint", help="use a daemon that is already running")
     p.add_argument("--max-tokens", type=int, default=96, help="generation budget per unit for the served model")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let --model run the Python code it ships (the tiny checkpoint's own is always trusted)")
 
 
 def tiny_checkpoint() -> Path:
@@ -58,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"starting k3-backend serve --model {model} (loads the model and compiles CPU kernels)", flush=True)
     # Its own private socket (like the default one, in a fresh 0700 directory): a daemon the user runs is untouched.
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="k3demo-") as private:
+        serve_args = ["--model", model, "--bind", f"ipc://{private}/daemon.sock", "--max-tokens", str(args.max_tokens)]
+        if args.trust_remote_code or not args.model:  # the tiny checkpoint's tokenizer class is this package's code
+            serve_args.append("--trust-remote-code")
         try:
-            proc, endpoint = launch.start(["--model", model, "--bind", f"ipc://{private}/daemon.sock",
-                                           "--max-tokens", str(args.max_tokens)], stderr=log)
+            proc, endpoint = launch.start(serve_args, stderr=log)
         except launch.LaunchError as exc:
             log.seek(0)
             print(f"k3-backend demo: {exc}\n{log.read()[-3000:]}", file=sys.stderr)

@@ -12,7 +12,11 @@ exchanges too.
 environment; side channels (the scheduler's wake-up socket) bind there and nowhere else.
 
 `load_model` loads a checkpoint whole on one rank, or this rank's tensor-parallel shard on several: the
-one way `serve`, `fidelity` and `doctor` load a model, so all three shard it the same way.
+one way `serve`, `fidelity` and `doctor` load a model, so all three shard it and trust its code the same
+way. A checkpoint whose tokenizer is Python shipped with it (the release's `auto_map`) runs that code only
+with `trust_remote_code` (`--trust-remote-code`); without it the load fails at once with a message naming
+the flag. transformers is always told explicitly, so it never asks its interactive `[y/N]` question (which
+reads stdin and prints on stdout).
 
 `deadline` is a watchdog for calls that may block forever: a ring init or collective whose peer never
 started or hangs does not time out on its own, so the only bounded way out is to print why and end the
@@ -29,6 +33,7 @@ import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -120,12 +125,65 @@ def deadline(seconds: float, message: str) -> Iterator[None]:
         watcher.wait()
 
 
-def load_model(path: str, group: mx.distributed.Group | None = None):
-    """(model, tokenizer): ``mlx_lm.load`` on one rank, ``sharded_load`` over ``group`` when it has several."""
-    if group is not None and group.size() > 1:
-        from mlx_lm.utils import sharded_load
+TRUST_FLAG = "--trust-remote-code"
 
-        return sharded_load(path, tensor_group=group)
-    from mlx_lm import load
 
-    return load(path)
+class RemoteCodeError(ValueError):
+    """The checkpoint needs its own Python code to load, and it was not trusted."""
+
+
+def remote_code(path: str | os.PathLike) -> str | None:
+    """What Python code a local checkpoint directory asks to run (its tokenizer's `auto_map`, a custom model
+    file), or None; None too for a hub repo id, whose files are not here yet."""
+    wants = []
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            auto_map = json.load(f).get("auto_map")
+        if auto_map:
+            wants.append("its tokenizer class (auto_map in tokenizer_config.json)")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            model_file = json.load(f).get("model_file")
+        if model_file:
+            wants.append(f"its model file {model_file}")
+    return " and ".join(wants) or None
+
+
+def check_trust(path: str, trust_remote_code: bool) -> None:
+    """Raise RemoteCodeError, naming the flag, when the checkpoint ships code that is not trusted."""
+    wants = None if trust_remote_code else remote_code(path)
+    if wants:
+        raise RemoteCodeError(f"{path} needs to run Python code shipped with it ({wants}); "
+                              f"pass {TRUST_FLAG} if you trust this checkpoint")
+
+
+def load_model(path: str, group: mx.distributed.Group | None = None, *, trust_remote_code: bool = False):
+    """(model, tokenizer): ``mlx_lm.load`` on one rank, ``sharded_load`` over ``group`` when it has several.
+
+    Raises RemoteCodeError before reading any weight when the checkpoint ships code and ``trust_remote_code``
+    is off (and when transformers finds such code in a hub checkpoint).
+    """
+    check_trust(path, trust_remote_code)
+    tokenizer_config = {"trust_remote_code": trust_remote_code}
+    try:
+        if group is not None and group.size() > 1:
+            from mlx_lm.utils import sharded_load
+
+            return sharded_load(path, tensor_group=group, tokenizer_config=tokenizer_config,
+                                trust_remote_code=trust_remote_code)
+        from mlx_lm import load
+
+        return load(path, tokenizer_config=tokenizer_config, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if not trust_remote_code and "trust_remote_code" in str(exc):
+            raise RemoteCodeError(f"{path} needs to run Python code shipped with it; pass {TRUST_FLAG} "
+                                  "if you trust this checkpoint") from exc
+        raise
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+    """The checkpoint's tokenizer alone (no weights), trusted as ``load_model`` trusts it."""
+    from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
+
+    check_trust(path, trust_remote_code)
+    return mlx_load_tokenizer(Path(path), {"trust_remote_code": trust_remote_code})

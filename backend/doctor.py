@@ -9,7 +9,9 @@ Run it under the same `mlx.launch` command as `serve` (or alone, as one rank). E
 4. builds the tiny checkpoint in a temp dir and compares its tensor-parallel logits with the unsharded
    logits it computes itself: the sharding code path works on this install and this link;
 5. with `--model`, checks the checkpoint is on every rank and its weights / ranks (plus headroom) fit, and
-   says how much of the headroom `serve` gives its prompt cache by default (backend/memory.py).
+   says how much of the headroom `serve` gives its prompt cache by default (backend/memory.py), and that its
+   tokenizer loads (its own code only with `--trust-remote-code`, as `serve` would run it) and speaks the
+   Kimi K3 format: think channel and tool-call markers.
 
 Rank 0 prints the tables; every rank exits 1 if any check failed on any rank.
 """
@@ -46,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-timeout", type=float, default=180.0,
                    help="seconds for all checks once connected (a cold mlx kernel cache costs ~20 s)")
     p.add_argument("--bandwidth-mb", type=int, nargs="+", default=[8, 64], help="all_sum sizes to time (MB)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let --model's tokenizer run the Python code it ships (as serve --trust-remote-code)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
                        f"within {args.check_timeout:g} s: a rank stopped answering or the link is very slow"):
         checks = [Check("ranks answer", "all", f"{len(hosts)} of {group.size()}", len(hosts) == group.size())]
         checks += link_checks(group, args.bandwidth_mb)
-        checks += [c for per_rank in dist.gather(local_checks(group, args.model), group) for c in per_rank]
+        checks += [c for per_rank in dist.gather(local_checks(group, args.model, args.trust_remote_code), group)
+                   for c in per_rank]
     ok = all(c.ok for c in checks)
     if group.rank() == 0:
         render(hosts, checks, ok)
@@ -102,8 +107,8 @@ def link_checks(group, sizes_mb: list[int]) -> list[Check]:
     return checks
 
 
-def local_checks(group, model: str | None) -> list[Check]:
-    """This rank's checks: sharded vs unsharded logits on the tiny checkpoint, and the model's fit."""
+def local_checks(group, model: str | None, trust_remote_code: bool = False) -> list[Check]:
+    """This rank's checks: sharded vs unsharded logits on the tiny checkpoint, the model's fit and tokenizer."""
     rank = str(group.rank())
     try:
         diff = logits_diff(group)
@@ -113,6 +118,7 @@ def local_checks(group, model: str | None) -> list[Check]:
         checks = [Check("sharded logits = unsharded", rank, f"{type(exc).__name__}: {exc}"[:300], False)]
     if model is not None:
         checks.append(fit_check(Path(model), group.size(), rank))
+        checks.append(tokenizer_check(Path(model), trust_remote_code, rank))
     return checks
 
 
@@ -124,13 +130,13 @@ def logits_diff(group) -> float:
     from backend.tiny import make_tiny
 
     with tempfile.TemporaryDirectory(prefix="k3-doctor-") as tmp:
-        path = str(make_tiny(Path(tmp) / "tiny"))
-        whole, _ = load_model(path)
+        path = str(make_tiny(Path(tmp) / "tiny"))  # its tokenizer code is ours: trusted
+        whole, _ = load_model(path, trust_remote_code=True)
         reference = whole(mx.array([PROMPT]))
         mx.eval(reference)
         if group.size() == 1:
             return 0.0
-        sharded, _ = load_model(path, group)
+        sharded, _ = load_model(path, group, trust_remote_code=True)
         logits = sharded(mx.array([PROMPT]))
         return float(mx.max(mx.abs(logits - reference)).item())
 
@@ -147,6 +153,19 @@ def fit_check(model: Path, ranks: int, rank: str) -> Check:
     result = (f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} of {memory.usable(total) / GIB:.1f} GiB"
               f" usable; headroom {memory.headroom(per_rank, total) / GIB:.1f} GiB, prompt cache {cache / GIB:.1f} GiB")
     return Check("model fits", rank, result, memory.fits(per_rank, total))
+
+
+def tokenizer_check(model: Path, trust_remote_code: bool, rank: str) -> Check:
+    """Whether this rank loads the checkpoint's tokenizer as serve would, and it has the Kimi K3 channels."""
+    from backend.dist import load_tokenizer
+
+    try:
+        tok = load_tokenizer(str(model), trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        return Check("tokenizer", rank, f"{type(exc).__name__}: {exc}"[:300], False)
+    if not (tok.has_thinking and tok.has_tool_calling):
+        return Check("tokenizer", rank, "no think channel or tool-call markers: not a Kimi K3 tokenizer", False)
+    return Check("tokenizer", rank, f"Kimi K3 channels {tok.think_start} {tok.tool_call_start}", True)
 
 
 def render(hosts: list[dict], checks: list[Check], ok: bool) -> None:

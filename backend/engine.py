@@ -21,7 +21,9 @@ waiting for it.
 
 Prompt caches (backend/prompt_cache.py, docs/engine.md): a copy is stored at each segment end the request
 names (the first: system + tools; later ones: a file's shared context) and at the end of every finished
-generation (prompt + generated tokens), which the next round of the conversation continues.
+generation (prompt + generated tokens, the stop token included). The finish event returns the generated ids,
+so the next round of the conversation appends its tool turn to exactly prompt + generation and continues
+that entry, prefilling only the new tokens.
 """
 
 import hashlib
@@ -67,6 +69,7 @@ class EngineArgs:
     max_prompt_tokens: int = 0  # longest prompt admitted; 0: the model's context length less max_tokens
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
+    trust_remote_code: bool = False  # run Python shipped with the checkpoint (the release's tokenizer class)
 
 
 @dataclass
@@ -92,6 +95,9 @@ class GenEvent:
     # with finish "error" also "error" (what was wrong) and "code" (TOO_LONG, FAILED or INTERNAL)
     stats: dict | None = None
     progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
+    # on finish: every token id generated, the stop token included (what the prompt cache stored after the
+    # prompt), so a continuation can append exactly what the model produced
+    tokens: list[int] | None = None
 
 
 def local_checkpoint(model: str) -> Path:
@@ -156,12 +162,12 @@ class _Live:
     loop: LoopDetector
     uid: int | None = None
     chunks: int = 0  # prefill chunks read
-    generated: int = 0
+    generated: list[int] = field(default_factory=list)
     batch_peak: int = 0
 
     def stats(self) -> dict:
         return {"prompt_tokens": len(self.req.prompt), "cached_tokens": self.cached,
-                "generated_tokens": self.generated, "batch_size_peak": self.batch_peak,
+                "generated_tokens": len(self.generated), "batch_size_peak": self.batch_peak,
                 "prefill_step": self.chunk, "prefill_chunks": self.chunks}
 
 
@@ -184,7 +190,7 @@ class Engine:
         self.args = args
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
-            model, tokenizer = dist.load_model(args.model, group)
+            model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code)
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
@@ -536,7 +542,7 @@ class Engine:
         return self._finish(live, "error", FAILED, error)
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
-        live.generated += 1
+        live.generated.append(r.token)
         live.batch_peak = max(live.batch_peak, batch)
         self._n.generated_tokens += 1
         detok = live.detokenizer
@@ -551,8 +557,9 @@ class Engine:
             detok.finalize()
             return self._finish(live, "loop", text=detok.last_segment)
         progress = None
-        if live.generated == 1 or live.generated % DECODE_PROGRESS_EVERY == 0:
-            progress = ("decode", live.generated, live.req.max_tokens)
+        generated = len(live.generated)
+        if generated == 1 or generated % DECODE_PROGRESS_EVERY == 0:
+            progress = ("decode", generated, live.req.max_tokens)
         return GenEvent(live.req.rid, detok.last_segment, progress=progress)
 
     def _finish(self, live: _Live, reason: str, code: str | None = None, error: str | None = None,
@@ -562,7 +569,7 @@ class Engine:
         del self._live[rid]
         self._uid_to_rid.pop(live.uid, None)
         self._n.finishes.add(reason)
-        event = GenEvent(rid, text, reason, live.stats() | _error(code, error))
+        event = GenEvent(rid, text, reason, live.stats() | _error(code, error), tokens=list(live.generated))
         if cache is not None and cache[1] is not None:
             tokens = list(cache[0])
             if self._keep(tokens, cache[1], CONTINUATION):
@@ -582,7 +589,7 @@ class Engine:
 
     def _state_digest(self) -> str:
         """What every rank in lockstep has identically at the start of a step."""
-        live = tuple((rid, x.generated, x.reading.pos if x.reading else -1) for rid, x in self._live.items())
+        live = tuple((rid, len(x.generated), x.reading.pos if x.reading else -1) for rid, x in self._live.items())
         state = (self._n.steps, live, sorted(q[2].rid for q in self._queue), len(self._cache), self._cache.nbytes)
         return hashlib.blake2b(repr(state).encode(), digest_size=8).hexdigest()
 

@@ -1,16 +1,25 @@
 """What the model is told, and how its answers are read back.
 
-Prompts go through the model's own chat template only (`tokenizer.apply_chat_template` with the tool
-schemas): that is the structure the pruned model was calibrated on. The audited code and its file
-context are data in user turns, never in the system prompt, and any chat-markup tags inside them are
-defused so a source file cannot close a message or open a tool call.
+Prompts go through the model's own renderer only (`tokenizer.apply_chat_template` with the tool schemas
+and the thinking effort): that is the structure the pruned model was calibrated on, whether the renderer
+is a Jinja template or the release's Python tokenizer class. The audited code and its file context are
+data in user turns, never in the system prompt, and every special-token string of the vocabulary inside
+them (or inside a tool result) is broken up, so data never becomes a special-token id: a source file cannot
+close a message, open a channel or forge a tool call.
 
 A prompt is rendered as system (+ tools) | file context | unit, each its own message, so the token
 offsets between them are exact message boundaries: the engine stores prompt caches there, and every
 unit of one file reuses the system and context prefill.
 
+A tool loop continues by appending, never by re-rendering: the next prompt is the previous prompt, the
+tokens the model generated (its stop token included), then the new tool messages and a generation prompt
+as the renderer renders them after the assistant turn (`continuation`). What the model sees is then
+exactly what it wrote, whatever the renderer does with reasoning in history, and the engine's prompt
+cache of prompt + generation covers all of it.
+
 The model reports findings and asks for code by tool calls in the Kimi K3 format, read with mlx-lm's
-`kimi_k3` tool parser. Reading never raises: text that is not a valid call becomes a `ToolCallError`.
+`kimi_k3` tool parser from the tool-call sections `backend.channels` separates from the reasoning and the
+response. Reading never raises: text that is not a valid call becomes a `ToolCallError`.
 """
 
 import json
@@ -19,7 +28,10 @@ from typing import Any
 
 from mlx_lm.tool_parsers import kimi_k3
 
-PROMPT_VERSION = "k3lsp-audit-1"
+from backend import channels
+from k3lsp.protocol import EFFORTS
+
+PROMPT_VERSION = "k3lsp-audit-2"
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
@@ -81,15 +93,22 @@ GREP = _tool(
 AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, GREP]
 EXPLAIN_TOOLS = [READ_LINES, FIND_DEFINITION]
 
-# The tag tokens of the Kimi K3 markup; inside data they are broken by a word joiner (U+2060).
-_TAGS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
+JOINER = "\u2060"  # word joiner: invisible, and no special token contains it
 
 
-def defuse(text: str) -> str:
-    """Data as the model may see it: markup tags cannot end a message or forge a tool call."""
-    for tag in _TAGS:
-        if tag in text:
-            text = text.replace(tag, "<\u2060" + tag[1:])
+def special_strings(tokenizer) -> tuple[str, ...]:
+    """Every added or special token of the vocabulary, as text, longest first: what data must never spell."""
+    added = {t.content for t in tokenizer.added_tokens_decoder.values()} | set(tokenizer.all_special_tokens)
+    return tuple(sorted((t for t in added if len(t) > 1), key=lambda t: (-len(t), t)))
+
+
+def defuse(text: str, specials: tuple[str, ...]) -> str:
+    """Data as the model may see it: no special-token string survives whole (a joiner follows its first
+    character), so it tokenizes as ordinary text, never as the special id. Inserting a joiner cannot create
+    another special string, so one pass over the strings suffices."""
+    for token in specials:
+        if token in text:
+            text = text.replace(token, token[0] + JOINER + token[1:])
     return text
 
 
@@ -100,9 +119,10 @@ def numbered(code: str) -> str:
     return "\n".join(f"{i:>{width}}| {line}" for i, line in enumerate(lines, 1))
 
 
-def _context_message(path: str, context: str) -> dict:
+def _context_message(path: str, context: str, specials: tuple[str, ...]) -> dict:
     return {"role": "user", "content": defuse(
-        f"File: {path}\nDeclarations this file's units use (context only, do not audit):\n```c\n{context}\n```"
+        f"File: {path}\nDeclarations this file's units use (context only, do not audit):\n```c\n{context}\n```",
+        specials,
     )}
 
 
@@ -111,25 +131,26 @@ def _unit_text(path: str, unit: str, code: str, first_line: int | None) -> str:
     return f"Unit `{unit}` from {path}{where}, numbered from 1:\n```c\n{numbered(code)}\n```"
 
 
-def audit_messages(*, path: str, unit: str, code: str, context: str = "",
+def audit_messages(*, path: str, unit: str, code: str, specials: tuple[str, ...], context: str = "",
                    first_line: int | None = None) -> list[dict]:
     """System | file context (if any) | unit: the conversation that starts the audit of one unit."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     if context.strip():
-        messages.append(_context_message(path, context))
+        messages.append(_context_message(path, context, specials))
     messages.append({"role": "user", "content": defuse(
-        _unit_text(path, unit, code, first_line) + "\nAudit this unit and report each vulnerability."
+        _unit_text(path, unit, code, first_line) + "\nAudit this unit and report each vulnerability.", specials
     )})
     return messages
 
 
-def explain_messages(*, path: str, unit: str, code: str, finding: dict, context: str = "") -> list[dict]:
+def explain_messages(*, path: str, unit: str, code: str, finding: dict, specials: tuple[str, ...],
+                     context: str = "") -> list[dict]:
     """System | file context (if any) | unit + the finding to explain."""
     messages = [{"role": "system", "content": EXPLAIN_SYSTEM_PROMPT}]
     if context.strip():
-        messages.append(_context_message(path, context))
+        messages.append(_context_message(path, context, specials))
     messages.append({"role": "user", "content": defuse(
-        _unit_text(path, unit, code, None) + "\nExplain this finding:\n" + json.dumps(finding, indent=1)
+        _unit_text(path, unit, code, None) + "\nExplain this finding:\n" + json.dumps(finding, indent=1), specials
     )})
     return messages
 
@@ -142,43 +163,67 @@ class Rendered:
     segments: list[int]  # ascending: end of system+tools, end of file context (when present)
 
 
-def render(tokenizer, messages: list[dict], tools: list[dict]) -> Rendered:
-    """Render `messages` with `tools` through the chat template, ready for generation.
+def render(tokenizer, messages: list[dict], tools: list[dict], effort: str) -> Rendered:
+    """Render `messages` with `tools` through the model's renderer, ready for generation at `effort`.
 
     Segments are the message boundaries inside the opening run of system/user messages, before its
     last message (the unit): the end of system+tools and the end of the file context. A continued
     conversation keeps the same segments; the engine caches the end of each generation itself.
     """
-    tokens = template(tokenizer, messages, tools, add_generation_prompt=True)
-    opening = next((i for i, m in enumerate(messages) if m["role"] not in ("system", "user")), len(messages))
+    tokens = template(tokenizer, messages, tools, add_generation_prompt=True, effort=effort)
     segments = []
-    for n in range(1, opening):
-        prefix = template(tokenizer, messages[:n], tools, add_generation_prompt=False)
+    for n in range(1, len(messages)):
+        prefix = template(tokenizer, messages[:n], tools, add_generation_prompt=False, effort=effort)
         if tokens[: len(prefix)] != prefix:
             raise ValueError("the chat template does not render a conversation as an extension of its prefix")
         segments.append(len(prefix))
     return Rendered(tokens, segments)
 
 
-def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], content: str = "",
-                  calls: list[dict] | None = None) -> list[int]:
-    """The exact tokens the model generates for an assistant turn (content, then tool calls).
+class ContinuationError(ValueError):
+    """The renderer does not render the tool messages as an extension of the conversation before them."""
 
-    Taken from the template itself, so a scripted answer forced through the engine is canonical and
-    the conversation re-rendered after it extends prompt + answer token for token.
+
+def continuation(tokenizer, history: list[dict], assistant: dict, results: list[dict], tools: list[dict],
+                 effort: str) -> list[int]:
+    """The tokens that follow an assistant turn: its tool result messages and the next generation prompt.
+
+    Taken from the renderer as the difference of two renders, the conversation up to the assistant turn and
+    the same plus the results, so that the renderer alone decides how a tool message looks. How the
+    assistant turn itself renders does not matter: the caller puts the generated tokens in its place.
     """
-    prompt = template(tokenizer, messages, tools, add_generation_prompt=True)
-    turn = assistant_message(content, [ToolCall(c["name"], c["arguments"], i) for i, c in enumerate(calls or [], 1)])
-    full = template(tokenizer, [*messages, turn], tools, add_generation_prompt=False)
+    before = template(tokenizer, [*history, assistant], tools, add_generation_prompt=False, effort=effort)
+    after = template(tokenizer, [*history, assistant, *results], tools, add_generation_prompt=True, effort=effort)
+    if after[: len(before)] != before:
+        raise ContinuationError("the renderer does not render tool results as an extension of the conversation")
+    return after[len(before):]
+
+
+def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], effort: str, content: str = "",
+                  calls: list[dict] | None = None, reasoning: str = "") -> list[int]:
+    """The tokens the model generates for an assistant turn (reasoning, content, then tool calls), as the
+    renderer renders that turn after the generation prompt: a canonical answer for scripts and tests."""
+    prompt = template(tokenizer, messages, tools, add_generation_prompt=True, effort=effort)
+    calls = [ToolCall(c["name"], c["arguments"], i) for i, c in enumerate(calls or [], 1)]
+    turn = assistant_message(content, calls, reasoning)
+    full = template(tokenizer, [*messages, turn], tools, add_generation_prompt=False, effort=effort)
     if full[: len(prompt)] != prompt:
         raise ValueError("the chat template does not render an assistant turn as an extension of the prompt")
     return full[len(prompt):]
 
 
-def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool) -> list[int]:
-    """The token ids of ``messages`` through the model's own chat template (no tools: ``tools=None``)."""
+def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool,
+             effort: str) -> list[int]:
+    """The token ids of ``messages`` through the model's own renderer (no tools: ``tools=None``).
+
+    ``effort`` off turns thinking off; otherwise it goes to the renderer as ``thinking_effort`` (mlx-lm's
+    TokenizerWrapper passes ``enable_thinking`` as ``thinking`` to a renderer that names it so).
+    """
+    if effort not in EFFORTS:
+        raise ValueError(f"thinking effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
+    thinking = {"enable_thinking": effort != "off"} | ({"thinking_effort": effort} if effort != "off" else {})
     return list(tokenizer.apply_chat_template(messages, tools=tools or None,
-                                              add_generation_prompt=add_generation_prompt))
+                                              add_generation_prompt=add_generation_prompt, **thinking))
 
 
 # --- reading the answer ------------------------------------------------------------------------------------
@@ -200,22 +245,38 @@ class ToolCallError:
 
 @dataclass
 class ParsedTurn:
-    content: str  # the text outside tool-call sections
+    content: str  # the response: text outside the think channel and the tool-call sections, markers stripped
+    reasoning: str = ""  # the think channel
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[ToolCallError] = field(default_factory=list)
+    think_calls: int = 0  # call blocks written inside the think channel: never run
 
 
-_CALL_OPEN, _CALL_CLOSE = "<|open|>call", "<|close|>call<|sep|>"
-END_OF_MESSAGE = ("<|close|>message<|sep|>", "<|end_of_msg|>")
+_CALL_OPEN, CALL_CLOSE = "<|open|>call", "<|close|>call<|sep|>"
 
 
-def parse_turn(text: str) -> ParsedTurn:
-    """Split generated text into prose and tool calls; every malformed call becomes a ToolCallError.
+def read_turn(reader: channels.Reader) -> ParsedTurn:
+    """The turn a finished reader has read: its channels, and its calls parsed; an unclosed section is an
+    error. Positions count every call block (and stray text) of the sections outside think from 1."""
+    calls, errors = parse_calls(reader.sections)
+    if reader.open_section:
+        errors.append(ToolCallError(0, _clip(reader.section), "tool-call section is not closed"))
+    think_calls = sum(max(1, s.count(CALL_CLOSE)) for s in reader.think_sections)
+    return ParsedTurn(reader.content, reader.reasoning, calls, errors, think_calls)
 
-    Positions count every call block (and stray text) of the turn from 1, valid or not.
-    """
-    prose, sections, errors = _split_sections(text)
+
+def parse_turn(markers: channels.Markers, text: str, initial: str = channels.NORMAL) -> ParsedTurn:
+    """Read a whole generated text (starting in channel ``initial``)."""
+    reader = channels.Reader(markers, initial)
+    reader.feed(text)
+    reader.finish()
+    return read_turn(reader)
+
+
+def parse_calls(sections: list[str]) -> tuple[list[ToolCall], list[ToolCallError]]:
+    """The calls of tool-call sections (their insides), every malformed block a ToolCallError."""
     calls: list[ToolCall] = []
+    errors: list[ToolCallError] = []
     position = 0
     for section in sections:
         for block, problem in _call_blocks(section):
@@ -225,28 +286,13 @@ def parse_turn(text: str) -> ParsedTurn:
                 errors.append(ToolCallError(position, _clip(block), parsed))
             else:
                 calls.append(ToolCall(parsed["name"], parsed["arguments"], position))
-    return ParsedTurn(prose, calls, errors)
+    return calls, errors
 
 
-def _split_sections(text: str) -> tuple[str, list[str], list[ToolCallError]]:
-    """(prose outside tool sections, the sections' insides, an error if the last one is not closed)."""
-    start, end = kimi_k3.tool_call_start, kimi_k3.tool_call_end
-    prose, sections, errors = [], [], []
-    rest = text
-    while start in rest:
-        before, _, after = rest.partition(start)
-        prose.append(before)
-        if end not in after:
-            errors.append(ToolCallError(0, _clip(after), "tool-call section is not closed"))
-            rest = ""
-            break
-        section, _, rest = after.partition(end)
-        sections.append(section)
-    prose.append(rest)
-    prose_text = "".join(prose)
-    for marker in END_OF_MESSAGE:
-        prose_text = prose_text.replace(marker, "")
-    return prose_text, sections, errors
+def closed_calls(section: str) -> str:
+    """The part of an open section up to its last complete call (what can be parsed before it closes)."""
+    cut = section.rfind(CALL_CLOSE)
+    return section[: cut + len(CALL_CLOSE)] if cut >= 0 else ""
 
 
 def _call_blocks(section: str) -> list[tuple[str, str | None]]:
@@ -257,11 +303,11 @@ def _call_blocks(section: str) -> list[tuple[str, str | None]]:
         junk, _, after = rest.partition(_CALL_OPEN)
         if junk.strip():
             blocks.append((junk, "text between tool calls"))
-        if _CALL_CLOSE not in after:
+        if CALL_CLOSE not in after:
             blocks.append((_CALL_OPEN + after, "tool call is not closed"))
             return blocks
-        body, _, rest = after.partition(_CALL_CLOSE)
-        blocks.append((_CALL_OPEN + body + _CALL_CLOSE, None))
+        body, _, rest = after.partition(CALL_CLOSE)
+        blocks.append((_CALL_OPEN + body + CALL_CLOSE, None))
     if rest.strip():
         blocks.append((rest, "text in the tool-call section is not a call"))
     return blocks
@@ -284,9 +330,12 @@ def _clip(text: str, n: int = 200) -> str:
 # --- continuing the conversation ---------------------------------------------------------------------------
 
 
-def assistant_message(content: str, calls: list[ToolCall]) -> dict:
-    """The assistant turn as the template re-renders it (the calls canonical, ids = call indices)."""
+def assistant_message(content: str, calls: list[ToolCall], reasoning: str = "") -> dict:
+    """The assistant turn as history keeps it: the response as ``content``, the think channel apart as
+    ``reasoning_content`` (never inside the content), the calls canonical with ids = call indices."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [
             {"id": str(c.index), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -295,6 +344,7 @@ def assistant_message(content: str, calls: list[ToolCall]) -> dict:
     return message
 
 
-def tool_message(call: ToolCall, result: str) -> dict:
-    """A tool result for the model; workspace text is data, so its markup tags are defused."""
-    return {"role": "tool", "tool_call_id": str(call.index), "name": call.name, "content": defuse(result)}
+def tool_message(call: ToolCall, result: str, specials: tuple[str, ...]) -> dict:
+    """A tool result for the model; workspace text is data, so its special-token strings are defused."""
+    return {"role": "tool", "tool_call_id": str(call.index), "name": call.name,
+            "content": defuse(result, specials)}

@@ -22,13 +22,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TextIO
 
 from backend import auth
-from backend.agent import AgentConfig
+from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.launch import READY
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys, local, sanitize
+from k3lsp.protocol import EFFORTS
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +46,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// "
                         "endpoint needs keys or --insecure; tcp port 0 picks a free port")
     p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="generated tokens per request (all tool rounds)")
+    p.add_argument("--max-tokens", type=int, help="generated tokens per request, all tool rounds, at every thinking "
+                   "effort (default: the effort's own budget, see --effort-tokens)")
+    p.add_argument("--thinking-effort", choices=EFFORTS, default="low",
+                   help="how long the model thinks when a request does not say (default %(default)s)")
+    p.add_argument("--effort-tokens", action="append", default=[], metavar="EFFORT=N",
+                   help="generated tokens per request at one effort (repeatable; defaults "
+                        + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items()) + ")")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); "
+                        "without it such a checkpoint is refused")
+    p.add_argument("--trace-file", type=Path,
+                   help="append every finished conversation to this JSON-lines file (fidelity record --traces)")
     p.add_argument("--temp", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-concurrency", type=int, default=8, help="requests admitted at once (reading or decoding)")
     p.add_argument("--max-prompt-tokens", type=int, default=0,
-                   help="longer prompts are refused (error too_long) before any work; "
-                        "default: the model's context length less --max-tokens")
+                   help="longer prompts are refused (error too_long) before any work; default: the model's "
+                        "context length less the largest token budget (--max-tokens, or the max effort's)")
     p.add_argument("--prompt-cache-size", type=int, default=16, help="stored prompt prefixes (prompt cache entries)")
     p.add_argument("--prompt-cache-bytes", type=int, default=0,
                    help="bytes the prompt cache may hold per rank; default: half the memory left after the "
@@ -82,17 +95,37 @@ def run(args: argparse.Namespace) -> int:
     except ScriptError as exc:
         print(f"k3-backend serve: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(args, script))
+    return asyncio.run(_serve(args, script, _reserve_stdio()))
+
+
+def _reserve_stdio() -> TextIO:
+    """Keep stdout for the ready line alone and let nothing read stdin; returns the ready line's stream.
+
+    Libraries the load runs (transformers, a checkpoint's own code) may print, and transformers may even ask
+    an interactive question on stdout and read the answer from stdin. From here on file descriptor 1 (and
+    ``sys.stdout``) is stderr and descriptor 0 is /dev/null, while the ready line goes to the original stdout.
+    """
+    sys.stdout.flush()
+    ready = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return ready
 
 
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
     for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "prompt_cache_size"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
     if args.max_prompt_tokens < 0 or args.prompt_cache_bytes < 0:
         return "--max-prompt-tokens and --prompt-cache-bytes must be >= 0 (0: the default)"
+    try:
+        effort_budgets(args.effort_tokens)
+    except ValueError as exc:
+        return str(exc)
     if args.max_tool_rounds < 0 or args.tool_timeout <= 0 or args.deadline <= 0:
         return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
     if args.temp < 0 or not 0 <= args.top_p <= 1:
@@ -106,11 +139,29 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
+def effort_budgets(items: list[str]) -> dict[str, int]:
+    """The token budget per effort: the defaults, with each ``EFFORT=N`` of --effort-tokens applied."""
+    budgets = dict(EFFORT_BUDGETS)
+    for item in items:
+        effort, _, n = item.partition("=")
+        if effort not in EFFORTS or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--effort-tokens wants EFFORT=N with EFFORT in {', '.join(EFFORTS)} and N >= 1, "
+                             f"got {item!r}")
+        budgets[effort] = int(n)
+    return budgets
+
+
+def _agent_config(args: argparse.Namespace) -> AgentConfig:
+    return AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds, deadline=args.deadline,
+                       temp=args.temp, top_p=args.top_p, thinking_effort=args.thinking_effort,
+                       budgets=effort_budgets(args.effort_tokens))
+
+
 def _security(args: argparse.Namespace) -> auth.Security:
     return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure)
 
 
-async def _serve(args: argparse.Namespace, script: Script) -> int:
+async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
     # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
     import mlx.core as mx
 
@@ -127,10 +178,11 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     ranks = group if group.size() > 1 else None
     if ranks is not None:
         _log_rank(group.rank(), group.size())
-    engine_args = EngineArgs(model=args.model, max_tokens=args.max_tokens, temp=args.temp, top_p=args.top_p,
-                             prefill_step_size=args.prefill_step_size, max_concurrency=args.max_concurrency,
-                             max_prompt_tokens=args.max_prompt_tokens, prompt_cache_size=args.prompt_cache_size,
-                             prompt_cache_bytes=args.prompt_cache_bytes)
+    engine_args = EngineArgs(model=args.model, max_tokens=_agent_config(args).budget("max"), temp=args.temp,
+                             top_p=args.top_p, prefill_step_size=args.prefill_step_size,
+                             max_concurrency=args.max_concurrency, max_prompt_tokens=args.max_prompt_tokens,
+                             prompt_cache_size=args.prompt_cache_size, prompt_cache_bytes=args.prompt_cache_bytes,
+                             trust_remote_code=args.trust_remote_code)
     try:
         # On this thread, whose mlx streams are cleared at the end (see below), not in an executor thread.
         engine = Engine(engine_args, group=ranks)
@@ -142,16 +194,17 @@ async def _serve(args: argparse.Namespace, script: Script) -> int:
     try:
         if ranks is not None and group.rank() > 0:
             return _follow(engine, group, args)
-        return await _lead(engine, ranks, args, script)
+        return await _lead(engine, ranks, args, script, ready)
     finally:
         # Every thread that ran mlx must destroy its streams before the process exits, or mlx may abort
         # at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327).
         mx.clear_streams()
 
 
-async def _lead(engine, group, args: argparse.Namespace, script: Script) -> int:
+async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: TextIO) -> int:
     """Rank 0 (or the only process): the ROUTER, the job table and the scheduler thread."""
     from backend import pair
+    from backend.fidelity.traces import TraceFile
     from backend.scheduler import Scheduler
 
     loop = asyncio.get_running_loop()
@@ -178,11 +231,10 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script) -> int:
             print(f"k3-backend serve: cannot reach the other ranks: {exc}", file=sys.stderr)
             return RANK_FAILURE_EXIT
         scheduler = Scheduler(engine, link.lead, tick=args.rank_tick, on_failure=fail)
-    agent_config = AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds,
-                               deadline=args.deadline, temp=args.temp, top_p=args.top_p)
+    record = TraceFile(args.trace_file) if args.trace_file else None
     daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
                                             tool_timeout=args.tool_timeout, security=_security(args)),
-                    agent_config, script)
+                    _agent_config(args), script, record)
     try:
         endpoint = daemon.bind()
     except Exception as exc:
@@ -193,7 +245,7 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script) -> int:
     scheduler.start()
     if link is not None:
         pair.watch(scheduler, args.rank_timeout, fail)
-    print(READY + endpoint, flush=True)
+    print(READY + endpoint, file=ready, flush=True)
     await daemon.serve()
     if daemon.failure is not None:
         _exit_now(f"k3-backend serve: {daemon.failure[1]}; exiting for the supervisor to restart the pair")

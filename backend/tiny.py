@@ -6,10 +6,16 @@ latent-MoE layers, attention residuals) on a CPU in milliseconds. The weights ar
 model's answers are noise; tests script answers through the engine's forced-token processor.
 
 The tokenizer is a byte-level BPE trained offline on a small built-in corpus. Its vocabulary holds
-the Kimi K3 tag tokens, so mlx-lm infers the kimi_k3 tool parser, thinking and structural markers
-by itself. The chat template is made up in the Kimi K3 XTML style (it is not the release template):
-an assistant message with tool calls renders exactly the text the model generates for them, so a
-re-rendered conversation is a token prefix-extension of prompt + generation.
+the kinds of special tokens the release has: the Kimi K3 tag tokens (so mlx-lm infers the kimi_k3 tool
+parser, thinking and structural markers by itself), media tokens and reserved tokens. The chat format
+comes in two dialects, so tests can show that the daemon depends on no renderer's quirks:
+
+- ``k3`` (the default) is packaged like the release: no Jinja template, a tokenizer class in
+  ``tokenization_kimi.py`` referenced by ``auto_map`` (loading it needs ``trust_remote_code``) that
+  renders the format of notes/k3-format.md (backend/tokenization_kimi.py is the file shipped);
+- ``jinja`` is a made-up Jinja template in the XTML style: tools in the system message, JSON call
+  bodies, ``role="tool" call=...`` results, no think or response channel in what it renders, and no
+  reasoning kept in history.
 
 Pruning follows notes/mlx-research.md §2: `num_experts` becomes the kept count, the kept experts
 are renumbered 0..N-1 and the router rows (gate and e_score_correction_bias) are sliced.
@@ -21,8 +27,12 @@ import shutil
 from pathlib import Path
 
 OPEN, SEP, CLOSE, EOS = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
-SPECIAL_TOKENS = [OPEN, CLOSE, SEP, EOS]  # ids 0..3; eos is id 3
+MEDIA_TOKENS = ["<|media_begin|>", "<|media_content|>", "<|media_pad|>", "<|media_end|>"]
+RESERVED_TOKENS = [f"<|reserved_token_{i}|>" for i in range(16)]
+SPECIAL_TOKENS = [OPEN, CLOSE, SEP, EOS, *MEDIA_TOKENS, *RESERVED_TOKENS]  # eos is id 3
 VOCAB_SIZE = 512
+DIALECTS = ("k3", "jinja")
+REMOTE_CODE = "tokenization_kimi.py"
 
 # Attribute values are escaped like the kimi_k3 parser unescapes them (&quot; and &amp;).
 CHAT_TEMPLATE = r"""
@@ -154,17 +164,21 @@ def make_tiny(
     layers: int = 4,
     seed: int = 0,
     keep: list[int] | None = None,
+    dialect: str = "k3",
 ) -> Path:
     """Write a tiny kimi_k3 checkpoint to `out_dir` (pruned to `keep` if given) and return the path.
 
-    Deterministic given the arguments: the same seed gives byte-identical weights.
+    Deterministic given the arguments: the same seed gives byte-identical weights. `dialect` is the chat
+    format (see the module docstring); both dialects share the weights and the vocabulary.
     """
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
     out = Path(out_dir)
     if keep is None:
-        _write_full(out, experts=experts, layers=layers, seed=seed)
+        _write_full(out, experts=experts, layers=layers, seed=seed, dialect=dialect)
         return out
     full = out.with_name(out.name + ".full")
-    _write_full(full, experts=experts, layers=layers, seed=seed)
+    _write_full(full, experts=experts, layers=layers, seed=seed, dialect=dialect)
     try:
         return prune(full, out, keep)
     finally:
@@ -198,7 +212,7 @@ def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
             "eos_token_id": SPECIAL_TOKENS.index(EOS), "torch_dtype": "float32", "text_config": text}
 
 
-def _write_full(out: Path, *, experts: int, layers: int, seed: int) -> None:
+def _write_full(out: Path, *, experts: int, layers: int, seed: int, dialect: str) -> None:
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import kimi_k3
@@ -217,10 +231,10 @@ def _write_full(out: Path, *, experts: int, layers: int, seed: int) -> None:
     save_model(out, model)
     _write_json(out / "config.json", config)
     _write_json(out / "generation_config.json", {"eos_token_id": config["eos_token_id"]})
-    _write_tokenizer(out)
+    _write_tokenizer(out, dialect)
 
 
-def _write_tokenizer(out: Path) -> None:
+def _write_tokenizer(out: Path, dialect: str) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -234,21 +248,31 @@ def _write_tokenizer(out: Path) -> None:
     )
     tok.train_from_iterator(_corpus(), trainer)
     tok.save(str(out / "tokenizer.json"))
-    _write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": EOS,
-        "model_max_length": 1 << 20,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
-    })
+    config = {"eos_token": EOS, "model_max_length": 1 << 20, "clean_up_tokenization_spaces": False}
+    if dialect == "jinja":
+        config |= {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE}
+    else:  # the release's packaging: the renderer is the tokenizer class's own Python code
+        shutil.copyfile(Path(__file__).with_name(REMOTE_CODE), out / REMOTE_CODE)
+        config |= {"tokenizer_class": "KimiK3Tokenizer",
+                   "auto_map": {"AutoTokenizer": [None, "tokenization_kimi.KimiK3Tokenizer"]}}
+    _write_json(out / "tokenizer_config.json", config)
 
 
 def _corpus() -> list[str]:
-    """Markup, the audit prompt and tool schemas, and C: what the tiny model's prompts are made of."""
+    """Markup of both dialects, the audit prompt and tool schemas, and C: what the tiny model's prompts are
+    made of."""
+    from backend import tokenization_kimi
     from backend.prompts import AUDIT_TOOLS, EXPLAIN_SYSTEM_PROMPT, SYSTEM_PROMPT
 
     prompt = [SYSTEM_PROMPT, EXPLAIN_SYSTEM_PROMPT, *(json.dumps(t["function"]) for t in AUDIT_TOOLS)]
-    return _MARKUP * 4 + prompt * 3 + _C_CODE.splitlines(keepends=True) * 2
+    call = {"function": {"name": "read_lines", "arguments": {"path": "drivers/net/foo.c", "start": 10, "end": 40}}}
+    k3 = tokenization_kimi.render([
+        {"role": "user", "content": "Audit the function below."},
+        {"role": "assistant", "reasoning_content": "The length is not checked.", "content": "Let me read more.",
+         "tool_calls": [call]},
+        {"role": "tool", "name": "read_lines", "content": "ok"},
+    ], AUDIT_TOOLS, add_generation_prompt=True, thinking_effort="low")
+    return [*_MARKUP, k3] * 4 + prompt * 3 + _C_CODE.splitlines(keepends=True) * 2
 
 
 def prune(src_dir: str | Path, out_dir: str | Path, keep: list[int]) -> Path:
@@ -334,10 +358,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=4, help="decoder layers, the last one MLA (default 4)")
     p.add_argument("--prune-to", type=int, metavar="N", help="keep N experts spread evenly, renumbered 0..N-1")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dialect", choices=DIALECTS, default="k3",
+                   help="chat format: k3 = the release's packaging (a remote-code tokenizer class: serve it with "
+                        "--trust-remote-code), jinja = a made-up Jinja template (default k3)")
 
 
 def run(args) -> int:
     keep = spread(args.experts, args.prune_to) if args.prune_to is not None else None
-    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep)
+    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep,
+                    dialect=args.dialect)
     print(out)
     return 0

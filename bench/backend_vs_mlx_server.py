@@ -35,6 +35,7 @@ os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx 
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend import prompts  # noqa: E402
+from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from tests.support.daemon import Wire, serving, stop  # noqa: E402
 
@@ -107,7 +108,7 @@ def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=err)
+                                 "--port", str(port), "--trust-remote-code"], stdout=subprocess.DEVNULL, stderr=err)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
@@ -121,11 +122,12 @@ def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("mlx_lm.server did not start within 120 s")
 
 
-def mlx_one(url: str, fields: dict) -> tuple[float, dict]:
+def mlx_one(url: str, fields: dict, specials: tuple[str, ...]) -> tuple[float, dict]:
     messages = prompts.audit_messages(path=fields["path"], unit=fields["unit"], code=fields["code"],
-                                      context=fields["context"])
+                                      context=fields["context"], specials=specials)
+    # the daemon's default thinking effort, so both render the same prompt
     body = {"messages": messages, "tools": prompts.AUDIT_TOOLS, "max_tokens": TOKENS, "temperature": 0.0,
-            "logit_bias": {str(EOS): -100.0}}
+            "logit_bias": {str(EOS): -100.0}, "chat_template_kwargs": {"thinking_effort": "low"}}
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     tic = time.perf_counter()
@@ -138,21 +140,21 @@ def mlx_one(url: str, fields: dict) -> tuple[float, dict]:
     return latency, answer["usage"]
 
 
-def mlx_warmup(url: str) -> dict:
-    runs = [mlx_one(url, unit(1000 + i)) for i in range(WARMUP)]
+def mlx_warmup(url: str, specials: tuple[str, ...]) -> dict:
+    runs = [mlx_one(url, unit(1000 + i), specials) for i in range(WARMUP)]
     return {"prompt_tokens": runs[0][1]["prompt_tokens"]}
 
 
-def mlx_sequential(url: str, rep: int) -> tuple[float, list[float]]:
+def mlx_sequential(url: str, rep: int, specials: tuple[str, ...]) -> tuple[float, list[float]]:
     tic = time.perf_counter()
-    runs = [mlx_one(url, unit(rep * 100 + i)) for i in range(SEQUENTIAL)]
+    runs = [mlx_one(url, unit(rep * 100 + i), specials) for i in range(SEQUENTIAL)]
     return time.perf_counter() - tic, [lat for lat, _ in runs]
 
 
-def mlx_concurrent(url: str, rep: int) -> tuple[float, list[float]]:
+def mlx_concurrent(url: str, rep: int, specials: tuple[str, ...]) -> tuple[float, list[float]]:
     with ThreadPoolExecutor(CONCURRENT) as pool:
         tic = time.perf_counter()
-        runs = list(pool.map(lambda i: mlx_one(url, unit(rep * 100 + 50 + i)), range(CONCURRENT)))
+        runs = list(pool.map(lambda i: mlx_one(url, unit(rep * 100 + 50 + i), specials), range(CONCURRENT)))
         return time.perf_counter() - tic, [lat for lat, _ in runs]
 
 
@@ -176,17 +178,18 @@ def report(name: str, n: int, runs: list[tuple[float, list[float]]]) -> float:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="k3bench-") as tmp:
         model = make_tiny(Path(tmp) / "tiny")
+        specials = prompts.special_strings(load_tokenizer(str(model), trust_remote_code=True))
         script = [{"unit": "*", "turns": [ANSWER]}]
         with serving(model, script=script, args=["--temp", "0", "--max-tokens", str(TOKENS)]) as daemon:
             proc, url = start_mlx_server(model, Path(tmp) / "mlx_server.log")
             try:
-                ours, theirs = asyncio.run(k3_warmup(daemon.endpoint)), mlx_warmup(url)
+                ours, theirs = asyncio.run(k3_warmup(daemon.endpoint)), mlx_warmup(url, specials)
                 runs = {key: [] for key in ("k3 sequential", "mlx sequential", "k3 concurrent", "mlx concurrent")}
                 for rep in range(REPEATS):  # interleaved, so load from other processes hits both alike
                     runs["k3 sequential"].append(asyncio.run(k3_sequential(daemon.endpoint, rep)))
-                    runs["mlx sequential"].append(mlx_sequential(url, rep))
+                    runs["mlx sequential"].append(mlx_sequential(url, rep, specials))
                     runs["k3 concurrent"].append(asyncio.run(k3_concurrent(daemon.endpoint, rep)))
-                    runs["mlx concurrent"].append(mlx_concurrent(url, rep))
+                    runs["mlx concurrent"].append(mlx_concurrent(url, rep, specials))
             finally:
                 stop(proc)
     print(f"machine: {os.cpu_count()} CPU cores, mlx on CPU; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

@@ -42,6 +42,7 @@ import platformdirs  # noqa: E402
 from lsp_incremental import SLICE_START, fetch_sqlite  # noqa: E402
 
 from backend import prompts  # noqa: E402
+from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import batch, units  # noqa: E402
 from k3lsp.cache import ResultCache  # noqa: E402
@@ -93,11 +94,12 @@ async def audit(path: Path, endpoint: str, tmp: Path) -> tuple[int, int]:
 
 
 def ideal(tokenizer, path: Path) -> tuple[int, int]:
-    """(file tokens, system/tools prompt tokens)."""
+    """(file tokens, system/tools prompt tokens), the prompt at the effort `k3lsp audit` sends (background)."""
     text = path.read_text(errors="surrogateescape")
-    messages = prompts.audit_messages(path=path.name, unit="u", code="int u(void)\n{\n}", context="x")
-    system = prompts.render(tokenizer, messages, prompts.AUDIT_TOOLS).segments[0]
-    return len(tokenizer.encode(text)), system
+    messages = prompts.audit_messages(path=path.name, unit="u", code="int u(void)\n{\n}", context="x",
+                                      specials=prompts.special_strings(tokenizer))
+    system = prompts.render(tokenizer, messages, prompts.AUDIT_TOOLS, Options().effort("background")).segments[0]
+    return len(tokenizer.encode(text, add_special_tokens=False)), system
 
 
 def main() -> int:
@@ -105,14 +107,12 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true", help="also audit with per-unit contexts (the peer)")
     parser.add_argument("--slice-lines", type=int, default=10_000, help="lines of sqlite3.c from line 150,001")
     args = parser.parse_args()
-    from mlx_lm import load
-
     layouts = ["shared", "own"] if args.compare else ["shared"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="k3prefill-") as tmp_name:
         tmp = Path(tmp_name)
         model = make_tiny(tmp / "tiny")
-        _, tokenizer = load(str(model))
+        tokenizer = load_tokenizer(str(model), trust_remote_code=True)
         for path in [sqlite_slice(tmp, args.slice_lines), *FILES]:
             file_tokens, system = ideal(tokenizer, path)
             for layout in layouts:

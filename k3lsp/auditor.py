@@ -31,6 +31,7 @@ from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
+from k3lsp.resultkey import ResultKey
 from k3lsp.slots import PrioritySlots
 from k3lsp.units import Unit
 
@@ -134,7 +135,7 @@ class Counters:
 class BackendState:
     """The ``k3lsp/status`` notification's payload."""
 
-    state: str  # connected | connecting | down | unauthorized
+    state: str  # disconnected (not connected yet) | connecting | connected | down | unauthorized
     queued: int
     running: int
     message: str
@@ -147,6 +148,11 @@ def _count(value: object) -> int:
 
 def state_for(code: str) -> str:
     return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+
+
+def not_connected(endpoint: str) -> str:
+    """Why nothing is known yet: the daemon is first contacted when a C file is opened or audited."""
+    return f"not connected yet to {endpoint}: it is contacted when a C file is opened or audited"
 
 
 def client_options(options: Options, name: str) -> ClientOptions:
@@ -177,7 +183,7 @@ class Auditor:
         self.cache = cache
         self.counters = Counters()
         self.welcome: dict | None = None  # the last welcome: the result key survives an outage
-        self._result_key: str | None = None  # what results are cached under; None: the daemon names no checkpoint
+        self._result_key: ResultKey | None = None  # what results are cached under; None: no checkpoint named
         self._client_name = client_name
         self._client = BackendClient(client_options(options, client_name))
         self._connected = False
@@ -185,8 +191,7 @@ class Auditor:
         self._slots = PrioritySlots(concurrency, on_change=self._notify)
         self._on_state = on_state
         self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
-        self._state = "connecting"
-        self._message = ""
+        self._state, self._message = "disconnected", not_connected(options.endpoint)
         self._refused: dict[tuple, str] = {}  # (unit key, result key, prompt limit) -> the refusal
 
     # --- state -------------------------------------------------------------------------------------------
@@ -211,7 +216,7 @@ class Auditor:
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
             self.welcome, self._result_key = None, None  # another daemon: the old one's results are not its
-            self._set_state("connecting", f"connecting to {options.endpoint}")
+            self._set_state("disconnected", not_connected(options.endpoint))
 
     async def close(self) -> None:
         await self._client.close()
@@ -236,8 +241,8 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        key = resultkey.for_welcome(welcome, effort=self.effort, daemon=self._client.daemon_identity)
-        self.welcome, self._result_key, self._connected = welcome, key and key.digest(), True
+        key = resultkey.for_welcome(welcome, daemon=self._client.daemon_identity)
+        self.welcome, self._result_key, self._connected = welcome, key, True
         self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
         return welcome
 
@@ -249,20 +254,15 @@ class Auditor:
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
 
-    @property
-    def effort(self) -> str:
-        """The thinking effort audits are sent with: part of the result key. They send none yet (the daemon's
-        default); once the editor sends one, this returns it."""
-        return resultkey.DEFAULT_EFFORT
-
     def _refusal_key(self, unit: Unit) -> tuple:
         """A refusal holds for this unit's text under this result key (model, prompt version...) and prompt limit."""
         return unit.key, self._result_key, self.welcome["limits"].get("max_prompt_tokens")
 
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def lookup(self, units: Sequence[Unit], *, force: bool = False) -> Lookup:
-        """Split units into cached results and units to audit; ``force`` (re-audit) treats everything as a miss.
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup:
+        """Split units into cached results and units to audit at ``priority`` (its thinking effort, or a higher
+        one, answers); ``force`` (re-audit) treats everything as a miss.
 
         Raises BackendUnavailable only when the daemon was never reached (no model id to look results up by).
         """
@@ -273,6 +273,7 @@ class Auditor:
             if self.welcome is None:
                 raise
             down = exc
+        keys = [] if force or self._result_key is None else self._result_key.answering(self.options.effort(priority))
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
@@ -280,7 +281,7 @@ class Auditor:
             if refusal is not None:  # even when forced: it would be refused the same way
                 hits.append(UnitResult(unit, [], cached=True, refusal=refusal))
                 continue
-            hit = None if force or self._result_key is None else self.cache.get(unit.key, self._result_key)
+            hit = next((row for key in keys if (row := self.cache.get(unit.key, key)) is not None), None)
             if hit is None:
                 misses.append(unit)
             else:
@@ -293,7 +294,7 @@ class Auditor:
         on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
-        found = await self.lookup(units)
+        found = await self.lookup(units, priority=priority)
         for hit in found.hits:
             yield hit
         if found.misses and found.down is not None:
@@ -348,6 +349,7 @@ class Auditor:
             "context": unit.sent_context,  # the file's shared declarations: one cached prefix per file
             "first_line": unit.start_line + 1,
             "priority": priority,
+            "thinking_effort": self.options.effort(priority),
         }
         findings: list[dict] = []
         bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
@@ -370,7 +372,7 @@ class Auditor:
                         stats = bounded_stats(message["stats"])
                         if bounds.dropped:
                             stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
-                        return self._store(unit, findings, stats)
+                        return self._store(unit, findings, stats, fields["thinking_effort"])
                     elif kind == "cancelled":
                         self.counters.cancelled += 1
                         return None
@@ -389,14 +391,14 @@ class Auditor:
             return self._failed(unit, "protocol", str(exc))
         return None
 
-    def _store(self, unit: Unit, findings: list[dict], stats: dict) -> UnitResult:
+    def _store(self, unit: Unit, findings: list[dict], stats: dict, effort: str) -> UnitResult:
         """Keep a complete audit's result; one cut short is returned (to be shown as incomplete) and forgotten."""
         result = UnitResult(unit, findings, cached=False, stats=stats)
         if result.cut_short is not None:
             self.counters.incomplete += 1
             log.info("audit of %s was cut short (%s): not cached", unit.name, result.cut_short)
         elif self._result_key is not None:
-            self.cache.put(unit.key, self._result_key, findings, stats)
+            self.cache.put(unit.key, self._result_key.digest(effort), findings, stats)
         self.counters.audited += 1
         self.counters.findings += len(findings)
         self.counters.over_limit += result.over_limit
@@ -441,7 +443,8 @@ class Auditor:
     async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
         await self.connect()
-        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding}
+        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding,
+                  "thinking_effort": self.options.effort("interactive")}
         stream = self._client.stream("explain", fields, tools=lambda req: self._tool(root, req))
         async with contextlib.aclosing(stream) as messages:
             async for message in messages:
@@ -456,8 +459,12 @@ class Auditor:
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""
-        out: dict = {"state": asdict(self.state), "counters": asdict(self.counters),
-                     "welcome": sanitize.data(self.welcome)}
+        out: dict = {
+            "endpoint": self.options.endpoint,
+            "state": asdict(self.state),
+            "counters": asdict(self.counters),
+            "welcome": sanitize.data(self.welcome),
+        }
         try:
             await self.connect()
             out["backend"] = sanitize.data(await self._client.status(self._client.options.connect_timeout))

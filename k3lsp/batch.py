@@ -87,6 +87,7 @@ class Reported:
     confidence: float | None = None
     trace: tuple[Step, ...] = ()
     fix: Edit | None = None
+    reasoning: str = ""  # why the model flagged it (its reasoning before the report)
 
 
 @dataclass
@@ -353,7 +354,7 @@ def _reported(source: Source, f: findings.Finding, unit: units.Unit, baseline: s
         )
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
-        f.cwe, f.title, f.message, unit.name, fingerprint, f.confidence, trace, fix,
+        f.cwe, f.title, f.message, unit.name, fingerprint, f.confidence, trace, fix, f.reasoning,
     )  # fmt: skip
 
 

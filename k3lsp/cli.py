@@ -16,6 +16,7 @@ from pathlib import Path
 
 from k3lsp import sanitize
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
+from k3lsp.options import THINKING_EFFORTS
 from k3lsp.protocol import SEVERITIES
 
 
@@ -71,7 +72,7 @@ def _audit_run(args: argparse.Namespace) -> int:
     from k3lsp import batch, options, report
     from k3lsp.auditor import DEFAULT_CONCURRENCY
 
-    settings = {"minSeverity": args.min_severity,
+    settings = {"minSeverity": args.min_severity, "thinkingEffort": args.thinking_effort,
                 "serverKey": args.server_key and str(args.server_key),
                 "clientKey": args.client_key and str(args.client_key),
                 "insecure": args.insecure}
@@ -155,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--jobs", type=int, default=None,
                        help="units in flight per backend (default 4: the daemon batches them)")
     audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
+    audit.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=None,
+                       help="how long the model thinks per unit (default auto: high, as for workspace audits)")
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
 

@@ -34,6 +34,8 @@ from k3lsp import __version__, keys, local, protocol
 
 log = logging.getLogger(__name__)
 
+RECONNECT_MAX_MS = 1000  # the longest pause between reconnect attempts to a daemon that went away
+
 
 def default_endpoint() -> str:
     """The endpoint every k3lsp front end uses when none is configured: K3LSP_ENDPOINT, else the private
@@ -102,7 +104,9 @@ class BackendClient:
         sock.setsockopt(zmq.LINGER, 0)  # unsent source code should not linger after close
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to completed connections: a dead daemon is seen, not buffered
         sock.setsockopt(zmq.RECONNECT_IVL, 250)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        # Reconnect attempts stay closer together than a hello's wait (3-5 s), so the first request after the
+        # daemon comes back finds a connection instead of timing out behind the backoff.
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
         sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)

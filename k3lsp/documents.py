@@ -85,11 +85,13 @@ class Document:
     notices: list[Notice] = field(default_factory=list)
     task: asyncio.Task | None = None  # the audit in flight for this document
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
+    published: int | None = None  # the result_id the client was last told about
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
-        self.shown = shown
-        self.notices = self.notices if notices is None else notices
-        self.result_id += 1
+        notices = self.notices if notices is None else notices
+        if shown != self.shown or notices != self.notices:
+            self.shown, self.notices = shown, notices
+            self.result_id += 1
 
     def record(self, key: str, findings: list[dict], refusal: str | None = None) -> None:
         """The result of one unit: its findings, or (with ``refusal``) why it was not audited."""

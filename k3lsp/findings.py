@@ -32,6 +32,7 @@ SOURCE = "k3-audit"
 SEVERITIES = protocol.SEVERITIES  # most severe first
 CWE_URL = "https://cwe.mitre.org/data/definitions/{}.html"
 MAX_MESSAGE_CHARS = 4000  # what a hover or a problems panel can usefully show
+HOVER_REASONING_CHARS = 400  # the hover's "why this was flagged": the start of the model's reasoning
 
 _LSP_SEVERITY = {
     "critical": lsp.DiagnosticSeverity.Error,
@@ -71,6 +72,7 @@ class Finding:
     confidence: float | None = None
     trace: tuple[TraceStep, ...] = ()
     fix: Fix | None = None
+    reasoning: str = ""  # the model's reasoning before it reported the finding (its think channel), bounded
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
@@ -91,6 +93,8 @@ class Finding:
                 "end_line": self.fix.end_line,
                 "replacement": self.fix.replacement,
             }
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
         return out
 
 
@@ -137,6 +141,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         confidence=d.get("confidence"),
         trace=tuple(trace),
         fix=fix,
+        reasoning=sanitize.text(d.get("reasoning", "")).strip(),
     )
 
 
@@ -253,36 +258,69 @@ def _md(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def hover_markdown(finding: Finding, unit: Unit) -> str:
-    """The hover for a flagged range: title, CWE link, severity, confidence, message, trace and fix.
-    Model text is escaped: it is data, not markup."""
-    facts = [f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})", f"severity **{finding.severity}**"]
+@dataclass(frozen=True)
+class HoverStyle:
+    """How a client wants its hover: Markdown or plain text (its ``contentFormat``), and whether it already shows
+    the diagnostic under the pointer (VS Code does: title, message and trace would then appear twice)."""
+
+    markdown: bool = True
+    shows_diagnostic: bool = False
+
+
+def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> str:
+    """The one place a hover is written: title, CWE, severity, confidence, message, why, trace and fix.
+
+    Model text is data, not markup: escaped in Markdown, verbatim in plain text. A client that shows the
+    diagnostic itself gets only what the diagnostic lacks (the facts line, the reasoning and the suggested fix).
+    """
+    md = style.markdown
+    esc = _md if md else str
+    cwe = f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})" if md else f"CWE-{finding.cwe} ({cwe_url(finding.cwe)})"
+    facts = [cwe, f"severity **{finding.severity}**" if md else f"severity {finding.severity}"]
     if finding.confidence is not None:
         facts.append(f"confidence {finding.confidence:.0%}")
-    parts = [f"**{_md(finding.title)}**", " · ".join(facts) + f" · `{SOURCE}`"]
-    if finding.message:
-        parts.append(_md(finding.message))
-    if finding.trace:
+    facts.append(f"`{SOURCE}`" if md else SOURCE)
+    parts = [" · ".join(facts)]
+    if not style.shows_diagnostic:
+        parts.insert(0, f"**{esc(finding.title)}**" if md else finding.title)
+        if finding.message:
+            parts.append(esc(finding.message))
+    if finding.reasoning:
+        why = short_reasoning(finding.reasoning)
+        parts.append(f"**Why this was flagged:** {esc(why)}" if md else f"Why this was flagged: {why}")
+    if not style.shows_diagnostic and finding.trace:
         steps = "\n".join(
-            f"{i}. line {unit.file_line(s.line) + 1}: {_md(s.note)}" for i, s in enumerate(finding.trace, 1)
+            f"{i}. line {unit.file_line(s.line) + 1}: {esc(s.note)}" for i, s in enumerate(finding.trace, 1)
         )
-        parts.append("**Trace**\n\n" + steps)
+        parts.append(("**Trace**\n\n" if md else "Trace\n") + steps)
     if finding.fix is not None:
         fix = finding.fix
-        fence = "`" * max(3, _longest_backtick_run(fix.replacement) + 1)
         first, last = unit.file_line(fix.start_line) + 1, unit.file_line(fix.end_line) + 1
         where = f"line {first}" if first == last else f"lines {first}-{last}"
-        parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
+        if md:
+            fence = "`" * max(3, _longest_backtick_run(fix.replacement) + 1)
+            parts.append(f"**Suggested fix** ({where})\n\n{fence}c\n{fix.replacement}\n{fence}")
+        else:
+            parts.append(f"Suggested fix ({where}):\n{fix.replacement}")
     return "\n\n".join(parts)
+
+
+def short_reasoning(text: str, limit: int = HOVER_REASONING_CHARS) -> str:
+    """The reasoning on one line, cut at a word near ``limit`` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
 
 
-def to_hover(finding: Finding, unit: Unit) -> lsp.Hover:
+def to_hover(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> lsp.Hover:
+    kind = lsp.MarkupKind.Markdown if style.markdown else lsp.MarkupKind.PlainText
     return lsp.Hover(
-        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=hover_markdown(finding, unit)),
+        contents=lsp.MarkupContent(kind=kind, value=hover_text(finding, unit, style)),
         range=line_range(unit, finding.start_line, finding.end_line),
     )
 

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
-from k3lsp.protocol import SEVERITIES
+from k3lsp.protocol import EFFORTS, SEVERITIES
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
+# auto: low for what the user waits on (audits on save and open, explain), high for workspace and batch audits
+THINKING_EFFORTS = ("auto", *EFFORTS)
 DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
 DEFAULT_INCLUDE = ("**/*.c", "**/*.h")
 DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")
@@ -38,6 +40,13 @@ class Options:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    thinking_effort: str = "auto"
+
+    def effort(self, priority: str) -> str:
+        """The thinking effort a request of this priority is sent with (interactive or background)."""
+        if self.thinking_effort != "auto":
+            return self.thinking_effort
+        return "high" if priority == "background" else "low"
 
     def audits_on_open(self) -> bool:
         return self.trigger == "open"
@@ -126,6 +135,7 @@ _PARSERS = {
     "maxFileBytes": ("max_file_bytes", _positive_int),
     "include": ("include", _globs),
     "exclude": ("exclude", _globs),
+    "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
 }
 
 

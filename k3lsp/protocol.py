@@ -24,6 +24,8 @@ MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than t
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 PRIORITIES = ("interactive", "background")
+EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
+MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
 PROGRESS_STAGES = ("queued", "prefill", "decode", "tool")
 
@@ -174,6 +176,7 @@ FINDING_SCHEMA: Schema = {
     "confidence": (number(0.0, 1.0), False),
     "trace": (list_of(TRACE_STEP, 64), False),
     "fix": (FIX, False),
+    "reasoning": (string(MAX_REASONING_CHARS), False),
 }
 _finding_record = record(FINDING_SCHEMA)
 
@@ -207,6 +210,7 @@ TO_DAEMON: dict[str, Schema] = {
         "first_line": (LINE, False),  # where the unit starts in its file (informational)
         "priority": (one_of(*PRIORITIES), False),
         "max_tokens": (integer(1, 1_000_000), False),
+        "thinking_effort": (one_of(*EFFORTS), False),
     },
     "explain": {
         "path": (NAME, True),
@@ -214,6 +218,7 @@ TO_DAEMON: dict[str, Schema] = {
         "code": (TEXT, True),
         "context": (TEXT, True),
         "finding": (finding, True),
+        "thinking_effort": (one_of(*EFFORTS), False),
     },
     "tool_result": {"call": (string(MAX_ID_CHARS, nonempty=True), True), "ok": (boolean, True), "result": (TEXT, True)},
     "cancel": {},  # the envelope id names the request to cancel

@@ -6,7 +6,8 @@ is shown again only when all of these match:
 - the model: the daemon's checkpoint fingerprint (``welcome.fingerprint``, backend/fingerprint.py), never
   the model's name, which any other build can carry;
 - the prompt version (``welcome.limits.prompt_version``);
-- the thinking effort the audit request was sent with;
+- the thinking effort the audit request was sent with (a result at a higher effort answers a request at a
+  lower one: the model thought at least as long);
 - the daemon's identity, as the client established it before sending anything
   (``BackendClient.daemon_identity``: its CurveZMQ server key, its private ipc socket, or an insecure
   endpoint): results of one daemon are never shown as another's.
@@ -20,29 +21,34 @@ from __future__ import annotations
 import hashlib
 from dataclasses import astuple, dataclass
 
-DEFAULT_EFFORT = "default"  # audits that name no thinking effort get the daemon's default
+from k3lsp.protocol import EFFORTS
 
 
 @dataclass(frozen=True)
 class ResultKey:
+    """A daemon's results; each thinking effort files them apart (``digest``)."""
+
     fingerprint: str
     prompt_version: str
-    effort: str
     daemon: str
 
-    def digest(self) -> str:
+    def digest(self, effort: str) -> str:
         """The key as the cache stores it: a hash of every component, each length-prefixed (unambiguous)."""
-        h = hashlib.sha256(b"k3lsp-result-key-v1\0")
-        for part in astuple(self):
+        h = hashlib.sha256(b"k3lsp-result-key-v2\0")
+        for part in (*astuple(self), effort):
             data = part.encode("utf-8", "surrogatepass")
             h.update(len(data).to_bytes(8, "big") + data)
         return h.hexdigest()
 
+    def answering(self, effort: str) -> list[str]:
+        """The keys whose results answer a request at ``effort``: its own first, then those of higher efforts."""
+        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort):]]
 
-def for_welcome(welcome: dict, *, effort: str, daemon: str | None) -> ResultKey | None:
+
+def for_welcome(welcome: dict, *, daemon: str | None) -> ResultKey | None:
     """The key of the results a daemon gives; None when its welcome names no checkpoint fingerprint or its
     identity is unknown."""
     fingerprint = welcome.get("fingerprint")
     if not fingerprint or not daemon:
         return None
-    return ResultKey(fingerprint, str(welcome["limits"].get("prompt_version", "")), effort, daemon)
+    return ResultKey(fingerprint, str(welcome["limits"].get("prompt_version", "")), daemon)

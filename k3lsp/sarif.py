@@ -4,7 +4,8 @@ One run per audit. Rules are the CWEs that were found (id ``CWE-n``, help link t
 result points at the same range as the editor's diagnostic (1-based lines, UTF-16 columns, the SARIF
 default), carries the trace as a code flow, the suggested fix as a replacement of whole lines and the
 fingerprint the editor's baseline uses as a partial fingerprint, so a dashboard tracks a finding across
-edits above it. The invocation says whether the audit was complete (exit code, errors as notifications).
+edits above it, and the model's reasoning behind it as the result property ``reasoning``. The invocation
+says whether the audit was complete (exit code, errors as notifications).
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
     }
     if r.confidence is not None:
         out["properties"]["confidence"] = r.confidence
+    if r.reasoning:
+        out["properties"]["reasoning"] = r.reasoning
     if r.trace:
         steps = [{"location": _location(r, s.span, s.note)} for s in r.trace]
         out["codeFlows"] = [{"threadFlows": [{"locations": steps}]}]

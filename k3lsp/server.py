@@ -12,7 +12,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from k3lsp import __version__, actions, findings, sanitize
+from k3lsp import __version__, actions, sanitize
 from k3lsp.session import Session
 
 log = logging.getLogger(__name__)
@@ -70,11 +70,7 @@ async def shutdown(ls: LanguageServer, params: None) -> None:
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
-    doc = session.document(params.text_document.uri)
-    if session.options.audits_on_open():
-        session.audit(doc.uri)
-    else:
-        session.republish(doc)
+    session.opened(params.text_document.uri)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
@@ -103,14 +99,11 @@ def pull_diagnostics(ls: LanguageServer, params: lsp.DocumentDiagnosticParams) -
 
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
-    shown = session.shown_at(params.text_document.uri, params.position)
-    if shown is None:
-        return None
-    return findings.to_hover(shown.finding, shown.unit)
+    return session.hover(params.text_document.uri, params.position)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
-def code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction | lsp.Command] | None:
+def code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
     return session.code_actions(params)
 
 
@@ -144,8 +137,15 @@ async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
     return await session.audit_and_wait(uri, line=line)
 
 
+def _not_a_late_cancel(record: logging.LogRecord) -> bool:
+    """Editors cancel hovers and code actions that were already answered; pygls warns about each such cancel,
+    and VS Code shows every stderr line of the server as an error in its output channel."""
+    return not record.getMessage().startswith("Cancel notification for unknown message id")
+
+
 def serve_stdio() -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
     server.start_io()

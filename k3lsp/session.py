@@ -22,11 +22,11 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
-from k3lsp import actions, options, sanitize, suppress, units
+from k3lsp import actions, findings, options, sanitize, suppress, units
 from k3lsp.auditor import Auditor, BackendState, BackendUnavailable, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
-from k3lsp.documents import Document, Shown, View, notices, present
+from k3lsp.documents import Document, View, notices, present
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,20 @@ def _supports_related(caps: lsp.ClientCapabilities) -> bool:
     return bool(publish and publish.related_information)
 
 
+def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
+    """The client's preferred hover format (its first known ``contentFormat``; Markdown when it names none),
+    and whether it shows the diagnostic under the pointer itself: the experimental client capability
+    ``{"k3lsp": {"hoverShowsDiagnostics": true}}``, which the VS Code extension declares."""
+    hover = caps.text_document.hover if caps.text_document else None
+    offered = (hover.content_format if hover else None) or []
+    formats = [f for f in offered if f in (lsp.MarkupKind.Markdown, lsp.MarkupKind.PlainText)]
+    markdown = not formats or formats[0] == lsp.MarkupKind.Markdown
+    experimental = caps.experimental if isinstance(caps.experimental, dict) else {}
+    ours = experimental.get("k3lsp")
+    shows = isinstance(ours, dict) and ours.get("hoverShowsDiagnostics") is True
+    return findings.HoverStyle(markdown=markdown, shows_diagnostic=shows)
+
+
 class Session:
     def __init__(self, ls: LanguageServer, cache: ResultCache | None = None):
         self.ls = ls
@@ -60,10 +74,14 @@ class Session:
         self.related = True
         self.progress = False
         self.configurable = False
+        self.hover_style = findings.HoverStyle()
         self.baseline: suppress.Baseline | None = None
         self.root: Path | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._shown_state = "connecting"
+        self._shown_state = "disconnected"
+        self._sent_state: dict | None = None
+        self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
+        self._settings_read: asyncio.Future | None = None
         self._pending_errors: list[str] = []
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
@@ -76,9 +94,11 @@ class Session:
         self.related = _supports_related(caps)
         self.progress = bool(caps.window and caps.window.work_done_progress)
         self.configurable = bool(caps.workspace and caps.workspace.configuration)
+        self.hover_style = hover_style(caps)
         root = self.ls.workspace.root_path
         self.root = Path(root) if root else None
         self.options, self._pending_errors = options.parse(params.initialization_options)
+        self._initial = self.options
 
     async def initialized(self) -> None:
         await self.auditor.reconfigure(self.options)
@@ -87,6 +107,7 @@ class Session:
         await self.refresh_settings()
         self.load_baseline()
         self._ready.set()
+        self._state_changed(self.auditor.state)  # the client learns the state now, not at the first audit
 
     async def ready(self) -> None:
         """Wait (bounded) until the settings are applied, so no audit goes to the default endpoint by mistake."""
@@ -94,9 +115,22 @@ class Session:
             await asyncio.wait_for(self._ready.wait(), READY_TIMEOUT)
 
     async def refresh_settings(self) -> None:
-        """Re-read the ``k3lsp`` section (workspace/configuration) over what initializationOptions said."""
+        """Re-read the ``k3lsp`` section (workspace/configuration); one read at a time.
+
+        A change notified while a read is on its way needs no second read: the client answers a request in
+        the order it sent its messages, so that answer already has the change (VS Code announces its settings
+        with a didChangeConfiguration right after ``initialized``, while ``initialized`` reads them).
+        """
         if not self.configurable:
             return
+        if self._settings_read is None:
+            self._settings_read = asyncio.ensure_future(self._read_settings())
+            self._settings_read.add_done_callback(lambda _: setattr(self, "_settings_read", None))
+        await asyncio.shield(self._settings_read)
+
+    async def _read_settings(self) -> None:
+        """The section is the whole of the settings: a key removed from it gets its default back. A client
+        without a ``k3lsp`` section (null) keeps what initializationOptions said."""
         try:
             (raw,) = await self.ls.workspace_configuration_async(
                 lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
@@ -104,7 +138,7 @@ class Session:
         except Exception as exc:  # a client that does not answer is not a reason to stop
             log.warning("workspace/configuration failed: %s", exc)
             return
-        self.options, errors = options.parse(raw, self.options)
+        self.options, errors = options.parse(raw, self._initial if raw is None else None)
         for error in errors:
             self.message(error, lsp.MessageType.Error)
         await self.auditor.reconfigure(self.options)
@@ -127,7 +161,10 @@ class Session:
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
     def _state_changed(self, state: BackendState) -> None:
-        self.ls.protocol.notify(STATUS_NOTIFICATION, asdict(state))
+        payload = asdict(state)
+        if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
+            self._sent_state = payload
+            self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
         if state.state == self._shown_state:
             return
         if state.state in ("down", "unauthorized"):
@@ -136,7 +173,7 @@ class Session:
             )
         elif state.state == "connected" and self._shown_state in ("down", "unauthorized"):
             self.message(f"k3 audit backend is back: {state.message}")
-        if state.state != "connecting":
+        if state.state not in ("connecting", "disconnected"):
             self._shown_state = state.state
 
     def _tool_used(self, request: dict, ok: bool, answer: str) -> None:
@@ -149,6 +186,10 @@ class Session:
         )
 
     def publish(self, doc: Document) -> None:
+        """Tell the client about the document's findings, once per change (an unchanged list is not news)."""
+        if doc.published == doc.result_id:
+            return
+        doc.published = doc.result_id
         if self.pull:
             self.ls.workspace_diagnostic_refresh(None)
         else:
@@ -242,12 +283,12 @@ class Session:
         if not self.pull:
             self.ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
-    def shown_at(self, uri: str, position: lsp.Position) -> Shown | None:
+    def hover(self, uri: str, position: lsp.Position) -> lsp.Hover | None:
         doc = self.docs.get(uri)
         hits = doc.at(position) if doc else []
-        return hits[0] if hits else None
+        return findings.to_hover(hits[0].finding, hits[0].unit, self.hover_style) if hits else None
 
-    def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction | lsp.Command] | None:
+    def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         doc = self.docs.get(params.text_document.uri)
         if doc is None or not doc.shown:
             return None
@@ -258,9 +299,30 @@ class Session:
         if not hits or text is None:
             return None
         lines = text.split("\n")
-        return [action for shown in hits for action in actions.for_finding(shown, doc.uri, lines)] or None
+        offered = [action for shown in hits for action in actions.for_finding(shown, doc.uri, lines)]
+        return actions.only(offered, params.context.only) or None
 
     # --- audits ------------------------------------------------------------------------------------------
+
+    def opened(self, uri: str) -> None:
+        """A document was opened: audit it (trigger ``open``), else show what the cache already knows for it."""
+        if self.options.audits_on_open():
+            self.audit(uri)
+            return
+        doc = self.document(uri)
+        if not self._closing and (doc.task is None or doc.task.done()):
+            doc.task = self.spawn(self._show_cached(doc))
+
+    async def _show_cached(self, doc: Document) -> None:
+        """Findings from earlier audits (another session, before a restart) without a save: a cache lookup only."""
+        await self.ready()
+        text = self.text(doc)
+        if text is None or len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
+            return
+        with contextlib.suppress(BackendUnavailable):  # never reached: no model id to look results up by
+            for hit in (await self.auditor.lookup(units.split(text))).hits:
+                doc.record(hit.unit.key, hit.findings, hit.refusal)
+        self.republish(doc)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         """A background task the session owns: cancelled at shutdown, its failures logged, never raised."""
@@ -315,7 +377,7 @@ class Session:
         todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
         root = doc.root
         try:
-            found = await self.auditor.lookup(todo, force=line is not None)
+            found = await self.auditor.lookup(todo, priority=priority, force=line is not None)
         except BackendUnavailable as exc:
             return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
         for hit in found.hits:
@@ -390,15 +452,17 @@ class Session:
         await self.ready()
         root = doc.root
         parts: list[str] = []
+        # The reasoning came with the finding: it leads the explanation, and survives a failed explain.
+        why = f"Why it was flagged: {shown.finding.reasoning}\n\n" if shown.finding.reasoning else ""
         async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
             try:
                 async for piece in self.auditor.explain(root, doc.relpath, shown.unit, shown.finding.to_dict()):
                     parts.append(piece)
                     report(0, f"{len(''.join(parts))} characters")
             except (BackendUnavailable, BackendError) as exc:
-                self.message(f"Cannot explain the finding: {exc}", lsp.MessageType.Error)
+                self.message(f"{why}Cannot explain the finding: {exc}", lsp.MessageType.Error)
                 return None
-        answer = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
+        answer = why + (sanitize.text("".join(parts)).strip() or "(the model gave no explanation)")
         self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
         return answer
 

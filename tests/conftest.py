@@ -6,6 +6,7 @@ is paid once per machine, not once per process.
 """
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,33 @@ PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A make-tiny checkpoint (8 experts, 4 layers, seed 0), built once per test session."""
+    """A make-tiny checkpoint (8 experts, 4 layers, seed 0) in the release's packaging (the k3 dialect: a
+    remote-code tokenizer class), built once per test session."""
     from backend.tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def jinja_model(tiny_model) -> Path:
+    """The same weights and vocabulary with the made-up Jinja template (the jinja dialect)."""
+    from backend.tiny import make_tiny
+
+    return make_tiny(tiny_model.with_name("tiny-jinja"), dialect="jinja")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    dialect: str  # "k3" or "jinja" (backend/tiny.py)
+    path: Path
+
+
+@pytest.fixture(scope="session", params=["k3", "jinja"])
+def checkpoint(request) -> Checkpoint:
+    """Each dialect of the tiny checkpoint in turn: engine and agent tests run on both renderers, so the
+    daemon is shown to depend on neither's quirks. Built once per session each."""
+    fixture = "tiny_model" if request.param == "k3" else "jinja_model"
+    return Checkpoint(request.param, request.getfixturevalue(fixture))
 
 
 @pytest.fixture(scope="session")

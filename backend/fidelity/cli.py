@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="also sample N sessions and report loop rate and stop-token reliability")
     cmp.add_argument("--max-tokens", type=int, default=512, help="per generated session (default %(default)s)")
     cmp.add_argument("--seed", type=int, default=0, help="first sampling seed for --generate")
+    for sub_parser in (rec, cmp):
+        sub_parser.add_argument("--trust-remote-code", action="store_true",
+                                help="run the Python code the checkpoint ships (the released tokenizer class)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.fidelity_command == "record":
         path = record.record(args.model, args.output, traces=args.traces, corpora=args.corpus, window=args.window,
-                             top_k=args.top_k, chunk=args.chunk)
+                             top_k=args.top_k, chunk=args.chunk, trust_remote_code=args.trust_remote_code)
         if path is not None:
             print(f"wrote {path}")
         return 0
     result = compare.compare(args.model, args.base, window=args.window, generate=args.generate,
-                             max_tokens=args.max_tokens, seed=args.seed)
+                             max_tokens=args.max_tokens, seed=args.seed, trust_remote_code=args.trust_remote_code)
     if result is not None:
         print(json.dumps(result, indent=1) if args.json else report.render(result))
         sys.stdout.flush()

@@ -136,11 +136,11 @@ def _score(cand: forward.Loaded, base: Base | None, plan: dict) -> tuple[dict[st
 
 
 def compare(model: str, base_path: str, *, window: int | None = None, generate: int = 0, max_tokens: int = 512,
-            seed: int = 0) -> dict | None:
+            seed: int = 0, trust_remote_code: bool = False) -> dict | None:
     """The report of `model` against the BASE (a dict on rank 0; None on the other ranks)."""
     if generate < 0 or max_tokens < 1:
         raise ValueError("--generate must be >= 0 and --max-tokens positive")
-    cand = forward.load(model)
+    cand = forward.load(model, trust_remote_code=trust_remote_code)
     vocab = forward.vocab_size(cand.model)  # a forward pass: every rank takes part
     opened: list[Base] = []  # rank 0's BASE; the other ranks only get the token ids to run
 

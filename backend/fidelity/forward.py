@@ -36,13 +36,14 @@ class Loaded:
         return self.group.rank()
 
 
-def load(path: str | Path) -> Loaded:
-    """The model at `path`: sharded over the `mlx.launch` ranks when there are several, else whole."""
+def load(path: str | Path, *, trust_remote_code: bool = False) -> Loaded:
+    """The model at `path`: sharded over the `mlx.launch` ranks when there are several, else whole; its own
+    Python code (the release's tokenizer class) runs only with `trust_remote_code`."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
     group = mx.distributed.init()
-    model, tokenizer = load_model(str(path), group)
+    model, tokenizer = load_model(str(path), group, trust_remote_code=trust_remote_code)
     return Loaded(model, tokenizer, path, group)
 
 

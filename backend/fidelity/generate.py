@@ -7,6 +7,7 @@ limit, the daemon's loop guard), hence the loop rate and stop-token reliability,
 calls the turns made and how many of them did not parse.
 """
 
+from backend.channels import Markers, initial_state
 from backend.engine import Engine, EngineArgs, GenRequest
 from backend.fidelity.forward import Loaded
 from backend.prompts import parse_turn
@@ -26,7 +27,9 @@ def sample_sessions(cand: Loaded, prompts: list[list[int]], n: int, max_tokens: 
         texts[event.rid] += event.text
     if engine.busy():
         raise RuntimeError(f"generation did not finish within {steps} engine steps")
-    turns = [parse_turn(text) for text in texts.values()]
+    markers = Markers.of(cand.tokenizer)
+    turns = [parse_turn(markers, text, initial_state(cand.tokenizer, prompts[i % len(prompts)]))
+             for i, text in texts.items()]
     stats = engine.stats()
     return {
         "sessions": n, "temp": args.temp, "top_p": args.top_p, "max_tokens": max_tokens,

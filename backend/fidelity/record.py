@@ -58,9 +58,9 @@ def _plan(ref: forward.Loaded, vocab: int, traces, corpora, window, top_k, chunk
 
 
 def record(model: str, out: str, *, traces: str | None = None, corpora: list[str] = (), window: int = DEFAULT_WINDOW,
-           top_k: int = DEFAULT_TOP_K, chunk: int = DEFAULT_CHUNK) -> Path | None:
+           top_k: int = DEFAULT_TOP_K, chunk: int = DEFAULT_CHUNK, trust_remote_code: bool = False) -> Path | None:
     """Record the BASE of `model` on the windows; returns its path on rank 0 (None on the other ranks)."""
-    ref = forward.load(model)
+    ref = forward.load(model, trust_remote_code=trust_remote_code)
     vocab = forward.vocab_size(ref.model)  # a forward pass: every rank takes part
     windows, header = forward.share_result(
         lambda: _plan(ref, vocab, traces, list(corpora), window, top_k, chunk), ref.group)

@@ -2,14 +2,17 @@
 
 A trace file is JSON lines, one session per line, in the daemon's own message format:
 
-    {"id": "optional name", "tools": [optional OpenAI tool schemas],
-     "messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "...",
+    {"id": "optional name", "tools": [optional OpenAI tool schemas], "thinking_effort": "off|low|high|max",
+     "messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "...", "reasoning_content": "...",
                    "tool_calls": [{"function": {"name": "...", "arguments": {...} or "json text"}}]}, ...]}
 
-Sessions are rendered through the model's own chat template (with the daemon's audit tools when a
-session names none), because that token structure is what the pruned build was calibrated on. Tool-call
-arguments given as JSON text are parsed first, as mlx_lm.server does. Thinking and response markup
-inside assistant content is kept verbatim: it is what the model generated.
+`k3-backend serve --trace-file` writes exactly this (`TraceFile`). Sessions are rendered through the
+model's own renderer with the same code as the daemon's prompts (`prompts.template`; the daemon's audit
+tools when a session names none; the release's default effort `max` when it names none), because that
+token structure is what the pruned build was calibrated on. An assistant's `reasoning_content` is its
+think channel, rendered as the renderer renders reasoning in history (the release's Kimi K3 format keeps
+it in the think channel). Tool-call arguments given as JSON text are parsed first, as mlx_lm.server does.
+Thinking and response markup inside assistant content is kept verbatim: it is what the model generated.
 
 A session longer than the window keeps its LAST `window` tokens, where the assistant's thinking, tool
 calls and answers are; spans are classified on the whole session first, so a window that starts inside
@@ -18,12 +21,18 @@ text and cut into consecutive windows.
 """
 
 import json
+import logging
+import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from backend.fidelity.spans import OTHER, classify
 from backend.prompts import template
+from k3lsp.protocol import EFFORTS
+
+log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
 TRACES = "traces"  # the corpus name of trace windows
@@ -75,6 +84,8 @@ def _check_session(session, source: str) -> dict:
         raise TraceError(f'{source}: a session is an object with a non-empty "messages" list')
     if "tools" in session and not isinstance(session["tools"], list):
         raise TraceError(f'{source}: "tools" must be a list of tool schemas')
+    if session.get("thinking_effort", "max") not in EFFORTS:
+        raise TraceError(f'{source}: "thinking_effort" must be one of {", ".join(EFFORTS)}')
     messages = [_check_message(m, f"{source}: message {i}") for i, m in enumerate(session["messages"])]
     return {**session, "messages": messages}
 
@@ -82,8 +93,8 @@ def _check_session(session, source: str) -> dict:
 def _check_message(m, where: str) -> dict:
     if not isinstance(m, dict) or m.get("role") not in ROLES:
         raise TraceError(f"{where}: needs a role in {ROLES}")
-    if not isinstance(m.get("content", ""), str | None):
-        raise TraceError(f"{where}: content must be text")
+    if not isinstance(m.get("content", ""), str | None) or not isinstance(m.get("reasoning_content", ""), str):
+        raise TraceError(f"{where}: content and reasoning_content must be text")
     calls = m.get("tool_calls") or []
     if not isinstance(calls, list):
         raise TraceError(f"{where}: tool_calls must be a list")
@@ -110,10 +121,12 @@ def _check_call(call, where: str) -> dict:
 def session_window(tokenizer, source: str, session: dict, window: int, default_tools: list[dict]) -> Window:
     """Render one session and cut its scored window (the last `window` tokens)."""
     messages, tools = session["messages"], session.get("tools", default_tools)
+    effort = session.get("thinking_effort", "max")
     try:
-        ids = template(tokenizer, messages, tools, add_generation_prompt=False)
+        ids = template(tokenizer, messages, tools, add_generation_prompt=False, effort=effort)
         opening = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-        prompt = template(tokenizer, messages[:opening], tools, add_generation_prompt=True) if opening else []
+        prompt = (template(tokenizer, messages[:opening], tools, add_generation_prompt=True, effort=effort)
+                  if opening else [])
     except Exception as e:  # the template is the model's code; its errors name no trace line
         raise TraceError(f"{source}: the chat template failed: {e}") from e
     labels = classify(tokenizer, ids)
@@ -146,3 +159,29 @@ def corpus_windows(tokenizer, directory: str | Path, window: int) -> list[Window
     if not windows:
         raise TraceError(f"{directory}: no file with at least 2 tokens")
     return windows
+
+
+class TraceFile:
+    """Appends finished conversations to a trace file (`k3-backend serve --trace-file`), one session per line
+    in the format above, so `fidelity record --traces` scores the daemon's own sessions: the reasoning kept as
+    `reasoning_content`, rendered by the same renderer at the effort the session ran with.
+
+    Created readable by its owner only (the sessions hold source code). A failed write is logged and costs
+    that trace only, never the request.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def __call__(self, session: dict) -> None:
+        line = (json.dumps(session, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        try:
+            with self._lock:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            log.warning("cannot append a trace to %s: %s", self.path, exc)

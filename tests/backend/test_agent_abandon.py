@@ -6,7 +6,11 @@ import pytest
 from backend.agent import Agent, AgentConfig
 from backend.engine import Engine, EngineArgs
 from backend.scheduler import Scheduler
-from tests.support.kimi import finding
+from backend.script import parse_script
+from tests.support.kimi import finding, turn
+
+# The answer streams a long response (the model's own output might never leave its think channel).
+SCRIPT = parse_script([{"unit": "f", "turns": [turn(content="The copy is unbounded. " * 40)]}])
 
 
 class ClientGone(Exception):
@@ -14,7 +18,7 @@ class ClientGone(Exception):
 
 
 async def test_leaving_a_generation_early_cancels_it_before_the_error_propagates(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True))
     sched = Scheduler(engine)
     cancels: list[int] = []
     real_cancel = sched.cancel
@@ -28,7 +32,7 @@ async def test_leaving_a_generation_early_cancels_it_before_the_error_propagates
     async def ask_tool(tool: str, args: dict) -> tuple[bool, str]:
         return False, "no tools here"
 
-    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool)
+    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool, script=SCRIPT)
     req = {"path": "a.c", "unit": "f", "code": "int f(void)\n{\n\treturn 0;\n}", "context": "",
            "finding": finding(start_line=1, end_line=2)}
     try:

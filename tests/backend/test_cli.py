@@ -34,3 +34,9 @@ def test_a_subcommand_still_gets_its_own_arguments():
     assert "--prefill-step-size" in run("serve", "--help").stdout
     done = run("serve")  # --model is required
     assert "the following arguments are required: --model" in done.stderr
+
+
+def test_serve_refuses_a_bad_effort_budget_before_loading_anything(tmp_path):
+    done = run("serve", "--model", str(tmp_path / "none"), "--effort-tokens", "medium=5")
+    assert "--effort-tokens wants EFFORT=N with EFFORT in off, low, high, max" in done.stderr, done.stderr
+    assert "cannot load model" not in done.stderr

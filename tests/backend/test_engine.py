@@ -1,14 +1,15 @@
 """The engine on the real tiny kimi_k3: batching, forced answers, cancel, loop guard, prompt-cache reuse.
 
 Answers are scripted with `GenRequest.forced`, so the real BatchGenerator, sampler (temp 1.0, top-p 0.95),
-detokenizer, stop token and tool parser all run while the output stays known.
+detokenizer, stop token and tool parser all run while the output stays known. The tests that render prompts
+run on both dialects of the checkpoint (`checkpoint`); the scheduling ones on the release-shaped one.
 """
 
 import itertools
 
 import pytest
 
-from backend import prompts
+from backend import channels, prompts
 from backend.engine import Engine, EngineArgs, GenRequest
 from backend.prefill import chunk_for
 from tests.support.engine import drain
@@ -19,16 +20,22 @@ rids = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=256))
+def engine(checkpoint):
+    e = Engine(EngineArgs(model=str(checkpoint.path), max_tokens=256, trust_remote_code=True))
     e.warmup()
     assert e.stats()["generations"] == 0 and not e.busy()  # warm-up leaves no trace
     return e
 
 
-def unit(name: str, context: str = "#include <string.h>", path: str = "lib/unit.c") -> list[dict]:
+def new_engine(model, **args) -> Engine:
+    """An engine of its own on the tiny checkpoint (whose tokenizer class is this repository's code)."""
+    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args))
+
+
+def unit(tok, name: str, context: str = "#include <string.h>", path: str = "lib/unit.c") -> list[dict]:
     code = f"int {name}(char *p)\n{{\n\tchar b[8];\n\treturn strcpy(b, p) != 0;\n}}"
-    return prompts.audit_messages(path=path, unit=name, code=code, context=context)
+    return prompts.audit_messages(path=path, unit=name, code=code, context=context,
+                                  specials=prompts.special_strings(tok))
 
 
 def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0, temp=1.0) -> GenRequest:
@@ -38,16 +45,17 @@ def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0
 
 def test_forced_report_finding_round_trips(engine):
     tok = engine.tokenizer
-    messages = unit("f1")
-    r = prompts.render(tok, messages, prompts.AUDIT_TOOLS)
-    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "", [{"name": "report_finding",
-                                                                               "arguments": FINDING}])
+    messages = unit(tok, "f1")
+    r = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
+    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "",
+                                   [{"name": "report_finding", "arguments": FINDING}])
     req = request(r.tokens, r.segments, forced=answer[:-1])
     engine.submit(req)
     out = drain(engine)[req.rid]
     assert out.finish == "stop"
     assert out.stats["prompt_tokens"] == len(r.tokens) and out.stats["generated_tokens"] == len(answer)
-    turn = prompts.parse_turn(out.text)
+    assert out.tokens == answer  # every generated id, the stop token last
+    turn = prompts.parse_turn(channels.Markers.of(tok), out.text, channels.initial_state(tok, r.tokens))
     assert turn.errors == [] and turn.content == ""
     assert [(c.name, c.arguments) for c in turn.calls] == [("report_finding", FINDING)]
 
@@ -101,7 +109,7 @@ def test_cancel_mid_generation_frees_the_slot(engine):
 
 
 def test_cancel_of_a_queued_request(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_concurrency=1))
+    e = new_engine(tiny_model, max_concurrency=1)
     tok = e.tokenizer
     first, queued = request(tok.encode("a"), forced=tok.encode("x y z")), request(tok.encode("b"))
     e.submit(first)
@@ -136,8 +144,8 @@ def test_max_tokens_gives_length(engine):
 def test_second_unit_of_a_file_reuses_the_system_and_context_cache(engine):
     tok = engine.tokenizer
     context = "#include <linux/slab.h>\nstruct cache_test { int n; };"
-    r1 = prompts.render(tok, unit("c1", context), prompts.AUDIT_TOOLS)
-    r2 = prompts.render(tok, unit("c2", context), prompts.AUDIT_TOOLS)
+    r1 = prompts.render(tok, unit(tok, "c1", context), prompts.AUDIT_TOOLS, "low")
+    r2 = prompts.render(tok, unit(tok, "c2", context), prompts.AUDIT_TOOLS, "low")
     first = request(r1.tokens, r1.segments, forced=tok.encode("ok"))
     engine.submit(first)
     assert drain(engine)[first.rid].stats["cached_tokens"] < r1.segments[1]  # new context: not cached yet
@@ -150,24 +158,25 @@ def test_second_unit_of_a_file_reuses_the_system_and_context_cache(engine):
 
 def test_continuation_after_a_tool_call_only_prefills_the_new_tokens(engine):
     tok = engine.tokenizer
-    messages = unit("cont", "#define N 8")
-    r1 = prompts.render(tok, messages, prompts.AUDIT_TOOLS)
+    messages = unit(tok, "cont", "#define N 8")
+    r1 = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
     call = {"name": "read_lines", "arguments": {"path": "lib/cont.c", "start": 1, "end": 4}}
-    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "", [call])
+    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "", [call], "Read it.")
     first = request(r1.tokens, r1.segments, forced=answer[:-1])
     engine.submit(first)
     out1 = drain(engine)[first.rid]
     assert out1.finish == "stop"
-    turn = prompts.parse_turn(out1.text)
-    follow = [*messages, prompts.assistant_message(turn.content, turn.calls),
-              prompts.tool_message(turn.calls[0], "1 int cont(char *p)")]
-    r2 = prompts.render(tok, follow, prompts.AUDIT_TOOLS)
-    second = request(r2.tokens, r2.segments, forced=tok.encode("done"))
+    turn = prompts.parse_turn(channels.Markers.of(tok), out1.text, channels.initial_state(tok, r1.tokens))
+    result = prompts.tool_message(turn.calls[0], "1 int cont(char *p)", prompts.special_strings(tok))
+    assistant = prompts.assistant_message(turn.content, turn.calls, turn.reasoning)
+    suffix = prompts.continuation(tok, messages, assistant, [result], prompts.AUDIT_TOOLS, "low")
+    prompt = [*r1.tokens, *out1.tokens, *suffix]  # appended: prompt + generation (stop token included) + tool turn
+    second = request(prompt, r1.segments, forced=tok.encode("done"))
     engine.submit(second)
     out2 = drain(engine)[second.rid]
     assert out2.stats["cached_tokens"] == len(r1.tokens) + len(answer)
     # Only the tool-result turn and the generation prompt are prefilled.
-    assert tok.decode(r2.tokens[out2.stats["cached_tokens"]:]).startswith('<|open|>message role="tool" call="1"')
+    assert tok.decode(prompt[out2.stats["cached_tokens"]:]).startswith('<|open|>message role="tool"')
 
 
 def test_bad_requests_fail_alone(engine):
@@ -194,7 +203,7 @@ def test_duplicate_request_id_is_refused(engine):
 
 
 def test_interactive_requests_are_admitted_first(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_concurrency=1))
+    e = new_engine(tiny_model, max_concurrency=1)
     tok = e.tokenizer
     bg1, bg2 = (request(tok.encode(f"bg{i}"), forced=tok.encode("b"), priority=1) for i in (1, 2))
     fg = request(tok.encode("fg"), forced=tok.encode("f"), priority=0)
@@ -206,7 +215,7 @@ def test_interactive_requests_are_admitted_first(tiny_model):
 
 
 def test_background_work_leaves_a_slot_for_an_edit(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_concurrency=3, interactive_reserve=1))
+    e = new_engine(tiny_model, max_concurrency=3, interactive_reserve=1)
     tok = e.tokenizer
     background = [request(tok.encode(f"bg{i}"), forced=range(10, 40), priority=1) for i in range(4)]
     for r in background:
@@ -260,7 +269,7 @@ def test_prefill_step_shrinks_for_long_prompts():
 
 
 def test_pruned_model_serves(pruned_model):
-    e = Engine(EngineArgs(model=str(pruned_model)))
+    e = new_engine(pruned_model)
     assert e.experts == 5 and e.layers == 4 and e.ranks == 1 and e.model_id == pruned_model.name
     tok = e.tokenizer
     r = request(tok.encode("int pruned;"), forced=tok.encode("pruned answer"))
@@ -270,13 +279,13 @@ def test_pruned_model_serves(pruned_model):
 
 def test_a_failing_prompt_cache_store_still_finishes_every_request(tiny_model, monkeypatch):
     """Storing a cache happens after a request left the batch: if it raises, the request must still end."""
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
+    e = new_engine(tiny_model, max_tokens=64)
 
     def broken(*_args, **_kwargs):
         raise MemoryError("no room for the cache")
 
     monkeypatch.setattr(e._cache, "insert_cache", broken)
-    r = prompts.render(e.tokenizer, unit("fc"), prompts.AUDIT_TOOLS)
+    r = prompts.render(e.tokenizer, unit(e.tokenizer, "fc"), prompts.AUDIT_TOOLS, "low")
     req = request(r.tokens, r.segments, forced=e.tokenizer.encode("fine"))
     e.submit(req)
     out = drain(e)[req.rid]

@@ -16,7 +16,7 @@ rids = itertools.count(1)
 def engine(tiny_model):
     # base chunk 512, safe up to 1024 tokens of context: a 3000-token prompt is read in chunks of 256
     e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, prefill_step_size=512, prefill_context=1024,
-                          max_prompt_tokens=4000))
+                          max_prompt_tokens=4000, trust_remote_code=True))
     e.warmup()
     return e
 
@@ -97,7 +97,7 @@ def test_a_request_whose_prefill_fails_fails_alone(engine):
 
 
 def test_a_failed_decode_step_fails_the_decoding_requests_and_the_engine_goes_on(tiny_model, monkeypatch):
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
+    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, trust_remote_code=True))
     tok = e.tokenizer
     decoding = request(tok.encode("int a;"), list(range(100, 140)))
     e.submit(decoding)

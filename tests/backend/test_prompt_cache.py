@@ -15,13 +15,20 @@ from backend.engine import Engine, EngineArgs, GenRequest
 from tests.support.engine import drain
 
 CALL = prompts.ToolCall("read_lines", {"path": "lib/file.c", "start": 1, "end": 3}, 1)
+EFFORT = "low"
 
 
-def unit_messages(i: int) -> list[dict]:
+def new_engine(model, **args) -> Engine:
+    """An engine on the tiny checkpoint (whose tokenizer class is this repository's code)."""
+    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args))
+
+
+def unit_messages(tok, i: int) -> list[dict]:
     """Unit i of one file, with a context of its own (as most units of a real file have)."""
     code = f"int f{i}(char *p)\n{{\n\tchar b[{i + 8}];\n\treturn strcpy(b, p) != 0;\n}}"
     context = f"#include <string.h>\nstruct s{i} {{ int n{i}; }};"
-    return prompts.audit_messages(path="lib/file.c", unit=f"f{i}", code=code, context=context)
+    return prompts.audit_messages(path="lib/file.c", unit=f"f{i}", code=code, context=context,
+                                  specials=prompts.special_strings(tok))
 
 
 @dataclass
@@ -29,6 +36,7 @@ class Round:
     unit: int
     number: int
     messages: list[dict]
+    prompt: list[int] = field(default_factory=list)  # round 2: round 1's prompt + answer + the tool turn
     previous: int = 0  # round 2: tokens of round 1's prompt + answer, which the cache must give back
     segments: list[int] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
@@ -36,23 +44,26 @@ class Round:
 
 def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) -> list[Round]:
     """Audit `units` units the way the agent does: at most `width` conversations open; every third unit calls
-    read_lines in round 1, gets its result `tool_steps` engine steps later and goes on in round 2; a
-    conversation is released when it ends."""
+    read_lines in round 1, gets its result `tool_steps` engine steps later and goes on in round 2 (appended to
+    round 1's prompt and generated tokens); a conversation is released when it ends."""
     tok = engine.tokenizer
     rids = itertools.count(1)
     todo, open_, later, done = list(range(units)), {}, [], []
 
     def submit(rnd: Round) -> None:
-        r = prompts.render(tok, rnd.messages, prompts.AUDIT_TOOLS)
+        if rnd.number == 1:
+            r = prompts.render(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT)
+            rnd.prompt, rnd.segments = r.tokens, r.segments
         calls = [{"name": CALL.name, "arguments": CALL.arguments}] if rnd.number == 1 and rnd.unit % 3 == 0 else []
-        answer = prompts.answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, "" if calls else "nothing", calls)
-        rid, rnd.segments = next(rids), r.segments
+        answer = prompts.answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing",
+                                       calls)
+        rid = next(rids)
         open_[rid] = rnd
-        engine.submit(GenRequest(rid, r.tokens, r.segments, 256, 1.0, 0.95, rid, forced=answer[:-1]))
+        engine.submit(GenRequest(rid, rnd.prompt, rnd.segments, 256, 1.0, 0.95, rid, forced=answer[:-1]))
 
     for step in range(20_000):
         while todo and len(open_) + len(later) < width:
-            submit(Round(todo[0], 1, unit_messages(todo.pop(0))))
+            submit(Round(todo[0], 1, unit_messages(tok, todo.pop(0))))
         for due, rnd in [x for x in later if x[0] <= step]:
             later.remove((due, rnd))
             submit(rnd)
@@ -66,24 +77,27 @@ def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) 
             rnd.stats = ev.stats
             done.append(rnd)
             if rnd.number == 1 and rnd.unit % 3 == 0:
-                follow = [*rnd.messages, prompts.assistant_message("", [CALL]), prompts.tool_message(CALL, "1| x")]
-                later.append((step + tool_steps, Round(rnd.unit, 2, follow, ev.stats["prompt_tokens"]
-                                                       + ev.stats["generated_tokens"])))
+                assistant = prompts.assistant_message("", [CALL])
+                result = prompts.tool_message(CALL, "1| x", prompts.special_strings(tok))
+                suffix = prompts.continuation(tok, rnd.messages, assistant, [result], prompts.AUDIT_TOOLS, EFFORT)
+                follow = Round(rnd.unit, 2, [*rnd.messages, assistant, result], [*rnd.prompt, *ev.tokens, *suffix],
+                               ev.stats["prompt_tokens"] + ev.stats["generated_tokens"], rnd.segments)
+                later.append((step + tool_steps, follow))
             else:
                 engine.release(ev.rid)
     raise AssertionError("the file's audit did not end")
 
 
 def test_entries_are_typed_by_the_segment_they_end(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
-    messages = unit_messages(1)
-    r = prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS)
+    e = new_engine(tiny_model, max_tokens=64)
+    messages = unit_messages(e.tokenizer, 1)
+    r = prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT)
     e.submit(GenRequest(1, r.tokens, r.segments, 64, 1.0, 0.95, 1, forced=e.tokenizer.encode("ok")))
     drain(e)
     kinds = {k: v["n_sequences"] for k, v in e.stats()["prompt_cache"].items()}
     assert kinds == {"system": 1, "context": 1, "continuation": 1}
     # The second unit of another file: its system prefix is found, its context stored as a context.
-    other = prompts.render(e.tokenizer, unit_messages(2), prompts.AUDIT_TOOLS)
+    other = prompts.render(e.tokenizer, unit_messages(e.tokenizer, 2), prompts.AUDIT_TOOLS, EFFORT)
     e.submit(GenRequest(2, other.tokens, other.segments, 64, 1.0, 0.95, 2, forced=e.tokenizer.encode("ok")))
     out = drain(e)[2]
     assert out.stats["cached_tokens"] == other.segments[0]
@@ -94,7 +108,7 @@ def test_entries_are_typed_by_the_segment_they_end(tiny_model):
 
 
 def test_eviction_keeps_the_system_entry_and_the_tool_continuations_through_a_30_unit_file(tiny_model):
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=256, max_concurrency=8, prompt_cache_size=16))
+    e = new_engine(tiny_model, max_tokens=256, max_concurrency=8, prompt_cache_size=16)
     rounds = audit_file(e, 30)
     assert len(rounds) == 40  # 30 first rounds, 10 continuations
     later_firsts = [r for r in rounds if r.number == 1 and r.unit >= 8]  # the first 8 start before anything is cached
@@ -119,7 +133,7 @@ def test_the_byte_budget_holds_in_held_bytes(tiny_model):
     """What the cache counts is what the process holds: stored states are copies, never slices that keep a whole
     batch's buffer alive. Measured as active mlx memory over an idle engine with an empty cache."""
     budget = 3_000_000  # ~15 entries of the tiny model: the whole file does not fit
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=256, prompt_cache_bytes=budget, prompt_cache_size=1000))
+    e = new_engine(tiny_model, max_tokens=256, prompt_cache_bytes=budget, prompt_cache_size=1000)
     audit_file(e, 4)  # compile every path first
     e.clear_prompt_cache()
     before = held_bytes()
@@ -134,13 +148,14 @@ def test_the_byte_budget_holds_in_held_bytes(tiny_model):
 def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     """Four units of one file arrive in the same step: the first reads system + file context, the others wait
     the step or two it takes and then read only their own tails."""
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64))
+    e = new_engine(tiny_model, max_tokens=64)
     context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
     rendered = []
     for i in range(4):
         code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
-        messages = prompts.audit_messages(path="lib/file.c", unit=f"g{i}", code=code, context=context)
-        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS))
+        messages = prompts.audit_messages(path="lib/file.c", unit=f"g{i}", code=code, context=context,
+                                          specials=prompts.special_strings(e.tokenizer))
+        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
     for rid, r in enumerate(rendered, 1):
         e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
     out = drain(e)

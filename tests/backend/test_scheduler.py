@@ -11,7 +11,7 @@ from backend.scheduler import Commands, Scheduler, local_exchange
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True))
     engine.warmup()
     return engine
 
@@ -92,7 +92,7 @@ async def test_abandoned_stream_cancels_in_the_engine(engine):
 @pytest.mark.parametrize("ranks", [1, 2])
 async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model, ranks):
     """On a pair too: the failure is a request's, not the pair's (the other rank learns it from the outcome)."""
-    engine = FailingOnce(EngineArgs(model=str(tiny_model)))
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     engine.ranks = ranks
     failures: list[str] = []
     sched = Scheduler(engine, PeerRank() if ranks == 2 else local_exchange, on_failure=failures.append)
@@ -140,7 +140,7 @@ class BreakingExchange:
 
 
 async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     exchange = BreakingExchange()
     sched = Scheduler(engine, exchange)
     sched.start()
@@ -182,7 +182,7 @@ class PeerRank:
 
 
 async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_go_on(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     engine.ranks = 2
     peer = PeerRank()
     failures: list[str] = []
@@ -206,7 +206,7 @@ async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_
 @pytest.mark.parametrize(("make", "flag", "why"), [(BreakingExchange, "armed", "injected"),
                                                      (PeerRank, "diverge", "out of lockstep")])
 async def test_a_failed_exchange_or_ranks_out_of_lockstep_end_the_pair(tiny_model, make, flag, why):
-    engine = Engine(EngineArgs(model=str(tiny_model)))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
     exchange = make()
     failures: list[str] = []

@@ -1,29 +1,36 @@
-"""The tiny checkpoint loads through mlx-lm as a kimi_k3 with the Kimi K3 tool parser; pruning is exact."""
+"""The tiny checkpoint loads through mlx-lm as a kimi_k3 with the Kimi K3 tool parser and channels, packaged
+like the release (a remote-code tokenizer class) or with a Jinja template; pruning is exact."""
 
+import functools
 import hashlib
 import json
 
 import mlx.core as mx
 import pytest
-from mlx_lm import load
 from mlx_lm.models.kimi_k3 import KimiK3SparseMoE
 
 from backend.cli import main
-from backend.tiny import make_tiny, prune, spread
+from backend.dist import RemoteCodeError, load_model, load_tokenizer
+from backend.tiny import MEDIA_TOKENS, RESERVED_TOKENS, make_tiny, prune, spread
 from tests.conftest import PRUNE_KEEP
 
+load = functools.partial(load_model, trust_remote_code=True)  # the tiny tokenizer class is this repository's code
 
-def test_loads_as_kimi_k3_with_tool_parser(tiny_model):
-    model, tok = load(str(tiny_model))
+
+def test_loads_as_kimi_k3_with_tool_parser_and_channels(checkpoint):
+    model, tok = load(str(checkpoint.path))
     text = model.args.text_config
     assert model.model_type == "kimi_k3"
     assert text.num_experts == 8 and text.num_hidden_layers == 4
     assert tok.has_tool_calling
     assert tok.tool_parser.__module__ == "mlx_lm.tool_parsers.kimi_k3"
     assert tok.tool_call_start == "<|open|>tools<|sep|>"
+    assert (tok.think_start, tok.think_end) == ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
+    assert tok.structural_markers == ("<|open|>response<|sep|>", "<|close|>response<|sep|>",
+                                      "<|close|>message<|sep|>")
     assert tok.eos_token_ids == {tok.convert_tokens_to_ids("<|end_of_msg|>")}
     assert len(tok) <= text.vocab_size
-    for tag in ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"):
+    for tag in ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", *MEDIA_TOKENS, *RESERVED_TOKENS):
         assert len(tok.encode(tag, add_special_tokens=False)) == 1, tag
     # Two heads per rank on a pair, for both attention kinds.
     assert text.num_attention_heads % 2 == 0 and text.linear_attn_config["num_heads"] % 2 == 0
@@ -31,8 +38,47 @@ def test_loads_as_kimi_k3_with_tool_parser(tiny_model):
     assert logits.shape[-1] == text.vocab_size and bool(mx.isfinite(logits).all())
 
 
-def test_template_renders_tools_and_tool_calls(tiny_model):
-    _, tok = load(str(tiny_model))
+def test_k3_packaging_is_the_releases(tiny_model):
+    """No Jinja template: a tokenizer class in tokenization_kimi.py named by auto_map, which mlx-lm calls with
+    `thinking=` (the release's keyword), and which needs trust_remote_code to load."""
+    config = json.loads((tiny_model / "tokenizer_config.json").read_text())
+    assert "chat_template" not in config
+    assert config["auto_map"]["AutoTokenizer"][1] == "tokenization_kimi.KimiK3Tokenizer"
+    assert (tiny_model / "tokenization_kimi.py").is_file()
+    tok = load_tokenizer(str(tiny_model), trust_remote_code=True)
+    assert type(tok._tokenizer).__name__ == "KimiK3Tokenizer" and tok._thinking_kwarg == "thinking"
+    with pytest.raises(RemoteCodeError, match="--trust-remote-code"):
+        load_tokenizer(str(tiny_model))
+
+
+def test_k3_renderer_renders_the_release_format(tiny_model):
+    tok = load_tokenizer(str(tiny_model), trust_remote_code=True)
+    tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
+    messages = [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "reasoning_content": "Search.", "content": "Looking.", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": "a\"b", "n": 2}}}]},
+        {"role": "tool", "tool_call_id": "1", "name": "grep", "content": "x.c:1"},
+    ]
+    text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                   thinking_effort="high")
+    assert text.startswith('<|open|>message role="system" type="tool-declare"<|sep|># Tools\n')
+    assert '```json\n[{"name":"grep","parameters":{"type":"object"}}]\n```' in text
+    assert '<|open|>message role="system" type="thinking-effort"<|sep|>' in text and "effort high" in text
+    assert ('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>Search.<|close|>think<|sep|>'
+            "<|open|>response<|sep|>Looking.<|close|>response<|sep|>") in text
+    assert '<|open|>argument key="n" type="number"<|sep|>2<|close|>argument<|sep|>' in text
+    start = text.index(tok.tool_call_start)
+    section = text[start + len(tok.tool_call_start): text.index(tok.tool_call_end)]
+    assert tok.tool_parser(section) == [{"name": "grep", "arguments": {"pattern": 'a"b', "n": 2}}]
+    assert '<|open|>message role="tool" name="grep"<|sep|>x.c:1<|close|>message<|sep|><|end_of_msg|>' in text
+    assert text.endswith('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>')
+    off = tok.apply_chat_template(messages[:1], add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert "thinking-effort" not in off and off.endswith("<|open|>response<|sep|>")
+
+
+def test_jinja_template_renders_tools_and_tool_calls(jinja_model):
+    tok = load_tokenizer(str(jinja_model))  # no code of its own to trust
     tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
     messages = [
         {"role": "user", "content": "find it"},
@@ -58,6 +104,14 @@ def test_deterministic_given_seed(tiny_model, tmp_path):
     other = _digests(make_tiny(tmp_path / "seed1", seed=1))
     assert other["model.safetensors"] != _digests(tiny_model)["model.safetensors"]
     assert other["tokenizer.json"] == _digests(tiny_model)["tokenizer.json"]
+
+
+def test_dialects_share_weights_and_vocabulary(tiny_model, jinja_model, tmp_path, capsys):
+    k3, jinja = _digests(tiny_model), _digests(jinja_model)
+    assert k3["model.safetensors"] == jinja["model.safetensors"] and k3["tokenizer.json"] == jinja["tokenizer.json"]
+    assert "tokenization_kimi.py" not in jinja
+    assert main(["make-tiny", str(tmp_path / "j"), "--dialect", "jinja"]) == 0
+    assert _digests(tmp_path / "j") == jinja
 
 
 def _mask_dropped(model, keep):

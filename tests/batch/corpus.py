@@ -75,8 +75,10 @@ UNINIT = kimi.finding(
     trace=[{"line": 3, "note": "declared without a value"}, {"line": 4, "note": "returned"}],
 )  # fmt: skip
 
+MEMCPY_WHY = "n is the caller's and data holds 64 bytes; the copy is not bounded by it."
+
 SCRIPT = [
-    {"unit": "parse_header", "turns": [kimi.turn(("report_finding", MEMCPY))]},
+    {"unit": "parse_header", "turns": [kimi.turn(("report_finding", MEMCPY), reasoning=MEMCPY_WHY)]},
     {"unit": "lookup", "turns": [kimi.turn(("report_finding", INDEX))]},
     {"unit": "proto_version", "turns": [kimi.turn(("report_finding", UNINIT))]},
     {"unit": "*", "turns": [kimi.turn(content="no findings")]},

@@ -90,11 +90,14 @@ def test_traces_are_code_flows_fixes_are_replacements_and_fingerprints_match_the
     assert replacement["deletedRegion"] == whole_line | {"endColumn": corpus.end_column(corpus.PARSE_C, memcpy)}
     assert all("fixes" not in r for r in results[1:])
     assert memcpy_result["properties"]["confidence"] == 0.9
+    assert memcpy_result["properties"]["reasoning"] == corpus.MEMCPY_WHY  # why the model flagged it
+    assert all("reasoning" not in r["properties"] for r in results[1:])  # no reasoning written: none carried
 
     assert json_run.returncode == 1, json_run.stderr
     body = json.loads(json_run.stdout)
     assert body["stats"]["audited"] == 0 and body["stats"]["cached"] == corpus.UNITS
     assert [r["partialFingerprints"][FINGERPRINT_KEY] for r in results] == [f["fingerprint"] for f in body["findings"]]
+    assert [f["reasoning"] for f in body["findings"]] == [corpus.MEMCPY_WHY, "", ""]
 
 
 def test_fingerprints_survive_lines_inserted_above_while_locations_move(corpus_daemon, tmp_path):

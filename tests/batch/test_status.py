@@ -8,7 +8,8 @@ import json
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
 
-FIGURES = ("model", "experts", "ranks", "queued", "tokens/s", "loop rate", "ended on stop token")
+FIGURES = ("model", "experts", "ranks", "queued", "tokens/s", "thinking effort (default)", "reasoning tokens",
+           "response tokens", "loop rate", "ended on stop token")
 
 
 def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
@@ -17,8 +18,10 @@ def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
     body = json.loads(result.stdout)
     assert body["endpoint"] == slow_pair[0].endpoint
     assert body["welcome"]["model"] == body["status"]["model"]
-    for key in ("experts", "ranks", "queued", "tokens_per_s", "loop_rate", "stop_rate"):
+    for key in ("experts", "ranks", "queued", "tokens_per_s", "loop_rate", "stop_rate", "reasoning_tokens",
+                "response_tokens"):
         assert key in body["status"], key
+    assert body["welcome"]["limits"]["thinking_effort"] == "low"
 
 
 def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair, tmp_path):

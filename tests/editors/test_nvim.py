@@ -75,18 +75,18 @@ EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
 
 
 def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False,
-                 **options: str) -> list[tuple]:
+                 init: str = "init.lua", plugin: Path = PLUGIN, **options: str) -> list[tuple]:
     """Runs one scenario in headless Neovim inside `workspace`; returns its (tag, value) lines.
 
     `legacy` makes the plugin take its Neovim 0.10 branch; `options` (trigger, server_key, client_key) are
-    passed to setup{} (see nvim/init.lua).
+    passed to setup{} (see nvim/init.lua); `init` is the config file, `plugin` the plugin directory.
     """
     home = workspace.parent / "home"
     env = {
         **os.environ,
         "K3_TEST_LEGACY": "1" if legacy else "0",
         **{f"K3_TEST_{name.upper()}": options.get(name, "") for name in ("trigger", "server_key", "client_key")},
-        "K3_TEST_PLUGIN": str(PLUGIN),
+        "K3_TEST_PLUGIN": str(plugin),
         "K3_TEST_PYTHON": sys.executable,
         "K3_TEST_ENDPOINT": endpoint,
         "K3_TEST_EXPECT": str(len(EXPECTED)),
@@ -94,7 +94,7 @@ def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str, lega
         # Neovim's state/log and the server's result cache go to fresh directories, not the user's.
         **{f"XDG_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")},
     }
-    cmd = [NVIM, "--headless", "--clean", "-u", str(SCENARIOS / "init.lua"), "-c", f"luafile {SCENARIOS / scenario}"]
+    cmd = [NVIM, "--headless", "--clean", "-u", str(SCENARIOS / init), "-c", f"luafile {SCENARIOS / scenario}"]
     proc = subprocess.run([*cmd, *args], cwd=workspace, env=env, capture_output=True, text=True,
                           timeout=NVIM_TIMEOUT, check=False)
     lines = []
@@ -189,7 +189,7 @@ def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_projec
     assert values(lines, "TIMEOUT") == [], lines
 
     saved = values(lines, "SAVED")[0]
-    assert saved["diagnostics"] == 0 and saved["counters"]["units"] == 0, saved
+    assert saved["diagnostics"] == 0 and saved["counters"]["sent"] == 0, saved
 
     audit = values(lines, "AUDIT")[0]
     assert audit == {"note": "k3lsp: audited main.c: 2 units, 2 findings", "diagnostics": 2}, audit
@@ -197,7 +197,8 @@ def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_projec
     workspace_audit = values(lines, "WORKSPACE")[0]
     assert workspace_audit["note"] == "k3lsp: audited the workspace: 1 files", workspace_audit
     counters = workspace_audit["counters"]
-    assert (counters["sent"], counters["cached"]) == (2, 2), counters  # the workspace pass hit the cache
+    # The workspace pass thinks longer (effort high): the command's results (low) do not answer it.
+    assert (counters["sent"], counters["cached"]) == (4, 0), counters
     assert workspace_audit["diagnostics"] == 2
 
 
@@ -216,8 +217,8 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
 
     rejected = values(lines, "REJECT")
-    assert [r["ok"] for r in rejected] == [False] * 5
-    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include")
+    assert [r["ok"] for r in rejected] == [False] * 6
+    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort")
     for reject, option in zip(rejected, options, strict=True):
         assert reject["err"].startswith("k3lsp.setup: ") and option in reject["err"], reject
     assert values(lines, "UNCHANGED") == [default]  # a rejected setup{} leaves the previous one in place
@@ -230,7 +231,7 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     expected = {
         "endpoint": endpoint, "serverKey": f"{home}/keys/server.key", "clientKey": "/keys/client.key_secret",
         "trigger": "manual", "minSeverity": "high", "maxFileBytes": 4096,
-        "include": ["src/**"], "exclude": ["src/vendor/**"],
+        "include": ["src/**"], "exclude": ["src/vendor/**"], "thinkingEffort": "high",
     }
     assert full["init_options"] == expected and full["settings"] == {"k3lsp": expected}
 
@@ -274,3 +275,25 @@ def test_checkhealth_checks_the_key_files(workspace, unused_tcp_port):
     assert any(f"chmod 600 {secret}" in line for line in lines), lines
     assert len([line for line in lines if "ERROR" in line]) == 1, lines
     assert any("backend not checked: fix the key files first" in line for line in lines), lines
+
+
+def test_lsp_enable_alone_uses_the_shipped_config_shows_cached_findings_and_help(daemon, workspace, tmp_path):
+    """`lsp/k3lsp.lua` (Neovim 0.11's way): `vim.lsp.enable('k3lsp')` with no setup{}; `:help k3lsp` opens."""
+    plugin = tmp_path / "plugin"  # a copy: :helptags writes doc/tags into it
+    shutil.copytree(PLUGIN, plugin)
+    run_scenario("manual.lua", workspace, daemon, "main.c", trigger="manual")  # fills the result cache
+    (workspace / "include").mkdir()
+    (workspace / "include" / "api.h").write_text("int api(void);\n")
+    lines = run_scenario("native.lua", workspace, daemon, "main.c", init="native_init.lua", plugin=plugin)
+    assert values(lines, "TIMEOUT") == [], lines
+
+    client = values(lines, "CLIENT")[0]
+    assert client["cmd"] == [sys.executable, "-m", "k3lsp.cli"]  # vim.lsp.config merged over the shipped config
+    assert client["filetypes"] == ["c", "cpp"] and client["root"] == str(workspace) and client["commands"], client
+    assert values(lines, "CACHED") == [len(EXPECTED)]  # from the cache, on open: no save, no :K3Audit
+    assert values(lines, "HEADER") == [{"filetype": "cpp", "attached": True}]
+
+    help_page = values(lines, "HELP")[0]
+    assert help_page["file"] == str(plugin / "doc" / "k3lsp.txt") and help_page["buftype"] == "help", help_page
+    assert "*k3lsp*" in help_page["line"], help_page
+    assert "*:K3Audit*" in values(lines, "HELP_TAG")[0]

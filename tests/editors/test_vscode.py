@@ -1,8 +1,8 @@
 """The VS Code extension's own checks, as part of the one test command: tsc, node unit tests, bundle, vsix.
 
-VS Code itself cannot be downloaded here, so editors/vscode/ci.sh type-checks the extension, runs its unit
-tests against a stubbed `vscode` module and the real vscode-languageclient (also against the real `k3lsp`
-from this venv), bundles it with esbuild and packages the .vsix with @vscode/vsce.
+editors/vscode/ci.sh type-checks the extension, runs its unit tests against a stubbed `vscode` module and the
+real vscode-languageclient (also against the real `k3lsp` from this venv), bundles it with esbuild and packages
+the .vsix with @vscode/vsce. The .vsix in the real workbench is test_vscode_workbench.py.
 """
 
 import os

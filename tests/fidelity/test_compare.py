@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from backend.dist import load_tokenizer
 from backend.fidelity.compare import compare
 from backend.fidelity.spans import SPANS
 from backend.fidelity.store import Base
@@ -20,7 +21,7 @@ def _rows(report: dict) -> dict:
 
 
 def test_checkpoint_against_itself(tiny_model, tiny_base):
-    report = compare(str(tiny_model), str(tiny_base))
+    report = compare(str(tiny_model), str(tiny_base), trust_remote_code=True)
     assert set(report["corpora"]) == {"traces", "kernel", "all"}
     for name, row in _rows(report).items():
         assert row["tokens"] > 0, name
@@ -30,16 +31,15 @@ def test_checkpoint_against_itself(tiny_model, tiny_base):
 
 
 def test_pruned_against_its_parent_diverges_on_every_span(tiny_model, pruned_model, tiny_base, trace_file):
-    report = compare(str(pruned_model), str(tiny_base))
+    report = compare(str(pruned_model), str(tiny_base), trust_remote_code=True)
     for name, row in _rows(report).items():
         assert row["kld_mean"] > 0 and row["kld_median"] > 0, name
         assert row["ppl_ratio"] != 1.0, name
         assert row["top1_agreement"] < 1.0, name
     # The spans the tables are tallied on are the ones the text of the known session says.
     ((_, session),) = read_sessions(trace_file)
-    from mlx_lm.utils import load_tokenizer
-
-    ids, expected = expected_labels(load_tokenizer(tiny_model), session["messages"], AUDIT_TOOLS)
+    tok = load_tokenizer(str(tiny_model), trust_remote_code=True)
+    ids, expected = expected_labels(tok, session["messages"], AUDIT_TOOLS, session["thinking_effort"])
     base = Base(tiny_base)
     assert base.header.windows[0].corpus == "traces" and base.ids(0) == ids
     assert np.array_equal(np.asarray(base.records(0)["label"]), expected[1:])
@@ -50,8 +50,8 @@ def test_pruned_against_its_parent_diverges_on_every_span(tiny_model, pruned_mod
 
 def test_cli_json_with_generated_sessions(tiny_model, tiny_base):
     out = subprocess.run(
-        [sys.executable, "-m", "backend.cli", "fidelity", "compare", "--model", str(tiny_model), "--base",
-         str(tiny_base), "--json", "--generate", "3", "--max-tokens", "12"],
+        [sys.executable, "-m", "backend.cli", "fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model),
+         "--base", str(tiny_base), "--json", "--generate", "3", "--max-tokens", "12"],
         capture_output=True, text=True, timeout=240, check=True)
     report = json.loads(out.stdout)
     gen = report["generate"]
@@ -64,7 +64,7 @@ def test_cli_json_with_generated_sessions(tiny_model, tiny_base):
 def test_tables_name_every_span_and_corpus(tiny_model, tiny_base):
     from backend.fidelity.report import render
 
-    text = render(compare(str(tiny_model), str(tiny_base)))
+    text = render(compare(str(tiny_model), str(tiny_base), trust_remote_code=True))
     for label in ("Perplexity per corpus", "kernel", "traces", "tool call", "think", "response", "other",
                   "all tokens", "median KLD", "KLD<0.01", "top-16"):
         assert label in text

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model):
-    return forward.load(tiny_model)
+    return forward.load(tiny_model, trust_remote_code=True)
 
 
 class Recording:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from backend.dist import load_tokenizer
 from backend.fidelity.spans import OTHER, RESPONSE, SPANS, THINK, TOOL_CALL, classify
 from backend.fidelity.traces import TraceError, read_sessions, session_window
 from backend.prompts import AUDIT_TOOLS
@@ -10,14 +11,12 @@ from tests.support.spans_oracle import expected_labels
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from mlx_lm.utils import load_tokenizer
-
-    return load_tokenizer(tiny_model)
+    return load_tokenizer(str(tiny_model), trust_remote_code=True)
 
 
 def test_known_session_spans_match_the_text(tokenizer, trace_file):
     ((source, session),) = read_sessions(trace_file)
-    ids, expected = expected_labels(tokenizer, session["messages"], AUDIT_TOOLS)
+    ids, expected = expected_labels(tokenizer, session["messages"], AUDIT_TOOLS, session["thinking_effort"])
     window = session_window(tokenizer, source, session, len(ids), AUDIT_TOOLS)
     assert window.ids == ids
     assert window.labels == expected
@@ -26,12 +25,12 @@ def test_known_session_spans_match_the_text(tokenizer, trace_file):
 
 def test_a_short_window_keeps_the_end_and_the_labels_of_the_whole_session(tokenizer, trace_file):
     ((source, session),) = read_sessions(trace_file)
-    ids, expected = expected_labels(tokenizer, session["messages"], AUDIT_TOOLS)
+    ids, expected = expected_labels(tokenizer, session["messages"], AUDIT_TOOLS, session["thinking_effort"])
     window = session_window(tokenizer, source, session, 40, AUDIT_TOOLS)
     assert window.ids == ids[-40:]
     assert window.labels == expected[-40:]
     assert window.prompt == list(tokenizer.apply_chat_template(session["messages"][:2], tools=AUDIT_TOOLS,
-                                                               add_generation_prompt=True))
+                                                               add_generation_prompt=True, thinking_effort="high"))
 
 
 def _ids(tokenizer, text: str) -> list[int]:

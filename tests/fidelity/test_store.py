@@ -103,28 +103,30 @@ def test_other_tokenizer_is_refused(tiny_model, tiny_base, tmp_path):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (other / "tokenizer.json").write_text(json.dumps(tok))
     with pytest.raises(BaseError, match="another tokenizer"):
-        compare(str(other), str(tiny_base))
+        compare(str(other), str(tiny_base), trust_remote_code=True)
 
 
 def test_other_window_is_refused(tiny_model, tiny_base):
     with pytest.raises(BaseError, match="recorded with --window 2048, not 1025"):
-        compare(str(tiny_model), str(tiny_base), window=1025)
+        compare(str(tiny_model), str(tiny_base), window=1025, trust_remote_code=True)
 
 
 def test_cli_reports_a_refused_base_and_exits_2(tiny_model, copy, capsys):
     from backend.cli import main
 
     copy.write_bytes(copy.read_bytes()[:-1])
-    assert main(["fidelity", "compare", "--model", str(tiny_model), "--base", str(copy)]) == 2
+    cmd = ["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base", str(copy)]
+    assert main(cmd) == 2
     assert "k3-backend fidelity:" in capsys.readouterr().err
 
 
 def test_generate_needs_trace_prompts(tiny_model, corpus_dir, tmp_path):
     from backend.fidelity.record import record
 
-    base = record(str(tiny_model), str(tmp_path / "code.k3fb"), corpora=[str(corpus_dir)], window=256, top_k=8)
+    base = record(str(tiny_model), str(tmp_path / "code.k3fb"), corpora=[str(corpus_dir)], window=256, top_k=8,
+                  trust_remote_code=True)
     with pytest.raises(BaseError, match="--generate needs trace sessions"):
-        compare(str(tiny_model), str(base), generate=1)
+        compare(str(tiny_model), str(base), generate=1, trust_remote_code=True)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -138,5 +140,5 @@ def test_record_refuses_bad_arguments_and_writes_nothing(tiny_model, trace_file,
 
     args = {"traces": str(trace_file)} | kwargs if kwargs else {}
     with pytest.raises(ValueError, match=message):
-        record(str(tiny_model), str(tmp_path / "b.k3fb"), **args)
+        record(str(tiny_model), str(tmp_path / "b.k3fb"), trust_remote_code=True, **args)
     assert list(tmp_path.iterdir()) == []

@@ -59,8 +59,10 @@ SLOT_FINDING = kimi.finding(
     cwe=129, severity="medium", title="unchecked index", message="idx is not bounded", start_line=3, end_line=3
 )
 
+COPY_WHY = "src and n both come from the caller; buf holds 16 bytes and nothing compares n with that."
+
 SCRIPT = [
-    {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING))]},
+    {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING), reasoning=COPY_WHY)]},
     {"unit": "get_slot", "turns": [kimi.turn(("report_finding", SLOT_FINDING))]},
     {"unit": "slow_unit", "turns": [{"repeat": LONG_PERIOD, "tokens": 3000}]},
     {

@@ -51,6 +51,9 @@ def test_validate_normalises_a_good_finding():
         11, 11, "\tif (hdr.len > sizeof(slot->buf))\n\t\treturn -EINVAL;\n\tmutex_lock(&k3demo_lock);"
     )
     assert findings.validate(f.to_dict(), WRITE) == f  # the cached shape round-trips
+    why = findings.validate(raw(reasoning="  hdr.len comes from the user.\n"), WRITE)
+    assert why.reasoning == "hdr.len comes from the user." and why.to_dict()["reasoning"] == why.reasoning
+    assert findings.validate(why.to_dict(), WRITE) == why and "reasoning" not in f.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -172,7 +175,7 @@ def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
 
 def test_hover_has_everything_and_escapes_model_text():
     f = findings.validate(raw(message="see [link](command:rm) and <b>bold</b>"), WRITE)
-    md = findings.hover_markdown(f, WRITE)
+    md = findings.hover_text(f, WRITE)
     for part in (
         "**copy\\_from\\_user length from user space**",
         "[CWE-120](https://cwe.mitre.org/data/definitions/120.html)",
@@ -187,7 +190,16 @@ def test_hover_has_everything_and_escapes_model_text():
     hover = findings.to_hover(f, WRITE)
     assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
-    assert "````c\n```c\nx\n````" in findings.hover_markdown(fenced, WRITE)
+    assert "````c\n```c\nx\n````" in findings.hover_text(fenced, WRITE)
+    assert "Why this was flagged" not in md  # no reasoning came with it
+
+
+def test_hover_says_briefly_why_it_was_flagged():
+    long = "The length *hdr.len* comes from the user.\n\n" + " ".join(f"step{i}" for i in range(200))
+    md = findings.hover_text(findings.validate(raw(reasoning=long), WRITE), WRITE)
+    line = next(p for p in md.split("\n\n") if p.startswith("**Why this was flagged:**"))
+    assert "The length \\*hdr.len\\* comes from the user. step0 step1" in line  # escaped, on one line
+    assert line.endswith(" …") and len(line) < findings.HOVER_REASONING_CHARS + 60
 
 
 def test_min_severity_filter():
@@ -223,4 +235,4 @@ def test_accept_never_raises_and_keeps_only_findings_inside_the_unit(overrides):
         assert 1 <= f.start_line <= f.end_line <= WRITE.line_count
         assert all(1 <= s.line <= WRITE.line_count for s in f.trace)
         findings.to_diagnostic(f, WRITE, "file:///x.c")
-        findings.hover_markdown(f, WRITE)
+        findings.hover_text(f, WRITE)

@@ -116,3 +116,44 @@ async def test_closing_a_document_clears_its_pushed_diagnostics(daemon, root, tm
         ed.client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri)))
         assert await ed.wait_diagnostics(uri, lambda ds: not ds) == []
         assert (await ed.status())["documents"] == 0  # forgotten: a settings change no longer re-reads it
+
+
+async def test_thinking_effort_is_low_on_save_high_for_the_workspace_unless_set(daemon, tmp_path):
+    """The daemon records the effort each conversation ran at (its --trace-file): `auto` sends low for an audit
+    on save and high for a workspace audit; a `thinkingEffort` setting applies to both."""
+    root = tmp_path / "effort"
+    root.mkdir()
+    for name in ("saved", "whole", "chosen"):
+        (root / f"{name}.c").write_text(f"static int effort_{name}(int a)\n{{\n\treturn a;\n}}\n")
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c1") as ed:
+        uri = ed.open("saved.c")
+        ed.save(uri)
+        await ed.wait_for_status(lambda c: c["audited"] == 1)
+        (root / "saved.c").unlink()  # the workspace audit is about the others
+        (root / "chosen.c").rename(root / "chosen.c.later")
+        assert (await ed.command("k3lsp.auditWorkspace"))["files"] == 1
+    (root / "chosen.c.later").rename(root / "chosen.c")
+    settings = {"endpoint": daemon.endpoint, "thinkingEffort": "max"}
+    async with editor(root, settings=settings, cache_dir=tmp_path / "c2") as ed:
+        ed.save(ed.open("chosen.c"))
+        await ed.wait_for_status(lambda c: c["audited"] == 1)
+    efforts = {name: [s["thinking_effort"] for s in daemon.sessions(f"effort_{name}")]
+               for name in ("saved", "whole", "chosen")}
+    assert efforts == {"saved": ["low"], "whole": ["high"], "chosen": ["max"]}
+
+
+async def test_a_cached_result_answers_only_audits_at_its_effort_or_below(daemon, tmp_path):
+    """A result at low effort (a save) does not answer a workspace audit (high); the high one then answers the
+    next save, and nothing more reaches the daemon."""
+    root = tmp_path / "reuse"
+    root.mkdir()
+    (root / "reuse.c").write_text("static int effort_reuse(int a)\n{\n\treturn a;\n}\n")
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("reuse.c")
+        ed.save(uri)
+        await ed.wait_for_status(lambda c: c["audited"] == 1)
+        assert (await ed.command("k3lsp.auditWorkspace"))["files"] == 1
+        await ed.wait_for_status(lambda c: c["audited"] == 2)
+        ed.save(uri)
+        await ed.wait_for_status(lambda c: c["cached"] >= 1)
+    assert [s["thinking_effort"] for s in daemon.sessions("effort_reuse")] == ["low", "high"]

@@ -53,6 +53,15 @@ def test_triggers():
     assert not options.Options(trigger="manual").audits_on_save()
 
 
+def test_thinking_effort_auto_is_low_for_interactive_and_high_for_background_work():
+    auto = options.Options()
+    assert (auto.effort("interactive"), auto.effort("background")) == ("low", "high")
+    chosen, errors = options.parse({"thinkingEffort": "max"})
+    assert errors == [] and (chosen.effort("interactive"), chosen.effort("background")) == ("max", "max")
+    kept, errors = options.parse({"thinkingEffort": "medium"})
+    assert kept.thinking_effort == "auto" and "'thinkingEffort'" in errors[0]
+
+
 async def test_free_slots_go_to_interactive_waiters_first_then_in_order():
     slots = PrioritySlots(1)
     order: list[str] = []

@@ -15,12 +15,19 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 240) -> subpro
 
 
 def test_doctor_passes_on_the_local_pair(tiny_model):
-    done = run(launch_command(["doctor", "--model", str(tiny_model)]))
+    done = run(launch_command(["doctor", "--model", str(tiny_model), "--trust-remote-code"]))
     out = done.stdout
     assert "doctor: all checks passed" in out, out + done.stderr[-3000:]
     assert "exited with code" not in done.stderr and "was killed" not in done.stderr, done.stderr[-3000:]
     assert "2 of 2" in out and "all_sum latency" in out and "all_sum 64 MB" in out
     assert out.count("max |diff|") == 2  # both ranks compared their sharded logits
+    assert out.count("Kimi K3 channels") == 2  # both ranks loaded the tokenizer class as serve would
+
+
+def test_doctor_names_the_flag_a_remote_code_tokenizer_needs(tiny_model):
+    done = run([sys.executable, "-m", "backend.cli", "doctor", "--model", str(tiny_model)])
+    assert done.returncode == 1 and "doctor: FAILED" in done.stdout
+    assert "tokenizer" in done.stdout and "--trust-remote-code" in done.stdout, done.stdout
 
 
 def test_doctor_fails_clearly_when_a_rank_never_starts(tmp_path):

@@ -14,7 +14,7 @@ from tests.support.engine import drain
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True))
     engine.warmup()
     return engine
 

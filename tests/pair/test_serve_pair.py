@@ -39,11 +39,13 @@ def pair(tiny_model, tmp_path_factory):
 
 
 async def explain_texts(endpoint: str) -> list[tuple[str, str]]:
-    """(text, finish_reason) of one explain per unit, one after the other (no batching differences)."""
+    """(text, finish_reason) of one explain per unit, one after the other (no batching differences). Thinking is
+    off: the random model's answer is then all response, the channel explain streams."""
     out = []
     async with Wire(endpoint, timeout=120) as wire:
         for unit in UNITS:
-            msgs = await wire.request("explain", unit, **audit_fields(unit, code=CODE), finding=finding())
+            msgs = await wire.request("explain", unit, **audit_fields(unit, code=CODE), finding=finding(),
+                                      thinking_effort="off")
             assert msgs[-1]["kind"] == "done", msgs[-1]
             out.append(("".join(m["text"] for m in msgs if m["kind"] == "text"), msgs[-1]["stats"]["finish_reason"]))
     return out

@@ -32,7 +32,7 @@ UNIT = units.split(SIX_LINES)[0]
 @pytest.fixture(scope="module")
 def daemon(tiny_model):
     script = [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}]
-    with serving(tiny_model, script=script, args=["--max-tokens", "6000"]) as d:
+    with serving(tiny_model, script=script, args=["--max-tokens", "20000"]) as d:
         yield d
 
 
@@ -91,7 +91,7 @@ async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings
     assert result.over_limit == len(findings) - kept + 3  # the daemon's own count and ours
     assert auditor.counters.over_limit == result.over_limit
     assert "dropping what the daemon sends beyond" in caplog.text
-    row = store.get(UNIT.key, auditor._result_key)
+    row = store.get(UNIT.key, auditor._result_key.digest("low"))
     assert row is not None and len(json.dumps(row.findings)) <= bounds.MAX_RESULT_BYTES
     assert store.stats()["result_bytes"] <= bounds.MAX_RESULT_BYTES + 1000
 
@@ -100,7 +100,7 @@ async def test_the_stats_kept_with_a_result_are_bounded_too(tmp_path):
     junk = {"junk": "x" * 4_000_000, "turns": [{"prompt_tokens": 1}] * 1000, "generated_tokens": 12}
     (result,), auditor, store = await asyncio.wait_for(audit_with([SMALL], tmp_path, **junk), 60)
     assert result.cut_short is None and [f["title"] for f in result.findings] == [SMALL["title"]]
-    row = store.get(UNIT.key, auditor._result_key)
+    row = store.get(UNIT.key, auditor._result_key.digest("low"))
     assert row.stats == {"finish_reason": "stop", bounds.OVER_LIMIT: 3, "generated_tokens": 12}
     assert store.stats()["result_bytes"] < 1000
 

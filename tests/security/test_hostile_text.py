@@ -37,7 +37,8 @@ HOSTILE_FINDING = kimi.finding(
     title=TITLE, message=MESSAGE, start_line=3, end_line=3, trace=[{"line": 1, "note": NOTE}],
     fix={"start_line": 3, "end_line": 3, "replacement": TROJAN_FIX},
 )
-GARBLED = (kimi.OPEN_TOOLS + '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>'
+GARBLED = (kimi.opening() + kimi.OPEN_TOOLS
+           + '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>'
            '{"title": "' + OSC_TITLE + '" oops<|close|>json<|sep|><|close|>call<|sep|>' + kimi.CLOSE_TOOLS + kimi.END)
 SCRIPT = [
     {"unit": "hostile", "turns": [kimi.turn(("report_finding", HOSTILE_FINDING))]},

@@ -21,7 +21,7 @@ from tests.support.lsp import editor
 
 LONG = " ".join(f"w{i}" for i in range(40)) + " "  # a period too long for the loop guard
 FINDING = kimi.finding(title="write past buf", start_line=3, end_line=3, trace=[])
-TRUNCATED = kimi.OPEN_TOOLS + kimi.call("report_finding", FINDING) + kimi.CLOSE_TOOLS + LONG * 30 + kimi.END
+TRUNCATED = kimi.opening() + kimi.tools(("report_finding", FINDING)) + LONG * 30 + kimi.END
 SCRIPT = [
     {"unit": "truncated", "turns": [TRUNCATED]},  # a finding, then prose past the token budget: `length`
     {"unit": "looping", "turns": [{"repeat": "ab ", "tokens": 2000}]},  # the loop guard: `loop`

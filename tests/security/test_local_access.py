@@ -147,8 +147,8 @@ def test_daemon_and_clients_default_to_one_private_ipc_socket(tiny_model, tmp_pa
     src.write_text("int ok(int n)\n{\n\treturn n;\n}\n")
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    proc, endpoint = launch.start(["--model", str(tiny_model), "--script", str(script)], cwd=REPO,
-                                  stderr=subprocess.DEVNULL)  # no --bind
+    proc, endpoint = launch.start(["--model", str(tiny_model), "--script", str(script), "--trust-remote-code"],
+                                  cwd=REPO, stderr=subprocess.DEVNULL)  # no --bind
     try:
         assert endpoint == default
         assert stat.S_IMODE((runtime / "k3lsp").stat().st_mode) == 0o700

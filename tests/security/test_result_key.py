@@ -114,13 +114,20 @@ async def test_results_of_one_daemon_are_not_shown_for_another(tmp_path):
 
 
 def test_every_component_changes_the_key():
-    base = resultkey.ResultKey(fingerprint="f", prompt_version="p", effort="default", daemon="ipc:/run/a.sock")
+    base = resultkey.ResultKey(fingerprint="f", prompt_version="p", daemon="ipc:/run/a.sock")
     variants = [
-        resultkey.ResultKey("g", "p", "default", "ipc:/run/a.sock"),
-        resultkey.ResultKey("f", "q", "default", "ipc:/run/a.sock"),
-        resultkey.ResultKey("f", "p", "high", "ipc:/run/a.sock"),
-        resultkey.ResultKey("f", "p", "default", "curve:server-key"),
-        resultkey.ResultKey("f\0p", "", "default", "ipc:/run/a.sock"),  # no ambiguity between components
+        resultkey.ResultKey("g", "p", "ipc:/run/a.sock").digest("low"),
+        resultkey.ResultKey("f", "q", "ipc:/run/a.sock").digest("low"),
+        base.digest("high"),
+        resultkey.ResultKey("f", "p", "curve:server-key").digest("low"),
+        resultkey.ResultKey("f\0p", "", "ipc:/run/a.sock").digest("low"),  # no ambiguity between components
     ]
-    assert len({base.digest(), *(v.digest() for v in variants)}) == len(variants) + 1
-    assert base.digest() == resultkey.ResultKey("f", "p", "default", "ipc:/run/a.sock").digest()
+    assert len({base.digest("low"), *variants}) == len(variants) + 1
+    assert base.digest("low") == resultkey.ResultKey("f", "p", "ipc:/run/a.sock").digest("low")
+
+
+def test_a_result_at_a_higher_effort_answers_a_request_at_a_lower_one():
+    key = resultkey.ResultKey("f", "p", "ipc:/run/a.sock")
+    assert key.answering("low") == [key.digest("low"), key.digest("high"), key.digest("max")]
+    assert key.answering("max") == [key.digest("max")]
+    assert key.digest("off") not in key.answering("low")

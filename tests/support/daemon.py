@@ -37,17 +37,28 @@ class Daemon:
     endpoint: str
     proc: subprocess.Popen
     log: Path  # the daemon's stderr
+    traces: Path  # its --trace-file: one JSON line per finished conversation
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def sessions(self, unit: str) -> list[dict]:
+        """The finished conversations about ``unit``, oldest first (``serve --trace-file``)."""
+        lines = self.traces.read_text().splitlines() if self.traces.exists() else []
+        return [s for s in map(json.loads, lines) if s["id"] == unit]
+
 
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
-            ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None) -> Iterator[Daemon]:
-    """Run `k3-backend serve --model MODEL --bind ENDPOINT [--script FILE] *args` for the block, in ``cwd``."""
+            ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None,
+            trust: bool = True) -> Iterator[Daemon]:
+    """Run `k3-backend serve --model MODEL --bind ENDPOINT --trace-file T [--script FILE] *args` for the block,
+    in ``cwd``, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code)
+    unless `trust` is false."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
-        cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock"]
+        traces = Path(tmp) / "traces.jsonl"
+        cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
+               *(["--trust-remote-code"] if trust else [])]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
@@ -59,7 +70,7 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
-            yield Daemon(endpoint, proc, log)
+            yield Daemon(endpoint, proc, log, traces)
         finally:
             stop(proc)
 
@@ -81,7 +92,7 @@ class Wire:
         self.sock.connect(endpoint)
         self.timeout = timeout
         self._held: list[dict] = []  # messages received while waiting for another request's
-        self._reading = asyncio.Lock()  # one reader of the socket at a time
+        self._reading = asyncio.Lock()  # one reader at a time: a frame read for another waiter is held for it
 
     async def __aenter__(self) -> Wire:
         return self

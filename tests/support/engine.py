@@ -13,6 +13,7 @@ class Outcome:
     finish: str | None = None
     stats: dict = field(default_factory=dict)
     events: int = 0
+    tokens: list[int] = field(default_factory=list)  # every generated id, from the finish event
 
 
 def drain(engine: Engine, max_steps: int = 2000, on_step=None) -> dict[int, Outcome]:
@@ -29,7 +30,7 @@ def drain(engine: Engine, max_steps: int = 2000, on_step=None) -> dict[int, Outc
             o.text += ev.text
             o.events += 1
             if ev.finish is not None:
-                o.finish, o.stats = ev.finish, ev.stats or {}
+                o.finish, o.stats, o.tokens = ev.finish, ev.stats or {}, list(ev.tokens or [])
         if on_step is not None:
             on_step(n, events)
     raise AssertionError(f"engine still busy after {max_steps} steps")

@@ -1,28 +1,50 @@
-"""Assistant turns in the canonical Kimi K3 text, for `--script` files.
+"""Assistant turns as the model writes them, for `--script` files, in either dialect of the tiny checkpoint.
 
-The text is what the tiny checkpoint's chat template renders for an assistant message with tool calls
-(backend/tiny.py), so a scripted turn forced through the engine is also a prefix of the re-rendered
-conversation - which is what lets a continuation after a tool result be served from the prompt cache.
+A scripted turn is the text generated after the generation prompt, so its shape depends on the renderer:
+
+- ``k3`` (the release's format): the generation prompt opened the think channel, so a turn is the reasoning,
+  the end of the think channel, the response channel, then the tool calls with typed arguments;
+- ``jinja`` (the made-up template): the generation prompt opened the message only, so a turn is an optional
+  think channel the model opens itself, bare response text, then the calls with JSON bodies.
+
+Either way it ends with the end of the message; the engine's forcing adds the stop token.
 """
 
 import json
 
+from backend.tokenization_kimi import call as typed_call
+
+DIALECTS = ("k3", "jinja")
 OPEN_TOOLS, CLOSE_TOOLS = "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"
+OPEN_THINK, CLOSE_THINK = "<|open|>think<|sep|>", "<|close|>think<|sep|>"
+OPEN_RESPONSE, CLOSE_RESPONSE = "<|open|>response<|sep|>", "<|close|>response<|sep|>"
 END = "<|close|>message<|sep|>"
 
 
-def call(name: str, arguments: dict, index: int = 1) -> str:
-    """One tool call with a JSON object body (`tojson` of the template = json.dumps, key order kept)."""
+def call(name: str, arguments: dict, index: int = 1, dialect: str = "k3") -> str:
+    """One tool call: typed arguments (k3) or a JSON object body (jinja)."""
+    if dialect == "k3":
+        return typed_call({"name": name, "arguments": arguments}, index)
     body = json.dumps(arguments, ensure_ascii=False)
     return (f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"<|sep|>{body}'
             "<|close|>json<|sep|><|close|>call<|sep|>")
 
 
-def turn(*calls: tuple[str, dict], content: str = "") -> str:
-    """An assistant turn: prose, then the calls in one tools section, then the end of the message."""
-    if not calls:
-        return content + END
-    return content + OPEN_TOOLS + "".join(call(n, a, i) for i, (n, a) in enumerate(calls, 1)) + CLOSE_TOOLS + END
+def tools(*calls: tuple[str, dict], dialect: str = "k3") -> str:
+    """A tool-call section holding the calls, numbered from 1."""
+    return OPEN_TOOLS + "".join(call(n, a, i, dialect) for i, (n, a) in enumerate(calls, 1)) + CLOSE_TOOLS
+
+
+def opening(content: str = "", reasoning: str = "", dialect: str = "k3") -> str:
+    """A turn up to its tool calls: the think channel and the response."""
+    if dialect == "k3":
+        return f"{reasoning}{CLOSE_THINK}{OPEN_RESPONSE}{content}{CLOSE_RESPONSE}"
+    return (f"{OPEN_THINK}{reasoning}{CLOSE_THINK}" if reasoning else "") + content
+
+
+def turn(*calls: tuple[str, dict], content: str = "", reasoning: str = "", dialect: str = "k3") -> str:
+    """A whole assistant turn: reasoning, response, the calls in one tools section, the end of the message."""
+    return opening(content, reasoning, dialect) + (tools(*calls, dialect=dialect) if calls else "") + END
 
 
 def finding(**overrides) -> dict:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import attrs
 from lsprotocol import types as lsp
@@ -21,6 +21,18 @@ from pygls.uris import to_fs_path
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 WAIT = 60.0  # seconds: an audit on the tiny model on 2 busy cores takes a few
+
+
+def _tell_code_actions_from_commands(client: LanguageClient) -> None:
+    """lsprotocol structures anything with a ``command`` key as a Command, so a CodeAction carrying a command
+    (an object, where a Command's is a string) would lose its kind and diagnostics in these tests."""
+    converter = client.protocol._converter
+
+    def structure(obj: Any, _: type) -> lsp.Command | lsp.CodeAction:
+        kind = lsp.Command if isinstance(obj.get("command"), str) else lsp.CodeAction
+        return converter.structure(obj, kind)
+
+    converter.register_structure_hook(Union[lsp.Command, lsp.CodeAction], structure)  # noqa: UP007 (its key)
 
 
 def pull_capabilities() -> lsp.ClientCapabilities:
@@ -47,6 +59,8 @@ class Editor:
         self.versions: dict[str, int] = {}
         self.texts: dict[str, str] = {}
         self.status_notes: list[dict] = []
+        self.published: list[tuple[str, list[lsp.Diagnostic]]] = []  # every publishDiagnostics, in order
+        self.configuration_reads = 0  # workspace/configuration requests the server made
         self.capabilities: lsp.ServerCapabilities | None = None  # what the server answered to `initialize`
 
     def uri(self, name: str) -> str:
@@ -126,24 +140,51 @@ class Editor:
 
 @contextlib.asynccontextmanager
 async def editor(
-    root: Path, *, profile: str = "vscode", settings: dict | None = None, cache_dir: Path, env: dict | None = None
+    root: Path,
+    *,
+    profile: str = "vscode",
+    settings: dict | None = None,
+    cache_dir: Path,
+    env: dict | None = None,
+    capabilities: lsp.ClientCapabilities | None = None,
+    configuration: dict | None = None,
 ) -> AsyncIterator[Editor]:
+    """``settings`` go as initializationOptions; ``configuration`` (when given) is the ``k3lsp`` section the client
+    answers workspace/configuration with; ``capabilities`` replace the profile's."""
     config = ClientServerConfig(
         server_command=[sys.executable, "-m", "k3lsp.cli"],
         server_env=os.environ | {"K3LSP_CACHE_DIR": str(cache_dir)} | (env or {}),
     )
     client = await asyncio.wait_for(config.start(), WAIT)
+    _tell_code_actions_from_commands(client)
     clean = False
     try:
         ed = Editor(client, root, pull=profile == "pull")
+
+        # pytest-lsp's own handlers keep only the last publish and answer configuration silently: count both.
+        features = client.protocol.fm.features
+        keep_last, answer = features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS], features[lsp.WORKSPACE_CONFIGURATION]
+
+        def on_publish(params: lsp.PublishDiagnosticsParams) -> None:
+            ed.published.append((params.uri, list(params.diagnostics)))
+            keep_last(params)
+
+        def on_configuration(params: lsp.ConfigurationParams) -> list:
+            ed.configuration_reads += 1
+            return answer(params)
+
+        features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = on_publish
+        features[lsp.WORKSPACE_CONFIGURATION] = on_configuration
 
         @client.feature("k3lsp/status")
         def on_status(params: Any) -> None:
             # pygls hands unknown methods' params over as a namedtuple-like object
             ed.status_notes.append(params if isinstance(params, dict) else params._asdict())
 
+        if configuration is not None:
+            client.set_configuration(configuration, section="k3lsp")
         params = lsp.InitializeParams(
-            capabilities=PROFILES[profile](),
+            capabilities=capabilities or PROFILES[profile](),
             root_uri=root.as_uri(),
             workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
             initialization_options=settings or {},

@@ -105,10 +105,11 @@ def wait_gone(pids: list[int], timeout: float) -> bool:
 
 @contextlib.contextmanager
 def launched(serve_args: list[str], *, ready_timeout: float = 240.0) -> Iterator[Pair]:
-    """`k3-backend serve --bind ipc://PRIVATE/daemon.sock *serve_args` on two ring ranks for the block."""
+    """`k3-backend serve --bind ipc://PRIVATE/daemon.sock --trust-remote-code *serve_args` on two ring ranks for
+    the block (the tiny checkpoint's tokenizer class is this repository's code)."""
     with tempfile.TemporaryDirectory(prefix="k3pair-") as tmp:
         log = Path(tmp) / "launcher.log"
-        cmd = launch_command(["serve", "--bind", f"ipc://{tmp}/daemon.sock", *serve_args])
+        cmd = launch_command(["serve", "--bind", f"ipc://{tmp}/daemon.sock", "--trust-remote-code", *serve_args])
         with open(log, "wb") as err:
             launcher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
                                         env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True)

@@ -14,9 +14,9 @@ _ASSISTANT = re.compile(r'<\|open\|>message role="assistant"<\|sep\|>(.*?)<\|clo
 _NAMES = {"tools": "tool_call", "think": "think", "response": "response"}
 
 
-def expected_labels(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[list[int], list[int]]:
-    """(token ids, span index per token) of the session rendered by the chat template."""
-    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+def expected_labels(tokenizer, messages: list[dict], tools: list[dict], effort: str) -> tuple[list[int], list[int]]:
+    """(token ids, span index per token) of the session rendered by the chat template at thinking ``effort``."""
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, thinking_effort=effort)
     chars = ["other"] * len(text)
     for m in _ASSISTANT.finditer(text):  # bare assistant text is the response...
         chars[m.start(1) : m.end(1)] = ["response"] * (m.end(1) - m.start(1))

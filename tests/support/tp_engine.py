@@ -17,7 +17,7 @@ CANCEL_AT_STEP = 6  # request 2 is cancelled here on every rank
 
 
 def run(model: str, group) -> dict:
-    engine = Engine(EngineArgs(model=model, max_tokens=64), group=group)
+    engine = Engine(EngineArgs(model=model, max_tokens=64, trust_remote_code=True), group=group)
     tok = engine.tokenizer
     engine.submit(GenRequest(0, tok.encode(PROMPTS[0]), [], 20, 1.0, 0.95, seed=1))
     engine.submit(GenRequest(1, tok.encode(PROMPTS[1]), [], 40, 1.0, 0.95, seed=2, forced=tok.encode("safe")))

@@ -24,6 +24,7 @@ export const SERVER_KEYS = [
   "maxFileBytes",
   "include",
   "exclude",
+  "thinkingEffort",
 ] as const;
 
 /** The command line of the language server; no arguments means LSP on stdio. */

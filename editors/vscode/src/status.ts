@@ -7,7 +7,7 @@
 
 export const STATUS_NOTIFICATION = "k3lsp/status";
 
-export const BACKEND_STATES = ["connected", "connecting", "down", "unauthorized"] as const;
+export const BACKEND_STATES = ["disconnected", "connecting", "connected", "down", "unauthorized"] as const;
 export type BackendState = (typeof BACKEND_STATES)[number];
 
 /** Params of the `k3lsp/status` notification. */
@@ -49,6 +49,7 @@ export function parseStatus(params: unknown): BackendStatus {
   return { state: p.state as BackendState, queued: p.queued, running: p.running, message: p.message ?? undefined };
 }
 
+/** `3 running, 1 queued` for the tooltip; the status bar itself says `auditing 4`. */
 function workText(status: BackendStatus): string {
   const parts: string[] = [];
   if (status.running > 0) {
@@ -66,22 +67,29 @@ function tooltip(headline: string, message: string | undefined): string {
 
 export function statusView(status: BackendStatus): StatusView {
   const work = workText(status);
+  const pending = status.running + status.queued;
   switch (status.state) {
     case "connected":
       return {
-        text: `$(shield) k3: ${work || "idle"}`,
-        tooltip: tooltip(`k3 audit backend connected${work ? `: ${work}` : ""}.`, status.message),
+        text: pending ? `$(sync~spin) k3: auditing ${pending}` : "$(shield) k3: idle",
+        tooltip: tooltip(`k3 audit backend connected${work ? `: ${work}` : ", nothing to audit"}.`, status.message),
+        error: false,
+      };
+    case "disconnected":
+      return {
+        text: "$(circle-outline) k3: not connected",
+        tooltip: tooltip("Not connected to the k3 audit backend yet.", status.message),
         error: false,
       };
     case "connecting":
       return {
-        text: `$(sync~spin) k3: connecting${work ? ` (${work})` : ""}`,
-        tooltip: tooltip("Connecting to the k3 audit backend.", status.message),
+        text: "$(sync~spin) k3: connecting",
+        tooltip: tooltip(`Connecting to the k3 audit backend${work ? ` (${work})` : ""}.`, status.message),
         error: false,
       };
     case "down":
       return {
-        text: "$(error) k3: backend down",
+        text: "$(error) k3: backend unreachable",
         tooltip: tooltip("The k3 audit backend is unreachable; cached findings stay shown.", status.message),
         error: true,
       };
@@ -104,33 +112,55 @@ export const STARTING_VIEW: StatusView = {
   error: false,
 };
 
-/** The server runs but has not reported a backend state: it contacts the daemon at the first audit. */
+/** The server runs but has not reported a backend state yet (it does right after starting). */
 export const RUNNING_VIEW: StatusView = {
-  text: "$(shield) k3",
-  tooltip: tooltip("The k3lsp language server is running; it contacts the audit backend at the first audit.", undefined),
+  text: "$(circle-outline) k3: not connected",
+  tooltip: tooltip("The k3lsp language server is running; it has not contacted the audit backend yet.", undefined),
   error: false,
 };
 
-/** The language server process is not running (failed to start, crashed, or stopped). */
-export const STOPPED_VIEW: StatusView = {
-  text: "$(error) k3: server stopped",
-  tooltip: tooltip("The k3lsp language server is not running; see the k3lsp output channel.", undefined),
-  error: true,
-};
+/** The language server process is not running (failed to start, crashed, or stopped); `why` goes in the tooltip. */
+export function stoppedView(why?: string): StatusView {
+  return {
+    text: "$(error) k3: server stopped",
+    tooltip: tooltip("The k3lsp language server is not running; see the k3lsp output channel.", why),
+    error: true,
+  };
+}
 
 /** A `k3lsp/status` notification that failed `parseStatus`. */
 export function invalidStatusView(error: Error): StatusView {
   return { text: "$(warning) k3: bad status", tooltip: tooltip(error.message, undefined), error: true };
 }
 
-/** One line for an information message from the `k3lsp.status` result; the full dict goes to a channel. */
+function record(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === "object" && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
+}
+
+function percent(value: unknown): string {
+  return typeof value === "number" ? `${(100 * value).toFixed(1)}%` : "unknown";
+}
+
+/**
+ * One line from the `k3lsp.status` result: where the backend is, what it serves and how it is doing (the
+ * daemon's own `status` reply); the full answer goes to the output channel.
+ */
 export function summarizeStatus(result: unknown): string {
-  if (typeof result !== "object" || result === null || Array.isArray(result)) {
+  const r = record(result);
+  if (!r) {
     return `k3 backend status: ${JSON.stringify(result)}`;
   }
-  const scalars = Object.entries(result)
-    .filter(([, value]) => value === null || typeof value !== "object")
-    .map(([key, value]) => `${key}: ${String(value)}`);
-  const line = `k3 backend status: ${scalars.join(", ") || "(details in the output channel)"}`;
-  return line.length > 300 ? `${line.slice(0, 297)}...` : line;
+  const endpoint = typeof r.endpoint === "string" ? r.endpoint : "unknown";
+  const backend = record(r.backend);
+  if (!backend) {
+    const why = typeof r.error === "string" ? r.error : "no answer";
+    return `k3 backend at endpoint ${endpoint} is unreachable: ${why}`;
+  }
+  const line =
+    `k3 backend: endpoint ${endpoint}, model ${String(backend.model)}, ranks ${String(backend.ranks)}, ` +
+    `queue ${String(backend.queued)} (${String(backend.active)} active), ` +
+    `loop rate ${percent(backend.loop_rate)}, stop rate ${percent(backend.stop_rate)}`;
+  return line.length > 400 ? `${line.slice(0, 397)}...` : line;
 }

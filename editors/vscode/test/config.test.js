@@ -22,7 +22,7 @@ test("contributed defaults start the server as documented", () => {
   const defaults = { get: (key) => props[`k3lsp.${key}`].default };
   assert.deepEqual(config.serverCommand(defaults), { command: "k3lsp", args: [] });
   // null / "" defaults mean "the server's default" and are not sent.
-  assert.deepEqual(config.serverSettings(defaults), { trigger: "save", minSeverity: "info" });
+  assert.deepEqual(config.serverSettings(defaults), { trigger: "save", minSeverity: "info", thinkingEffort: "auto" });
 });
 
 test("serverSection leaves non-objects alone", () => {
@@ -35,6 +35,7 @@ test("enums match the server's values", () => {
   const props = manifest.contributes.configuration.properties;
   assert.deepEqual(props["k3lsp.trigger"].enum, ["save", "open", "manual"]);
   assert.deepEqual(props["k3lsp.minSeverity"].enum, ["critical", "high", "medium", "low", "info"]);
+  assert.deepEqual(props["k3lsp.thinkingEffort"].enum, ["auto", "off", "low", "high", "max"]);
 });
 
 test("a blank server path falls back to k3lsp", () => {

@@ -5,6 +5,7 @@ const assert = require("node:assert/strict");
 const os = require("node:os");
 const path = require("node:path");
 const { loadExtension, Uri, State } = require("./support/fakes");
+const { eventually } = require("./support/wait");
 
 const manifest = require("../package.json");
 
@@ -56,6 +57,7 @@ test("initializationOptions carry the server's settings and nothing extension-on
     maxFileBytes: 200000,
     include: ["src/**"],
     exclude: ["third_party/**"],
+    thinkingEffort: "high",
     "server.path": "/opt/k3lsp",
     "server.python": "",
     "trace.server": "verbose",
@@ -70,6 +72,7 @@ test("initializationOptions carry the server's settings and nothing extension-on
     maxFileBytes: 200000,
     include: ["src/**"],
     exclude: ["third_party/**"],
+    thinkingEffort: "high",
   });
 });
 
@@ -86,6 +89,7 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.maxFileBytes",
       "k3lsp.include",
       "k3lsp.exclude",
+      "k3lsp.thinkingEffort",
     ],
   });
 });
@@ -112,8 +116,12 @@ test("workspace/configuration for section k3lsp answers with the server's keys o
 
 test("unset settings (empty string, null) are left to the server's defaults", async () => {
   const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "open" });
-  // minSeverity is package.json's default, which VS Code reports like a user value.
-  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { trigger: "open", minSeverity: "info" });
+  // minSeverity and thinkingEffort are package.json's defaults, which VS Code reports like user values.
+  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, {
+    trigger: "open",
+    minSeverity: "info",
+    thinkingEffort: "auto",
+  });
 });
 
 test("the four commands of package.json are registered", async () => {
@@ -190,12 +198,16 @@ test("audit workspace forwards k3lsp.auditWorkspace", async () => {
 
 test("show status asks k3lsp.status and shows the dict", async () => {
   const { lc, vscode } = await activated();
-  lc.responses.set("k3lsp.status", { backend: "connected", queued: 2, model: "tiny", stats: { loops: 0 } });
+  const backend = { model: "tiny", ranks: 1, queued: 2, active: 0, loop_rate: 0, stop_rate: 1, stats: { loops: 0 } };
+  lc.responses.set("k3lsp.status", { endpoint: "tcp://127.0.0.1:5555", backend });
   vscode.choices.push("Show Details");
   await vscode.api.commands.executeCommand("k3lsp.showStatus");
   assert.deepEqual(onlyClient(lc).requests[0].params, { command: "k3lsp.status", arguments: [] });
   const info = vscode.messages.find((m) => m.level === "info");
-  assert.equal(info.text, "k3 backend status: backend: connected, queued: 2, model: tiny");
+  assert.equal(
+    info.text,
+    "k3 backend: endpoint tcp://127.0.0.1:5555, model tiny, ranks 1, queue 2 (0 active), loop rate 0.0%, stop rate 100.0%",
+  );
   const channel = vscode.channels[0];
   assert.match(channel.lines.join("\n"), /"loops": 0/);
   assert.equal(channel.shown, 1);
@@ -230,7 +242,11 @@ test("restart disposes the client and starts a new one with the current settings
   assert.equal(lc.clients.length, 2);
   assert.equal(lc.clients[0].disposed, 1);
   assert.equal(lc.clients[1].serverOptions.command, "/opt/k3lsp/bin/k3lsp");
-  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { trigger: "manual", minSeverity: "info" });
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, {
+    trigger: "manual",
+    minSeverity: "info",
+    thinkingEffort: "auto",
+  });
   assert.ok(lc.clients[1].isRunning());
 });
 
@@ -243,14 +259,52 @@ test("changing k3lsp.server.* restarts the server; other keys only sync", async 
   assert.deepEqual(lc.clients[1].serverOptions, { command: "/usr/bin/python3", args: ["-I", "-m", "k3lsp"] });
 });
 
-test("a server that cannot start leaves a clear message and a stopped status, not a failed activation", async () => {
+test("a server that cannot start: the client library's message only, the reason in the status bar", async () => {
   const loaded = loadExtension({ "server.path": "/nope/k3lsp" });
   loaded.lc.startError = new Error("spawn /nope/k3lsp ENOENT");
   await loaded.extension.activate(loaded.context);
-  const [message] = loaded.vscode.messages;
-  assert.equal(message.level, "error");
-  assert.match(message.text, /could not start the language server "\/nope\/k3lsp": spawn \/nope\/k3lsp ENOENT/);
-  assert.equal(loaded.vscode.statusItems[0].text, "$(error) k3: server stopped");
+  assert.deepEqual(loaded.vscode.messages, [], "the client library already showed one; a second is noise");
+  const item = loaded.vscode.statusItems[0];
+  assert.equal(item.text, "$(error) k3: server stopped");
+  assert.match(item.tooltip, /could not start the language server "\/nope\/k3lsp": spawn \/nope\/k3lsp ENOENT/);
+  assert.match(item.tooltip, /k3lsp\.server\.path/);
+  await loaded.extension.deactivate();
+});
+
+test("after a failed start, settings that change without an event still start the server", async () => {
+  const loaded = loadExtension({ "server.path": "/nope/k3lsp" });
+  loaded.lc.startError = new Error("spawn /nope/k3lsp ENOENT");
+  await loaded.extension.activate(loaded.context);
+  loaded.lc.startError = undefined;
+  loaded.vscode.settings["server.path"] = "/opt/k3lsp"; // e.g. settings.json rewritten during the first start
+  try {
+    await eventually("a new client", () => loaded.lc.clients.length, (n) => n === 2, 10000);
+    await eventually("it runs", () => loaded.lc.clients[1].isRunning(), Boolean);
+    assert.equal(loaded.lc.clients[1].serverOptions.command, "/opt/k3lsp");
+  } finally {
+    await loaded.extension.deactivate();
+  }
+});
+
+test("a C file saved while no server ran is saved again to the server once one runs", async () => {
+  const loaded = loadExtension({ "server.path": "/nope/k3lsp" });
+  loaded.lc.startError = new Error("spawn /nope/k3lsp ENOENT");
+  await loaded.extension.activate(loaded.context);
+  const file = (name, languageId) => ({ uri: Uri.file(`/w/${name}`), fileName: `/w/${name}`, languageId });
+  const [source, header, other] = [file("a.c", "c"), file("a.h", "cpp"), file("notes.md", "markdown")];
+  loaded.vscode.api.workspace.textDocuments.push(source, header, other);
+  [source, header, other].forEach((document) => loaded.vscode.save(document));
+  loaded.lc.startError = undefined;
+  loaded.vscode.changeSettings({ "server.path": "/opt/k3lsp" });
+  try {
+    await eventually("the saves", () => loaded.lc.clients[1]?.notifications ?? [], (n) => n.length === 2);
+    assert.deepEqual(loaded.lc.clients[1].notifications, [
+      { method: "textDocument/didSave", params: { textDocument: { uri: "file:///w/a.c" } } },
+      { method: "textDocument/didSave", params: { textDocument: { uri: "file:///w/a.h" } } },
+    ]);
+  } finally {
+    await loaded.extension.deactivate();
+  }
 });
 
 test("the status bar follows k3lsp/status notifications and opens the status on click", async () => {
@@ -260,10 +314,10 @@ test("the status bar follows k3lsp/status notifications and opens the status on 
   assert.equal(item.command, "k3lsp.showStatus");
   const client = onlyClient(lc);
   client.notify("k3lsp/status", { state: "connected", queued: 2, running: 1 });
-  assert.equal(item.text, "$(shield) k3: 1 running, 2 queued");
+  assert.equal(item.text, "$(sync~spin) k3: auditing 3");
   assert.equal(item.backgroundColor, undefined);
   client.notify("k3lsp/status", { state: "down", queued: 0, running: 0, message: "no pong for 10 s" });
-  assert.equal(item.text, "$(error) k3: backend down");
+  assert.equal(item.text, "$(error) k3: backend unreachable");
   assert.match(item.tooltip, /no pong for 10 s/);
   assert.equal(item.backgroundColor.id, "statusBarItem.errorBackground");
   client.notify("k3lsp/status", { state: "sleeping", queued: 0, running: 0 });
@@ -271,10 +325,10 @@ test("the status bar follows k3lsp/status notifications and opens the status on 
   assert.match(item.tooltip, /unknown state "sleeping"/);
 });
 
-test("before any backend state the status bar says the server runs", async () => {
+test("before any backend state the status bar says the server runs, not connected yet", async () => {
   const { vscode } = await activated();
-  assert.equal(vscode.statusItems[0].text, "$(shield) k3");
-  assert.match(vscode.statusItems[0].tooltip, /contacts the audit backend at the first audit/);
+  assert.equal(vscode.statusItems[0].text, "$(circle-outline) k3: not connected");
+  assert.match(vscode.statusItems[0].tooltip, /has not contacted the audit backend yet/);
 });
 
 test("after the client restarts a crashed server, the old backend state is not shown", async () => {
@@ -284,7 +338,7 @@ test("after the client restarts a crashed server, the old backend state is not s
   assert.equal(vscode.statusItems[0].text, "$(shield) k3: idle");
   client.setState(State.Starting);
   client.setState(State.Running);
-  assert.equal(vscode.statusItems[0].text, "$(shield) k3");
+  assert.equal(vscode.statusItems[0].text, "$(circle-outline) k3: not connected");
 });
 
 test("the status bar shows when the server process stops", async () => {

@@ -38,6 +38,7 @@ for (const client of ["real", "bundle"]) {
         minSeverity: "high",
         include: null,
         exclude: ["gen/**"],
+        thinkingEffort: "high",
       },
       { client },
     );
@@ -45,7 +46,7 @@ for (const client of ["real", "bundle"]) {
       await extension.activate(context);
       const item = vscode.statusItems[0];
       await eventually("the k3lsp/status notification", () => item.text, (text) =>
-        text === "$(shield) k3: 1 running, 2 queued",
+        text === "$(sync~spin) k3: auditing 3",
       );
 
       const [initialize] = received(log);
@@ -55,13 +56,14 @@ for (const client of ["real", "bundle"]) {
         trigger: "manual",
         minSeverity: "high",
         exclude: ["gen/**"],
+        thinkingEffort: "high",
       });
       const messages = await eventually(
         "configuration answers",
         () => received(log),
         (m) => m.some((x) => x.method === "configuration-result") && m.some((x) => x.method === "didChangeConfiguration"),
       );
-      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"] };
+      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"], thinkingEffort: "high" };
       assert.deepEqual(messages.find((m) => m.method === "configuration-result").params, [expected]);
       assert.deepEqual(messages.find((m) => m.method === "didChangeConfiguration").params, { settings: { k3lsp: expected } });
 
@@ -82,12 +84,26 @@ for (const client of ["real", "bundle"]) {
         [],
         "no error or warning was shown",
       );
-      assert.equal(vscode.messages.at(-1).text, "k3 backend status: backend: connected, queued: 2");
+      assert.equal(
+        vscode.messages.at(-1).text,
+        "k3 backend: endpoint tcp://127.0.0.1:5555, model echo, ranks 1, queue 2 (1 active), loop rate 0.0%, stop rate 100.0%",
+      );
     } finally {
       await extension.deactivate();
     }
     await eventually("shutdown", () => received(log), (m) => m.some((x) => x.method === "shutdown"));
     assert.equal(vscode.statusItems[0].text, "$(error) k3: server stopped");
     assert.equal(vscode.commands.has("k3lsp.explain"), false, "the stopped client unregisters server commands");
+  });
+}
+
+for (const client of ["real", "bundle"]) {
+  test(`${client} client: after a failed start, deactivate resolves though the channel is closed`, { timeout: 30000 }, async () => {
+    const exitsAtOnce = ["/bin/false", "/usr/bin/false"].find((p) => fs.existsSync(p));
+    const { extension, context, vscode } = loadExtension({ "server.path": exitsAtOnce, "server.python": "" }, { client });
+    await extension.activate(context);
+    await eventually("the failed start", () => vscode.statusItems[0].tooltip, (tip) => tip.includes("could not start"));
+    context.subscriptions.forEach((d) => d.dispose()); // the workbench disposes the subscriptions too
+    await extension.deactivate(); // must not reject (it did with "Channel has been closed")
   });
 }

@@ -42,17 +42,19 @@ test("real server: settings accepted, audit with the backend down, status", { sk
   const problems = () => vscode.messages.filter((m) => m.level === "error");
   try {
     await extension.activate(context);
-    await eventually("the server to run", () => item().text, (text) => text === "$(shield) k3");
+    // The server says so itself once it runs (a k3lsp/status notification), naming the configured endpoint.
+    await eventually("the server's state", () => item().tooltip, (tip) => tip.includes(`not connected yet to ${endpoint}`));
+    assert.equal(item().text, "$(circle-outline) k3: not connected");
     // The server reports bad or unknown settings with window/showMessage; wait for its config round trip.
     await eventually("k3lsp.status", () => vscode.commands.has("k3lsp.status"), Boolean);
     await vscode.api.commands.executeCommand("k3lsp.showStatus");
     assert.deepEqual(problems(), [], "the server accepted every setting the extension sent");
-    assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
+    assert.match(vscode.messages.at(-1).text, /^k3 backend at endpoint tcp:\/\/127\.0\.0\.1:\d+ is unreachable: /);
     const details = JSON.parse(vscode.channels[0].lines.find((l) => l.startsWith("k3 backend status:")).slice(19));
     assert.equal(details.cache.path, path.join(dir, "cache", "k3lsp", "results.sqlite3"));
 
     await vscode.api.commands.executeCommand("k3lsp.auditFile", vscode.api.Uri.file(source));
-    await eventually("the backend-down state", () => item().text, (text) => text === "$(error) k3: backend down");
+    await eventually("the backend-down state", () => item().text, (text) => text === "$(error) k3: backend unreachable");
     assert.match(item().tooltip, new RegExp(endpoint.replace(/[.:/]/g, "\\$&")), "the configured endpoint is used");
     // A server that keeps the backend client it built before reading the settings dials the default.
     assert.doesNotMatch(item().tooltip, /:5555\b/, "the server dialled the default endpoint, not k3lsp.endpoint");
@@ -88,14 +90,14 @@ test("real server through k3lsp.server.python (`python -I -m k3lsp`), started in
   vscode.api.workspace.workspaceFolders = [{ uri: vscode.api.Uri.file(dir), name: "w", index: 0 }];
   try {
     await extension.activate(context);
-    const settled = ["$(shield) k3", "$(error) k3: server stopped"];
+    const settled = ["$(circle-outline) k3: not connected", "$(error) k3: server stopped"];
     const text = await eventually("the server to start or stop", () => vscode.statusItems[0].text, (t) =>
       settled.includes(t),
     );
-    assert.equal(text, "$(shield) k3", `python -I -m k3lsp did not start:\n${vscode.channels[0].lines.slice(-5).join("\n")}`);
+    assert.equal(text, settled[0], `python -I -m k3lsp did not start:\n${vscode.channels[0].lines.slice(-5).join("\n")}`);
     await vscode.api.commands.executeCommand("k3lsp.showStatus");
     assert.deepEqual(vscode.messages.filter((m) => m.level === "error"), []);
-    assert.match(vscode.messages.at(-1).text, /^k3 backend status: /);
+    assert.match(vscode.messages.at(-1).text, /^k3 backend at endpoint .* is unreachable: /);
   } finally {
     await extension.deactivate();
   }

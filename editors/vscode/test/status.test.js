@@ -11,22 +11,28 @@ function view(params) {
   return status.statusView(status.parseStatus(params));
 }
 
-test("connected: idle, queued, running", () => {
+test("connected: idle, or auditing the running and queued units", () => {
   assert.equal(view({ state: "connected", queued: 0, running: 0 }).text, "$(shield) k3: idle");
-  assert.equal(view({ state: "connected", queued: 2, running: 0 }).text, "$(shield) k3: 2 queued");
-  assert.equal(view({ state: "connected", queued: 3, running: 1 }).text, "$(shield) k3: 1 running, 3 queued");
-  assert.equal(view({ state: "connected", queued: 3, running: 1 }).error, false);
+  assert.equal(view({ state: "connected", queued: 2, running: 0 }).text, "$(sync~spin) k3: auditing 2");
+  const busy = view({ state: "connected", queued: 3, running: 1 });
+  assert.equal(busy.text, "$(sync~spin) k3: auditing 4");
+  assert.match(busy.tooltip, /1 running, 3 queued/);
+  assert.equal(busy.error, false);
 });
 
-test("connecting shows pending work", () => {
+test("not connected yet and connecting say so, with the server's reason", () => {
+  const idle = view({ state: "disconnected", queued: 0, running: 0, message: "not connected yet to tcp://h:1" });
+  assert.equal(idle.text, "$(circle-outline) k3: not connected");
+  assert.match(idle.tooltip, /not connected yet to tcp:\/\/h:1/);
   const v = view({ state: "connecting", queued: 4, running: 0 });
-  assert.equal(v.text, "$(sync~spin) k3: connecting (4 queued)");
+  assert.equal(v.text, "$(sync~spin) k3: connecting");
+  assert.match(v.tooltip, /4 queued/);
   assert.equal(v.error, false);
 });
 
 test("down and unauthorized are errors and carry the server's message", () => {
   const down = view({ state: "down", queued: 1, running: 0, message: "tcp://10.0.0.2:5555 unreachable" });
-  assert.equal(down.text, "$(error) k3: backend down");
+  assert.equal(down.text, "$(error) k3: backend unreachable");
   assert.equal(down.error, true);
   assert.match(down.tooltip, /tcp:\/\/10\.0\.0\.2:5555 unreachable/);
   const refused = view({ state: "unauthorized", queued: 0, running: 0 });
@@ -50,8 +56,16 @@ test("malformed notifications are rejected with the reason", () => {
   assert.throws(() => status.parseStatus({ state: "down", queued: 0, running: 0, message: 3 }), /message/);
 });
 
-test("status summary lists scalar fields and is bounded", () => {
-  assert.equal(status.summarizeStatus({ a: 1, b: "x", c: { d: 2 } }), "k3 backend status: a: 1, b: x");
+test("status summary: endpoint, model, ranks, queue, loop and stop rates, or why the backend is unreachable", () => {
+  const backend = { model: "k3-451e", ranks: 2, queued: 3, active: 1, loop_rate: 0.02, stop_rate: 0.975 };
+  assert.equal(
+    status.summarizeStatus({ endpoint: "tcp://mac:5555", backend }),
+    "k3 backend: endpoint tcp://mac:5555, model k3-451e, ranks 2, queue 3 (1 active), loop rate 2.0%, stop rate 97.5%",
+  );
+  assert.equal(
+    status.summarizeStatus({ endpoint: "tcp://mac:5555", backend: null, error: "not reachable" }),
+    "k3 backend at endpoint tcp://mac:5555 is unreachable: not reachable",
+  );
   assert.equal(status.summarizeStatus("weird"), 'k3 backend status: "weird"');
-  assert.ok(status.summarizeStatus({ long: "y".repeat(1000) }).length <= 300);
+  assert.ok(status.summarizeStatus({ endpoint: "e", backend: { model: "y".repeat(1000) } }).length <= 400);
 });

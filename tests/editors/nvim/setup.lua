@@ -35,6 +35,7 @@ report.run(function()
     { max_file_bytes = 0 },
     { cmd = { 'k3lsp' }, python = 'python3' },
     { include = '**/*.c' },
+    { thinking_effort = 'medium' },
   }
   for _, opts in ipairs(bad) do
     local ok, err = pcall(k3lsp.setup, opts)
@@ -54,6 +55,7 @@ report.run(function()
     max_file_bytes = 4096,
     include = { 'src/**' },
     exclude = { 'src/vendor/**' },
+    thinking_effort = 'high',
   })
   out('FULL', config())
   out('STATUSLINE', k3lsp.statusline())

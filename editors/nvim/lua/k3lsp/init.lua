@@ -21,10 +21,12 @@ local SERVER_KEYS = {
   max_file_bytes = 'maxFileBytes',
   include = 'include',
   exclude = 'exclude',
+  thinking_effort = 'thinkingEffort',
 }
 
 local TRIGGERS = { 'save', 'open', 'manual' }
 local SEVERITIES = { 'critical', 'high', 'medium', 'low', 'info' }
+local EFFORTS = { 'auto', 'off', 'low', 'high', 'max' }
 
 M.defaults = {
   cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
@@ -38,6 +40,7 @@ M.defaults = {
   max_file_bytes = nil,
   include = nil,
   exclude = nil,
+  thinking_effort = nil,
   filetypes = { 'c', 'cpp' }, -- cpp only for `*.h`: Neovim calls headers cpp unless g:c_syntax_for_h is set
   root_markers = { '.git', 'compile_commands.json', '.k3audit-baseline.json' },
   lsp = {}, -- extra fields for the client config: on_attach, capabilities, handlers, ...
@@ -97,6 +100,7 @@ local function validate(opts)
   check_type(opts, 'insecure', 'boolean')
   check_choice(opts, 'trigger', TRIGGERS)
   check_choice(opts, 'min_severity', SEVERITIES)
+  check_choice(opts, 'thinking_effort', EFFORTS)
   for _, key in ipairs({ 'cmd', 'include', 'exclude', 'filetypes', 'root_markers' }) do
     check_strings(opts, key)
   end
@@ -155,22 +159,17 @@ local function wants(bufnr)
   return vim.api.nvim_buf_get_name(bufnr):match('%.h$') ~= nil
 end
 
---- Status line text for the params of a `k3lsp/status` notification.
+--- Status line text for the params of a `k3lsp/status` notification (the same words as VS Code's).
 local function status_text(status)
-  local work = {}
-  if (status.running or 0) > 0 then
-    table.insert(work, status.running .. ' running')
-  end
-  if (status.queued or 0) > 0 then
-    table.insert(work, status.queued .. ' queued')
-  end
-  local busy = table.concat(work, ', ')
+  local pending = (status.running or 0) + (status.queued or 0)
   if status.state == 'connected' then
-    return 'k3: ' .. (busy ~= '' and busy or 'idle')
+    return pending > 0 and ('k3: auditing ' .. pending) or 'k3: idle'
+  elseif status.state == 'disconnected' then
+    return 'k3: not connected'
   elseif status.state == 'connecting' then
-    return 'k3: connecting' .. (busy ~= '' and (' (' .. busy .. ')') or '')
+    return 'k3: connecting'
   elseif status.state == 'down' then
-    return 'k3: backend down'
+    return 'k3: backend unreachable'
   elseif status.state == 'unauthorized' then
     return 'k3: key refused'
   end
@@ -216,6 +215,18 @@ function M.client_config(opts)
     init_options = has_settings and settings or nil,
     settings = has_settings and { k3lsp = settings } or nil,
   })
+end
+
+--- The Neovim 0.11 config (`vim.lsp.config`): the client config, attached to C buffers and to `*.h` ones.
+--- `lsp/k3lsp.lua` returns it for the defaults, so `vim.lsp.enable('k3lsp')` works without setup{}.
+function M.lsp_config(opts)
+  local config = M.client_config(opts)
+  config.root_dir = function(bufnr, on_dir)
+    if wants(bufnr) then
+      on_dir(vim.fs.root(bufnr, opts.root_markers))
+    end
+  end
+  return config
 end
 
 local function request(client, method, params, handler, bufnr)
@@ -302,7 +313,8 @@ local function report_audit(what, result)
   end
 end
 
-local function create_commands()
+--- The :K3Audit, :K3AuditWorkspace and :K3Status commands (setup{} and lsp/k3lsp.lua create them).
+function M.create_commands()
   vim.api.nvim_create_user_command('K3Audit', function()
     local bufnr = vim.api.nvim_get_current_buf()
     local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ':~:.')
@@ -361,14 +373,9 @@ function M.setup(user)
   end
   validate(user)
   local opts = vim.tbl_extend('force', vim.deepcopy(M.defaults), user)
-  local config = M.client_config(opts)
-  create_commands()
+  M.create_commands()
   if vim.fn.has('nvim-0.11') == 1 then
-    config.root_dir = function(bufnr, on_dir)
-      if wants(bufnr) then
-        on_dir(vim.fs.root(bufnr, opts.root_markers))
-      end
-    end
+    local config = M.lsp_config(opts)
     if M.options then
       -- A second setup{} replaces the first instead of merging into it (stale keys would stay).
       vim.lsp.config[M.name] = config
@@ -377,7 +384,7 @@ function M.setup(user)
     end
     vim.lsp.enable(M.name)
   else
-    enable_legacy(config)
+    enable_legacy(M.client_config(opts))
   end
   M.options = opts
 end

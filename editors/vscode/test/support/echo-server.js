@@ -41,7 +41,8 @@ connection.onNotification("workspace/didChangeConfiguration", (params) => record
 
 connection.onRequest("workspace/executeCommand", (params) => {
   record("executeCommand", params);
-  return params.command === "k3lsp.status" ? { backend: "connected", queued: 2 } : null;
+  const backend = { model: "echo", ranks: 1, queued: 2, active: 1, loop_rate: 0, stop_rate: 1 };
+  return params.command === "k3lsp.status" ? { endpoint: "tcp://127.0.0.1:5555", backend } : null;
 });
 
 connection.onRequest("shutdown", () => {

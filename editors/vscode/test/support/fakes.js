@@ -7,7 +7,7 @@
  */
 const Module = require("node:module");
 const path = require("node:path");
-const { addRuntime } = require("./vscode-runtime");
+const { addRuntime, EventEmitter, LogLevel } = require("./vscode-runtime");
 
 const OUT = path.resolve(__dirname, "..", "..", "out");
 
@@ -92,6 +92,7 @@ function makeVscode(settings) {
     statusMessages: [],
     statusItems: [],
     channels: [],
+    saveListeners: [],
   };
   const message = (level) => (text, ...items) => {
     world.messages.push({ level, text, items });
@@ -100,12 +101,19 @@ function makeVscode(settings) {
   world.api = {
     Uri,
     ThemeColor,
+    EventEmitter,
+    LogLevel,
     StatusBarAlignment: { Left: 1, Right: 2 },
     workspace: {
       getConfiguration(section) {
         return configurationView({ ...world.settings }, section);
       },
       workspaceFolders: [{ uri: Uri.file("/w"), name: "w", index: 0 }],
+      textDocuments: [],
+      onDidSaveTextDocument(listener, thisArg) {
+        world.saveListeners.push(thisArg ? listener.bind(thisArg) : listener);
+        return disposable();
+      },
       onDidChangeConfiguration(listener) {
         world.configListeners.push(listener);
         return disposable();
@@ -122,14 +130,23 @@ function makeVscode(settings) {
       showInformationMessage: message("info"),
       createOutputChannel(name, options) {
         const channel = { name, options, lines: [], shown: 0, disposed: false, logLevel: 3 };
-        channel.appendLine = (line) => channel.lines.push(line);
+        // Like VS Code, a disposed channel refuses to be written to.
+        const write = (line) => {
+          if (channel.disposed) {
+            throw new Error("Channel has been closed");
+          }
+          channel.lines.push(line);
+        };
+        channel.appendLine = write;
         // The LogOutputChannel methods the language client logs through.
         for (const level of ["trace", "debug", "info", "warn", "error", "append"]) {
-          channel[level] = (line) => channel.lines.push(`[${level}] ${line}`);
+          channel[level] = (line) => write(`[${level}] ${line}`);
         }
         channel.onDidChangeLogLevel = () => disposable();
         channel.clear = () => (channel.lines.length = 0);
+        channel.replace = (value) => (channel.lines = [value]);
         channel.show = () => (channel.shown += 1);
+        channel.hide = () => undefined;
         channel.dispose = () => (channel.disposed = true);
         world.channels.push(channel);
         return channel;
@@ -157,6 +174,8 @@ function makeVscode(settings) {
       },
     },
   };
+  /** Saves an open document (fires onDidSaveTextDocument). */
+  world.save = (document) => world.saveListeners.forEach((listener) => listener(document));
   /** Fires onDidChangeConfiguration for the given changed setting ids. */
   world.changeSettings = (changes) => {
     Object.assign(world.settings, changes);
@@ -197,6 +216,8 @@ function makeLanguageClientModule(vscodeWorld) {
       this.started = 0;
       this.disposed = 0;
       this.requests = [];
+      this.notifications = [];
+      this.features = [];
       this.notificationHandlers = new Map();
       this.stateListeners = [];
       this.executeCommandFeature = new FakeExecuteCommandFeature(this);
@@ -222,6 +243,18 @@ function makeLanguageClientModule(vscodeWorld) {
     }
     isRunning() {
       return this.state === State.Running;
+    }
+    needsStop() {
+      return this.state === State.Starting || this.state === State.Running;
+    }
+    get code2ProtocolConverter() {
+      return { asUri: (uri) => uri.toString() };
+    }
+    async sendNotification(type, params) {
+      this.notifications.push({ method: type.method, params });
+    }
+    registerFeature(feature) {
+      this.features.push(feature);
     }
     getFeature(method) {
       if (method !== EXECUTE_COMMAND) {
@@ -259,6 +292,7 @@ function makeLanguageClientModule(vscodeWorld) {
     LanguageClient,
     State,
     ExecuteCommandRequest: { method: EXECUTE_COMMAND, type: { method: EXECUTE_COMMAND } },
+    DidSaveTextDocumentNotification: { method: "textDocument/didSave", type: { method: "textDocument/didSave" } },
   };
   return lc;
 }

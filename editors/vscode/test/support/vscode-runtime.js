@@ -112,7 +112,7 @@ function addRuntime(api) {
     EventEmitter,
     CancellationTokenSource,
     CancellationError,
-    LogLevel: { Off: 0, Trace: 1, Debug: 2, Info: 3, Warning: 4, Error: 5 },
+    LogLevel,
     ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
     env: { appName: "Visual Studio Code (fake)", language: "en", openExternal: async () => true },
   });
@@ -128,7 +128,6 @@ function addRuntime(api) {
     onDidOpenTextDocument: quietEvent(),
     onDidChangeTextDocument: quietEvent(),
     onDidCloseTextDocument: quietEvent(),
-    onDidSaveTextDocument: quietEvent(),
     onWillSaveTextDocument: quietEvent(),
     onDidChangeWorkspaceFolders: quietEvent(),
     onDidOpenNotebookDocument: quietEvent(),
@@ -158,4 +157,6 @@ function addRuntime(api) {
   };
 }
 
-module.exports = { addRuntime };
+const LogLevel = { Off: 0, Trace: 1, Debug: 2, Info: 3, Warning: 4, Error: 5 };
+
+module.exports = { addRuntime, EventEmitter, LogLevel };
