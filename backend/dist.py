@@ -72,6 +72,14 @@ def _all_sum(buf: np.ndarray, group: mx.distributed.Group) -> np.ndarray:
     return np.array(mx.distributed.all_sum(mx.array(buf), group=group, stream=mx.cpu))
 
 
+LINK_ERROR_TAGS = ("[ring]", "[jaccl]", "[mpi]", "[nccl]")  # how MLX's distributed backends start their errors
+
+
+def link_error(exc: BaseException) -> bool:
+    """Whether a collective failed (a peer is gone, the link broke), not the computation around it."""
+    return isinstance(exc, RuntimeError) and str(exc).startswith(LINK_ERROR_TAGS)
+
+
 def share(obj, group: mx.distributed.Group):
     """Rank 0's `obj` on every rank (the others pass anything, usually None)."""
     return exchange(obj if group.rank() == 0 else None, group)[0][0]

@@ -538,7 +538,11 @@ class Engine:
         return events
 
     def _fail_now(self, live: _Live, where: str, e: Exception) -> GenEvent:
-        """A step of this request raised: it ends with "error" here, and outcome() tells the other ranks."""
+        """A step of this request raised: it ends with "error" here, and outcome() tells the other ranks. A
+        collective that failed (a peer is gone) is no request's fault: it goes up to the scheduler, which ends
+        the pair with a rank failure."""
+        if self.ranks > 1 and dist.link_error(e):
+            raise e
         if where != "decode":
             log.exception("request %s failed in %s", live.req.rid, where, exc_info=e)
         error = f"{where} failed: {type(e).__name__}: {e}"[:500]

@@ -17,7 +17,8 @@ A failure of a request never ends the thread: it finishes with ``error`` and the
 or many (``engine.step()`` contains its own failures; if it raised anyway, every request it held fails).
 Only a broken exchange (a peer died, the link failed) or ranks out of lockstep raise ``RankFailure`` to
 ``on_failure`` and end the thread; rank 0 then fails every request and exits for a supervisor to restart
-the pair (backend/pair.py).
+the pair (backend/pair.py). A collective failing inside a step (a peer died mid-step) is a broken exchange
+too: its requests end with ``rank_failure`` (send again once the pair is back), not ``failed`` (never again).
 
 On a follower rank (``leader=False``) the same loop runs on the main thread with no event loop: it takes
 no commands of its own, every turn's commands come from the exchange, and its events are only logged.
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
+from backend import dist
 from backend.engine import Engine, GenEvent, GenRequest, Outcome
 
 log = logging.getLogger(__name__)
@@ -282,6 +284,10 @@ class Scheduler:
         except Exception as exc:
             # step() contains per-request failures itself; if it raised anyway, which request broke it is
             # unknown: every request of this step fails, on this rank now and, through outcome(), on the others.
+            # Unless a collective of the step failed (a peer died mid-step): the link is unusable (the next
+            # exchange would block), so that is a rank failure.
+            if self.engine.ranks > 1 and dist.link_error(exc):
+                raise RankFailure(f"engine step failed: {type(exc).__name__}: {exc}"[:500]) from exc
             log.exception("engine step failed; failing %d requests", len(in_flight))
             events = self.engine.abandon(f"engine step failed: {type(exc).__name__}: {exc}"[:500])
         self._steps += 1

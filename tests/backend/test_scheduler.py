@@ -20,11 +20,12 @@ class FailingOnce(Engine):
     """The real engine, except that its next step() raises (a fault step() did not contain itself)."""
 
     fail_next = False
+    error = "injected step failure"
 
     def step(self):
         if self.fail_next:
             self.fail_next = False
-            raise RuntimeError("injected step failure")
+            raise RuntimeError(self.error)
         return super().step()
 
 
@@ -105,6 +106,20 @@ async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_m
         assert evs[-1].finish in ("stop", "length", "loop") and failures == []
     finally:
         await sched.close()
+
+
+async def test_a_collective_failing_inside_a_step_is_a_rank_failure(tiny_model):
+    """A peer that dies mid-step makes the step's own collective fail first (before the next exchange): that
+    is the pair's failure (the daemon answers rank_failure and exits), not the request's."""
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine.ranks, engine.error = 2, "[ring] connection to a peer was lost"
+    failures: list[str] = []
+    sched = Scheduler(engine, PeerRank(), on_failure=failures.append)
+    sched.start()
+    engine.fail_next = True
+    sched.submit(request(sched, engine, 8))
+    await asyncio.to_thread(sched.thread.join, 120)
+    assert not sched.thread.is_alive() and len(failures) == 1 and "connection to a peer was lost" in failures[0]
 
 
 async def test_close_cancels_what_is_running_and_exchange_sees_every_command(engine):
