@@ -27,7 +27,7 @@ from typing import TextIO
 from lsprotocol import types as lsp
 
 from k3lsp import findings, sanitize, suppress, units
-from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
+from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
 from k3lsp.spread import Spread
@@ -174,13 +174,14 @@ async def audit_paths(
     endpoints: Sequence[str] = (),
     jobs: int = DEFAULT_CONCURRENCY,
     stop: asyncio.Event | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int, str], None] | None = None,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
     Never raises for a file or backend problem: they become report errors. ``jobs`` bounds the in-flight
     units per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
-    ``on_progress(done, total)`` is called as units finish.
+    ``on_progress(done, total, note)`` is called as units finish and as the daemon reports a unit's prefill
+    and decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``).
     """
     root = audit_root(paths)
     report = BatchReport(root)
@@ -218,7 +219,7 @@ class _Run:
         options: Options,
         baseline: suppress.Baseline,
         work: list[Work],
-        on_progress: Callable[[int, int], None] | None,
+        on_progress: Callable[[int, int, str], None] | None,
     ):
         self.report, self.options, self.baseline = report, options, baseline
         self.spread = Spread(work, self._audit, on_done=self._done, on_drop=self._drop)
@@ -228,8 +229,7 @@ class _Run:
         spread = self.spread
         if spread.pending == 0:
             return
-        if self.on_progress is not None:
-            self.on_progress(0, spread.total)
+        self._progress("")
         await spread.run(auditors, jobs, stop)
         if spread.pending and stop.is_set():
             self.report.interrupted = True
@@ -245,8 +245,11 @@ class _Run:
             self.report.errors.append(
                 f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}"
             )
+        self._progress("")
+
+    def _progress(self, note: str) -> None:
         if self.on_progress is not None:
-            self.on_progress(self.spread.total - self.spread.pending, self.spread.total)
+            self.on_progress(self.spread.total - self.spread.pending, self.spread.total, note)
 
     def _drop(self, endpoint: str, why: BackendUnavailable, live: set[str]) -> None:
         if live:
@@ -257,10 +260,14 @@ class _Run:
     async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
         source, unit = item.source, item.unit
         got = False
-        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background")
+        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background",
+                               on_progress=lambda u, msg: self._progress(describe(u, msg)))
         async with contextlib.aclosing(stream) as results:
             async for result in results:
                 got = True
+                if result.refusal is not None:  # remembered by the auditor: never sent again
+                    self.report.errors.append(f"{source.rel}: {unit.name}: too long to audit: {result.refusal}")
+                    continue
                 if not result.cached:
                     self.report.by_backend[endpoint] += 1
                 if result.over_limit:

@@ -26,6 +26,7 @@ from k3lsp.auditor import (
     BackendUnavailable,
     Counters,
     Lookup,
+    Progress,
     UnitResult,
 )
 from k3lsp.cache import ResultCache
@@ -140,7 +141,7 @@ class Pool:
 
     async def audit_uncached(
         self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
-        fresh: bool = False,
+        fresh: bool = False, on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """``Auditor.audit_uncached`` over the daemons: background units spread over all reachable ones,
         interactive ones on the first, moving on when it fails. Raises BackendUnavailable when no daemon is
@@ -148,7 +149,7 @@ class Pool:
         results: asyncio.Queue = asyncio.Queue()
 
         async def work(_: str, auditor: Auditor, unit: Unit) -> None:
-            one = auditor.audit_uncached(root, path, [unit], priority=priority, fresh=fresh)
+            one = auditor.audit_uncached(root, path, [unit], priority=priority, fresh=fresh, on_progress=on_progress)
             async with contextlib.aclosing(one) as stream:
                 async for result in stream:
                     results.put_nowait(result)
