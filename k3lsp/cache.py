@@ -131,10 +131,6 @@ class ResultCache:
                       write=True)
         return CachedResult(findings, stats, row[2])
 
-    def has(self, unit_key: str, result_key: str) -> bool:
-        row = self._run("SELECT 1 FROM results WHERE unit_key=? AND result_key=?", (unit_key, result_key))
-        return row is not None
-
     def put(
         self,
         unit_key: str,
@@ -171,12 +167,6 @@ class ResultCache:
         self.evicted += len(victims)
         log.info("result cache over %d bytes: evicted the %d least recently used results (%d bytes)",
                  self.max_bytes, len(victims), freed)
-
-    def clear(self) -> int:
-        """Forget every result; returns how many there were."""
-        row = self._run("SELECT COUNT(*) FROM results")
-        self._run("DELETE FROM results", write=True)
-        return row[0] if row else 0
 
     def stats(self) -> dict[str, Any]:
         row = self._run(
