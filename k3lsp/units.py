@@ -131,10 +131,6 @@ class Unit:
         """The 0-based file line of a 1-based unit line (the model's coordinates)."""
         return self.start_line + unit_line - 1
 
-    def line_text(self, unit_line: int) -> str:
-        """The text of a 1-based unit line."""
-        return self.text.split("\n")[unit_line - 1]
-
 
 @dataclass(frozen=True)
 class ParsedFile:
@@ -142,13 +138,6 @@ class ParsedFile:
 
     units: list[Unit]
     items: list[ContextItem]  # in file order; functions defined here appear as `signature` items
-
-    def unit_at(self, line: int) -> Unit | None:
-        """The unit containing a 0-based file line, if any."""
-        for unit in self.units:
-            if unit.start_line <= line <= unit.end_line:
-                return unit
-        return None
 
 
 @dataclass
