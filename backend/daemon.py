@@ -16,8 +16,8 @@ gate did not give is refused. Jobs are keyed by (peer, request id). ``peer`` is 
 sender's own peer, so no client can touch another's request, even by reusing its id. Open requests are
 counted per User-Id, so more connections do not raise a client's share. With CURVE every message's User-Id
 is checked against the allow-list as it arrives, before each message a job streams out, and every
-RELOAD_SECONDS for the jobs that stream nothing: a key deleted from ``authorized/`` stops being served
-within a second, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
+``--keys-reload-seconds`` (1 s) for the jobs that stream nothing: a key deleted from ``authorized/`` stops
+being served within that time, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
 ``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
 """
 
@@ -37,7 +37,6 @@ from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
-from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
 from backend.gate import Gate
 from backend.prompts import PROMPT_VERSION
@@ -49,6 +48,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_KINDS = frozenset({"audit", "explain"})
 UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be read
+MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload_seconds 0 re-reads on every check)
 
 
 @dataclass
@@ -419,7 +419,7 @@ class Daemon:
         """End the requests of keys removed from the allow-list, also those that stream nothing (a silent
         client waiting in the queue or on a tool call): each ends with ``error`` ``unauthorized``."""
         while True:
-            await asyncio.sleep(RELOAD_SECONDS)
+            await asyncio.sleep(max(self.config.security.keys_reload_seconds, MIN_SWEEP_SECONDS))
             for job in [job for job in self._jobs.values() if self._revoked(job)]:
                 job.stop("unauthorized")
 
