@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from backend.fidelity.compare import compare
 from backend.fidelity.store import Base
+
+pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTFILE = REPO / "hostfiles" / "local-pair.json"
