@@ -4,7 +4,7 @@ Every daemon socket sits behind the gate (backend/gate.py: the ZAP handler that 
 and names every connection). Without keys the socket is plain: the default is an ipc socket in a directory
 only the daemon's user may enter (k3lsp/local.py); a plain tcp socket, even on loopback, is reachable by
 every local user and needs ``--insecure``. With keys it is a CurveZMQ server whose clients must hold a key
-from the allow-list (backend/allowlist.py). Two measured pitfalls (notes/zmq-research.md §2) are closed
+from the allow-list (backend/allowlist.py). Two pitfalls of libzmq, reproduced with pyzmq, are closed
 here: ``ZAP_ENFORCE_DOMAIN`` without a ``zap_domain`` skips ZAP altogether, so both are set, and the ZAP
 handler runs in the socket's own context (without one, a CURVE server accepts *any* key).
 """

@@ -6,7 +6,8 @@ while generation runs in the scheduler's engine thread and each request's audit 
 
 - every send is ``await send_multipart(..., flags=DONTWAIT)`` on a ROUTER_MANDATORY socket; ``zmq.Again``
   (the peer's high-water mark is full: a frozen client) or ``EHOSTUNREACH`` (the peer is gone) cancel that
-  peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
+  peer's jobs instead of blocking the socket (pyzmq takes its non-blocking path only while no send is
+  waiting, so one blocking send to a stalled peer would queue every later send behind it);
 - ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
 
 Every connection passes the gate (backend/gate.py), which authenticates it and gives it its routing id and

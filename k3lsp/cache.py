@@ -1,6 +1,6 @@
 """Content-addressed audit results in sqlite, shared by the editor, `k3lsp audit` and restarts.
 
-An audit of one unit costs seconds to minutes on the Mac pair (DESIGN.md "Performance model"); the
+An audit of one unit costs seconds to minutes on the Mac pair (docs/architecture.md); the
 same unit text and context, audited by the same model with the same prompt, gives the same answer
 for our purposes. So results are keyed by (unit key, result key: ``k3lsp.resultkey``, which names the
 model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes

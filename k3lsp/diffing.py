@@ -1,7 +1,7 @@
 """How diagnostics follow the edits made between saves.
 
 Audits happen on save, edits happen between saves. A diagnostic published at the last save must never
-point at the wrong line meanwhile (rust-analyzer#4056, notes/lsp-research.md §5): when lines are
+point at the wrong line meanwhile (rust-analyzer#4056): when lines are
 inserted or removed above its unit it moves with them; when its unit's own text is touched it is
 dropped (the finding may no longer hold) until the next audit. `follow_edits` applies LSP
 `didChange` content changes (range + text, in order) to anchors that remember their unit's lines.

@@ -1,9 +1,10 @@
 """C source -> audit units: one per function, plus the file-level context each one needs.
 
-The model audits functions, not files (DESIGN.md "Performance model"): a unit is what is sent, cached and
+The model audits functions, not files (prefilling a whole 60k-token kernel file takes minutes on the pair,
+one changed function seconds; docs/architecture.md): a unit is what is sent, cached and
 re-audited, so its boundaries must be stable and its key must change exactly when what the model would
 see changes. tree-sitter-c gives the functions; kernel code defeats it in known ways
-(notes/lsp-research.md §2), which this module repairs:
+(tree-sitter-c 0.24 knows no kernel macros), which this module repairs:
 
 - ``SYSCALL_DEFINEn(...) { ... }``, ``DEFINE_*(...) {`` and similar macro bodies parse as a call
   expression followed by a stray compound statement: the pair becomes one unit (kind ``macro_body``).
