@@ -459,6 +459,7 @@ class Daemon:
                 "max_open_requests": self.config.max_open_per_client,
                 "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
                 "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
+                "max_prompt_tokens": engine.max_prompt_tokens,
             },
         }
 

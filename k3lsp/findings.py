@@ -230,6 +230,18 @@ def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = Tru
     )
 
 
+def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
+    """An information note on a unit's first line: the daemon refused it as too long to audit."""
+    return lsp.Diagnostic(
+        range=line_range(unit, 1, 1),
+        message=f"Too long to audit: {why}. Split the function, or raise the daemon's --max-prompt-tokens.",
+        severity=lsp.DiagnosticSeverity.Information,
+        code="too-long",
+        source=SOURCE,
+        data={"unit": unit.name, "unit_key": unit.key},
+    )
+
+
 def _md(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 

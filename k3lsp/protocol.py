@@ -27,6 +27,15 @@ PRIORITIES = ("interactive", "background")
 EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
+PROGRESS_STAGES = ("queued", "prefill", "decode", "tool")
+
+# Error codes, by what a client should do about them (docs/protocol.md lists each one).
+# Transient: the daemon cannot serve now (a restart, a full queue): retry later, with backoff and a bound.
+TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "unreachable", "down"})
+# Request: this request cannot be served, and sending it again fails the same way: never retry it.
+REQUEST_CODES = frozenset({"bad_request", "duplicate", "too_long", "failed", "internal", "protocol"})
+# Set-up: the client or daemon configuration (keys, versions) must change first.
+SETUP_CODES = frozenset({"version", "unauthorized", "server_key", "security_mismatch", "keys", "insecure"})
 
 Direction = Literal["to_daemon", "to_client"]
 
@@ -227,7 +236,8 @@ TO_CLIENT: dict[str, Schema] = {
         "ranks": (integer(1), True),
         "limits": (free_map, True),
     },
-    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "detail": (NAME, False)},
+    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "total": (integer(0), False),
+                 "detail": (NAME, False)},
     "finding": {"finding": (finding, True)},
     "tool_request": {
         "call": (string(MAX_ID_CHARS, nonempty=True), True),
