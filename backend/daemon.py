@@ -6,7 +6,8 @@ while generation runs in the scheduler's engine thread and each request's audit 
 
 - every send is ``await send_multipart(..., flags=DONTWAIT)`` on a ROUTER_MANDATORY socket; ``zmq.Again``
   (the peer's high-water mark is full: a frozen client) or ``EHOSTUNREACH`` (the peer is gone) cancel that
-  peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
+  peer's jobs instead of blocking the socket (pyzmq takes its non-blocking path only while no send is
+  waiting, so one blocking send to a stalled peer would queue every later send behind it);
 - ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
 
 Every connection passes the gate (backend/gate.py), which authenticates it and gives it its routing id and
@@ -16,8 +17,8 @@ gate did not give is refused. Jobs are keyed by (peer, request id). ``peer`` is 
 sender's own peer, so no client can touch another's request, even by reusing its id. Open requests are
 counted per User-Id, so more connections do not raise a client's share. With CURVE every message's User-Id
 is checked against the allow-list as it arrives, before each message a job streams out, and every
-RELOAD_SECONDS for the jobs that stream nothing: a key deleted from ``authorized/`` stops being served
-within a second, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
+``--keys-reload-seconds`` (1 s) for the jobs that stream nothing: a key deleted from ``authorized/`` stops
+being served within that time, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
 ``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
 """
 
@@ -37,7 +38,6 @@ from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
-from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
 from backend.gate import Gate
 from backend.prompts import PROMPT_VERSION
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_KINDS = frozenset({"audit", "explain"})
 UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be read
+MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload_seconds 0 re-reads on every check)
 
 
 @dataclass
@@ -419,7 +420,7 @@ class Daemon:
         """End the requests of keys removed from the allow-list, also those that stream nothing (a silent
         client waiting in the queue or on a tool call): each ends with ``error`` ``unauthorized``."""
         while True:
-            await asyncio.sleep(RELOAD_SECONDS)
+            await asyncio.sleep(max(self.config.security.keys_reload_seconds, MIN_SWEEP_SECONDS))
             for job in [job for job in self._jobs.values() if self._revoked(job)]:
                 job.stop("unauthorized")
 

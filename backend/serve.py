@@ -75,6 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
     p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
     p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
+    p.add_argument("--keys-reload-seconds", type=float, default=auth.Security.keys_reload_seconds,
+                   help="look at --authorized-keys at most this often: how long a removed key may still be served")
     p.add_argument("--insecure", action="store_true",
                    help="allow a plain tcp socket (no encryption, no authentication): every local user, and "
                         "beyond loopback everyone on the network, can connect or pose as the daemon")
@@ -158,7 +160,8 @@ def _agent_config(args: argparse.Namespace) -> AgentConfig:
 
 
 def _security(args: argparse.Namespace) -> auth.Security:
-    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure)
+    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure,
+                         keys_reload_seconds=args.keys_reload_seconds)
 
 
 async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
