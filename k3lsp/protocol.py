@@ -25,6 +25,7 @@ MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than t
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 PRIORITIES = ("interactive", "background")
 EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
+DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
 
@@ -226,6 +227,8 @@ TO_CLIENT: dict[str, Schema] = {
         "experts": (integer(0), True),
         "ranks": (integer(1), True),
         "limits": (free_map, True),
+        "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
+        "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds
     },
     "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "detail": (NAME, False)},
     "finding": {"finding": (finding, True)},
