@@ -98,7 +98,7 @@ class Daemon:
         """``scheduler`` None: the model is still loading (``loading`` says what it is and how far); requests
         wait for `attach` (bounded by ``load_wait``) while hello, ping and status are answered at once."""
         self.scheduler = scheduler
-        self.info, self.progress = loading or (scheduler.engine, LoadProgress())
+        self.info, self.progress = loading or (scheduler.engine if scheduler else None, LoadProgress())
         self._loaded = asyncio.Event()
         if scheduler is not None:
             self.attach(scheduler)
