@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from backend import auth
+from backend import auth, exitstatus
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.launch import LISTENING, READY
@@ -86,6 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve; the exit code is also recorded for a supervisor (backend/exitstatus.py)."""
+    code = _run(args)
+    exitstatus.record(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     sanitize.log_to_stderr("%(asctime)s %(levelname)s %(name)s: %(message)s")  # logs quote the model
     problem = _check(args)
     if problem:
@@ -333,6 +340,7 @@ def _exit_now(message: str, code: int = RANK_FAILURE_EXIT) -> None:
     collective or a read that never returns, and mlx's teardown must not wait for it."""
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
+    exitstatus.record(code)
     os._exit(code)
 
 

@@ -36,11 +36,11 @@ log = logging.getLogger(__name__)
 
 # Codes that say the daemon as a whole cannot serve us (as opposed to one request failing).
 # Errors that say the backend as a whole cannot serve (not that one unit failed): the editor shows one
-# message, keeps cached findings and retries later. `rank_failure`: one rank of a Mac pair died; `loading`: the
-# daemon is still loading its model and a request waited longer than it allows.
+# message, keeps cached findings and retries later. `rank_failure`: one rank of a Mac pair died; `load_failed`:
+# the daemon could not load its model; `loading`: it is still loading and a request waited longer than it allows.
 CONNECTION_CODES = frozenset(
     {"unreachable", "down", "version", "unauthorized", "server_key", "security_mismatch", "keys", "shutdown",
-     "rank_failure", "loading"}
+     "rank_failure", "loading", "load_failed"}
 )
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
