@@ -151,7 +151,7 @@ class Daemon:
 
     def attach(self, scheduler: Scheduler) -> None:
         """The model is loaded: serve with ``scheduler`` from now on, and let the waiting requests go on."""
-        self.scheduler = scheduler
+        self.scheduler, self.info = scheduler, scheduler.engine
         self.progress.ready()
         self._loaded.set()
 
@@ -466,10 +466,10 @@ class Daemon:
     def welcome(self) -> dict:
         info = self.info
         loading = {} if self._loaded.is_set() else {"loading": self.progress.snapshot()}
+        fingerprint = {"fingerprint": info.fingerprint} if info.fingerprint else {}  # none yet: a hub repo loading
         return {
-            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id,
-            "fingerprint": info.fingerprint, "experts": info.experts, "ranks": info.ranks,
-            "state": self.progress.state, **loading,
+            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
+            "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,

@@ -113,12 +113,17 @@ class ModelInfo:
     ranks: int
 
     @classmethod
-    def of(cls, model: str, path: Path, ranks: int) -> ModelInfo:
+    def of(cls, model: str, ranks: int) -> ModelInfo:
+        """From a local checkpoint directory; a hub repo that is not downloaded yet is only named (no
+        fingerprint, 0 experts) until its load brings the files."""
         from backend.fingerprint import checkpoint_fingerprint
 
+        path = Path(model)
+        if not path.exists():
+            return cls(model, "", 0, ranks)
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         text = config.get("text_config", config)
-        return cls(Path(model).name or model, checkpoint_fingerprint(path), int(text.get("num_experts") or 0), ranks)
+        return cls(path.name or model, checkpoint_fingerprint(path), int(text.get("num_experts") or 0), ranks)
 
 
 def parts(model) -> Iterator[list[mx.array]]:

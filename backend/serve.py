@@ -225,7 +225,6 @@ def _load(engine_args, group, args: argparse.Namespace, progress=None):
 async def _lead(engine_args, group, args: argparse.Namespace, script: Script, ready: TextIO) -> int:
     """Rank 0 (or the only process): the ROUTER at once, the model loaded in a thread, then the scheduler."""
     from backend import dist, loading, pair
-    from backend.engine import local_checkpoint
     from backend.fidelity.traces import TraceFile
     from backend.scheduler import Scheduler
 
@@ -244,7 +243,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
 
     try:  # what can be known from the checkpoint's files is checked before binding: a refusal comes at once
         dist.check_trust(args.model, args.trust_remote_code)
-        info = loading.ModelInfo.of(args.model, local_checkpoint(args.model), group.size() if group else 1)
+        info = loading.ModelInfo.of(args.model, group.size() if group else 1)
     except Exception as exc:
         print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
         return 1

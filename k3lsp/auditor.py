@@ -260,8 +260,11 @@ class Auditor:
             if loading.is_loading(status):
                 self._set_state("loading", loading.describe(status.get("loading")),
                                 loading.percent(status.get("loading")))
-            else:
-                self._set_state("connected", _serving(self.welcome or {}))
+                continue
+            self._connected = False  # loaded: a fresh hello, whose welcome describes the model being served
+            with contextlib.suppress(BackendUnavailable):  # _hello has reported it
+                await self.connect()
+            return
 
     def _stop_load_watch(self) -> None:
         if self._load_watch is not None:
