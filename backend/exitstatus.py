@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 ENV = "K3_EXIT_STATUS_DIR"
+RANK_FAILURE_EXIT = 3  # serve's exit code when a rank of the pair failed (a supervisor restarts the pair)
 
 
 def record(code: int) -> None:

@@ -30,6 +30,7 @@ from typing import TextIO
 from backend import auth, exitstatus
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
+from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import LISTENING, READY
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys, local, sanitize
@@ -37,7 +38,6 @@ from k3lsp.protocol import EFFORTS
 
 log = logging.getLogger(__name__)
 
-RANK_FAILURE_EXIT = 3
 FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
 STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first
 STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
@@ -278,15 +278,14 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
             engine = _load(engine_args, group, args, progress)
             if group is not None:
                 links.append(pair.Link(group, engine, args.rank_tick))
-                try:
-                    links[0].connect()
-                except Exception as exc:
-                    raise LoadError(f"cannot reach the other ranks: {exc}") from exc
+                links[0].connect()
             loop.call_soon_threadsafe(serve_loaded, engine)
-        except LoadError as exc:
+        except LoadError as exc:  # the same on every rank, most likely: exit 1, as a follower does
             progress.failed(str(exc))
-            code = "rank_failure" if group is not None else "load_failed"
-            loop.call_soon_threadsafe(daemon.fail, code, str(exc))
+            loop.call_soon_threadsafe(daemon.fail, "load_failed", str(exc))
+        except Exception as exc:
+            progress.failed(f"cannot reach the other ranks: {exc}")
+            loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"cannot reach the other ranks: {exc}")
         finally:
             mx_clear_streams()
 

@@ -8,8 +8,8 @@ or, for a rank that wrote nothing (killed by a signal, or on another Mac), from 
 its own rank 0.
 
 A run that ends with every rank at 0 was stopped on purpose: the supervisor ends too, with 0. Any other end
-is a failure, described by its kind: whether the pair had printed its ready line ("at start" or "while
-serving") and each rank's code. The pair is started again after a backoff that doubles from --backoff up to
+is a failure, described by its kind (`Run.kind`): whether the pair had printed its ready line ("at start" or
+"while serving") and the codes the ranks ended with on their own. The pair is started again after a backoff that doubles from --backoff up to
 --backoff-max; a run that served for --healthy-after seconds resets the backoff and the count. After
 --max-failures failures of the same kind in a row the supervisor gives up, exits 1 and says why, with the last
 lines of the pair's log: restarting a pair that fails the same way every time only hides the reason.
@@ -37,11 +37,13 @@ from pathlib import Path
 from typing import IO
 
 from backend import exitstatus
+from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import READY
 
 LAUNCHER_EXIT = re.compile(r"Node with rank (\d+) exited with code (-?\d+)")
 LAUNCHER_KILLED = re.compile(r"Node with rank (\d+) was killed")
 STOPPED_BY_LAUNCHER = "stopped by the launcher"
+COLLATERAL = {RANK_FAILURE_EXIT, -signal.SIGTERM, STOPPED_BY_LAUNCHER}
 TAIL_LINES = 20
 
 
@@ -59,10 +61,18 @@ class Run:
         return bool(self.codes) and all(code == 0 for code in self.codes.values())
 
     def kind(self) -> str:
-        """What failed, in words that are equal for two failures of the same kind."""
+        """What failed, in words that are equal for two failures of the same kind: the phase and the ranks' own
+        codes, without which rank and without the ends the first failure caused (a rank told that its peer
+        failed exits RANK_FAILURE_EXIT, the launcher SIGTERMs the others): which rank fails first is a race."""
         phase = "at start" if self.served is None else "while serving"
-        ranks = ", ".join(f"rank {rank} {_code(code)}" for rank, code in sorted(self.codes.items()))
-        return f"{phase}: {ranks or f'no rank reported an exit code, the launcher {_code(self.launcher or 0)}'}"
+        own = {_code(code) for code in self.codes.values() if code not in COLLATERAL}
+        if not own:
+            own = {_code(code) for code in self.codes.values()}
+        return f"{phase}: {', '.join(sorted(own)) or f'no rank reported an exit code, the launcher {self.launcher}'}"
+
+    def describe(self) -> str:
+        """Every rank's code: "rank 0 exit 3, rank 1 killed by SIGKILL"."""
+        return ", ".join(f"rank {rank} {_code(code)}" for rank, code in sorted(self.codes.items())) or "no rank codes"
 
 
 def _code(code: int | str) -> str:
@@ -136,10 +146,11 @@ class Supervisor:
             streak = streak + 1 if kind == last_kind else 1
             last_kind = kind
             if streak >= self.args.max_failures:
-                say(f"giving up after {streak} failures in a row of the same kind ({kind}). Run `k3-backend doctor` "
-                    "under the same launch command. The pair's last log lines:\n" + "".join(run.tail).rstrip())
+                say(f"giving up after {streak} failures in a row of the same kind ({kind}; the last: "
+                    f"{run.describe()}). Run `k3-backend doctor` under the same launch command. The pair's last log "
+                    "lines:\n" + "".join(run.tail).rstrip())
                 return 1
-            say(f"the pair failed ({kind}; {streak} in a row); restarting in {backoff:g} s")
+            say(f"the pair failed ({kind}; {run.describe()}; {streak} in a row); restarting in {backoff:g} s")
             if self.stopping.wait(backoff):
                 break
             backoff = min(backoff * 2, self.args.backoff_max)

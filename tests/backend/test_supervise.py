@@ -13,12 +13,16 @@ from backend import exitstatus, launchd, supervise
 from tests.support.daemon import REPO
 
 
-def test_kinds_name_the_phase_and_every_ranks_code():
-    run = supervise.Run(codes={1: -9, 0: 3}, served=12.0)
-    assert run.kind() == "while serving: rank 0 exit 3, rank 1 killed by SIGKILL" and not run.clean()
-    assert supervise.Run(codes={0: 1, 1: supervise.STOPPED_BY_LAUNCHER}).kind() == \
-        "at start: rank 0 exit 1, rank 1 stopped by the launcher"
-    assert supervise.Run(launcher=2).kind() == "at start: no rank reported an exit code, the launcher exit 2"
+def test_a_kind_is_the_phase_and_the_ranks_own_codes_whichever_rank_failed_first():
+    killed = supervise.Run(codes={1: -9, 0: 3}, served=12.0)
+    assert killed.kind() == "while serving: killed by SIGKILL" and not killed.clean()
+    assert killed.describe() == "rank 0 exit 3, rank 1 killed by SIGKILL"
+    # Both ranks fail to load; which one the launcher ends first (SIGTERM, or its "was killed") is a race.
+    kinds = {supervise.Run(codes=codes).kind() for codes in ({0: 1, 1: 1}, {0: 1, 1: -15}, {0: -15, 1: 1},
+                                                            {0: 1, 1: supervise.STOPPED_BY_LAUNCHER})}
+    assert kinds == {"at start: exit 1"}
+    assert supervise.Run(codes={0: 3, 1: -15}).kind() == "at start: exit 3, killed by SIGTERM"  # nothing else
+    assert supervise.Run(launcher=2).kind() == "at start: no rank reported an exit code, the launcher 2"
     assert supervise.Run(codes={0: 0, 1: 0}).clean() and not supervise.Run().clean()
 
 
@@ -49,7 +53,8 @@ def test_a_single_command_that_keeps_failing_is_given_up_with_its_own_code():
                            "3", "--", sys.executable, "-c", broken], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 1
-    assert "giving up after 3 failures in a row of the same kind (at start: rank 0 exit 4)" in done.stderr
+    assert "giving up after 3 failures in a row of the same kind (at start: exit 4; the last: rank 0 exit 4)" in \
+        done.stderr
     assert "restarting in 0.05 s" in done.stderr and "restarting in 0.1 s" in done.stderr
     assert done.stderr.rstrip().endswith("broken")
 
