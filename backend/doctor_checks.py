@@ -7,7 +7,7 @@ on this host:
 - **Wired memory.** MLX keeps the weights in wired memory, which macOS caps (``iogpu.wired_limit_mb``; by
   default about 84 % of RAM on a 128 GB Mac). Metal reports the cap as the device's recommended maximum working
   set (``mx.device_info()["max_recommended_working_set_size"]``), which follows the sysctl when it is set;
-  ``sysctl iogpu.wired_limit_mb`` is read too, to say where the cap comes from. A rank needs its share of the
+  the sysctl is read first, to say where the cap comes from, and the device's figure is the default. A rank needs its share of the
   weights plus HEADROOM for caches under the cap, or the load swaps or fails. Other systems have no such cap.
 - **Same checkpoint.** A half-copied or older checkpoint on one Mac loads and gives wrong logits, silently.
   Every rank reports `fingerprint.checkpoint_parts` (config, index and tokenizer files by content, weight files
