@@ -11,7 +11,8 @@ When a turn ends with read-only workspace calls (``read_lines``, ``find_definiti
 runs them (it owns the workspace and its sandbox) and the conversation goes on by appending: the next prompt
 is the previous prompt + the tokens the model generated (the end-of-message token it stopped on included) +
 the tool results and a generation prompt as the renderer renders them (``prompts.continuation``). The engine
-cached prompt + generation at the end of the generation, so each round prefills only the new tool turn. The
+stored prompt + generation at the end of the generation (a continuation entry of its prompt cache, taken by
+the next round and released when the conversation ends), so each round prefills only the new tool turn. The
 history kept beside it has the reasoning as ``reasoning_content``, apart from the response in ``content``.
 
 The thinking effort (the request's, or the daemon's default) goes to the renderer and chooses the token
@@ -33,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from backend import channels, prompts
+from backend import channels, engine, prompts
 from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -150,6 +151,7 @@ class Agent:
     priority: int = 0
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
+    last_rid: int | None = None  # the engine request of the latest generation
 
     @property
     def tokenizer(self):
@@ -182,6 +184,9 @@ class Agent:
                 stats.finish_reason = await self._rounds(conv, unit, budget, stats, prose, lines)
         except TimeoutError:
             stats.finish_reason = "deadline"
+        finally:  # no round continues this conversation: its last generation's cache is worth nothing now
+            if self.last_rid is not None:
+                self.scheduler.release(self.last_rid)
         if self.record is not None:
             self.record({"id": unit, "tools": conv.tools, "thinking_effort": conv.effort, "messages": conv.messages})
         return vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
@@ -198,7 +203,7 @@ class Agent:
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
-            await self.send("progress", stage="generating", tokens=stats.generated_tokens, detail=f"round {n + 1}")
+            await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
             reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
             stats.add_generation(gen.stats, gen.finish, reasoning)
@@ -241,10 +246,14 @@ class Agent:
         rid = self.scheduler.new_rid()
         req = GenRequest(rid=rid, prompt=conv.prompt, segments=conv.segments, max_tokens=budget,
                          temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
-                         forced=self.script.forced(self.tokenizer, unit, n))
+                         forced=self.script.forced(self.tokenizer, unit, n), fault=self.script.fault(unit, n))
+        self.last_rid = rid
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
             async for event in events:
+                if event.progress is not None:
+                    stage, done, total = event.progress
+                    await self.send("progress", stage=stage, tokens=done, total=total, detail=f"round {n + 1}")
                 if event.text:
                     response = reader.feed(event.text)
                     await findings.feed(reader)
@@ -252,8 +261,11 @@ class Agent:
                         await self.send("text", text=response)
                 if event.finish is not None:
                     if event.finish == "error":
+                        code = (event.stats or {}).get("code") or engine.FAILED
+                        if code == engine.TOO_LONG and n > 0:  # the conversation outgrew the context
+                            return Generation("length", event.stats or {}, [])
                         why = (event.stats or {}).get("error", "engine error")
-                        raise AgentError("internal", f"generation failed: {why}")
+                        raise AgentError(code, f"generation failed: {why}" if code != engine.TOO_LONG else why)
                     if event.finish == "cancelled":
                         raise AgentError("shutdown", "the daemon cancelled the generation")
                     response = reader.finish()

@@ -467,6 +467,8 @@ class Daemon:
         info = self.info
         loading = {} if self._loaded.is_set() else {"loading": self.progress.snapshot()}
         fingerprint = {"fingerprint": info.fingerprint} if info.fingerprint else {}  # none yet: a hub repo loading
+        # The prompt limit comes from the loaded model's context length: a client says hello again once loaded.
+        prompt_limit = {} if self.scheduler is None else {"max_prompt_tokens": self.scheduler.engine.max_prompt_tokens}
         return {
             "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
             "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
@@ -476,7 +478,7 @@ class Daemon:
                 "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
                 "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
-                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
+                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION, **prompt_limit,
             },
         }
 

@@ -1,13 +1,15 @@
 """The few things every multi-rank command needs from `mx.distributed`, in one place.
 
-`share` moves a Python object from rank 0 to every rank with two `all_sum`s (its size, then its pickled
-bytes, the other ranks contributing zeros), as `mlx_lm.server` does: ring, jaccl and MPI all have
-`all_sum`, and the objects moved (one scheduling step's commands, a doctor probe) are small.
+`exchange` puts every rank's Python object on every rank with ONE `all_sum` (ring, jaccl and MPI all have
+it): each rank writes its pickled object into its own fixed-size slot of a zero buffer, so the sum is every
+slot at once. An object too large for its slot costs a second `all_sum`, of exactly the oversized objects,
+which every rank knows about from the first. The scheduler exchanges each engine step this way (commands
+from rank 0, every rank's outcome of its last step), so a step costs one collective, not the two (size,
+then bytes) of `mlx_lm.server`'s sharing. `share` (rank 0's object) and `gather` (all of them) are
+exchanges too.
 
 `rank0_host` is the address rank 0 is reached at by its peers, from what `mlx.launch` put in the
 environment; side channels (the scheduler's wake-up socket) bind there and nowhere else.
-
-`gather` is the converse (every rank's object on every rank), for `doctor`'s per-rank reports.
 
 `load_model` loads a checkpoint whole on one rank, or this rank's tensor-parallel shard on several: the
 one way `serve`, `fidelity` and `doctor` load a model, so all three shard it and trust its code the same
@@ -36,19 +38,56 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+SLOT_BYTES = 16 * 1024  # per rank: a step's commands with a few thousand prompt tokens fit in one collective
+
+
+def exchange(obj, group: mx.distributed.Group, slot: int = SLOT_BYTES) -> tuple[list, int]:
+    """(every rank's ``obj`` in rank order, the number of collectives it took: 1, or 2 if one did not fit)."""
+    if group.size() == 1:
+        return [obj], 0
+    size, rank = group.size(), group.rank()
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    buf = np.zeros(size * slot, dtype=np.uint8)
+    buf[rank * slot : rank * slot + 4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+    if len(data) <= slot - 4:
+        buf[rank * slot + 4 : rank * slot + 4 + len(data)] = data
+    summed = _all_sum(buf, group)
+    lengths = [int.from_bytes(summed[r * slot : r * slot + 4].tobytes(), "little") for r in range(size)]
+    out = [pickle.loads(summed[r * slot + 4 : r * slot + 4 + n].tobytes()) if n <= slot - 4 else None
+           for r, n in enumerate(lengths)]
+    big = [r for r, n in enumerate(lengths) if n > slot - 4]
+    if not big:
+        return out, 1
+    offsets = dict(zip(big, itertools.accumulate([0, *(lengths[r] for r in big)]), strict=False))
+    extra = np.zeros(sum(lengths[r] for r in big), dtype=np.uint8)
+    if rank in offsets:
+        extra[offsets[rank] : offsets[rank] + len(data)] = data
+    summed = _all_sum(extra, group)
+    for r in big:
+        out[r] = pickle.loads(summed[offsets[r] : offsets[r] + lengths[r]].tobytes())
+    return out, 2
+
+
+def _all_sum(buf: np.ndarray, group: mx.distributed.Group) -> np.ndarray:
+    return np.array(mx.distributed.all_sum(mx.array(buf), group=group, stream=mx.cpu))
+
+
+LINK_ERROR_TAGS = ("[ring]", "[jaccl]", "[mpi]", "[nccl]")  # how MLX's distributed backends start their errors
+
+
+def link_error(exc: BaseException) -> bool:
+    """Whether a collective failed (a peer is gone, the link broke), not the computation around it."""
+    return isinstance(exc, RuntimeError) and str(exc).startswith(LINK_ERROR_TAGS)
+
 
 def share(obj, group: mx.distributed.Group):
     """Rank 0's `obj` on every rank (the others pass anything, usually None)."""
-    if group.size() == 1:
-        return obj
-    if group.rank() == 0:
-        data = mx.array(bytearray(pickle.dumps(obj)), dtype=mx.uint8)
-        mx.eval(mx.distributed.all_sum(data.size, group=group, stream=mx.cpu))
-        mx.eval(mx.distributed.all_sum(data, group=group, stream=mx.cpu))
-        return obj
-    size = mx.distributed.all_sum(0, group=group, stream=mx.cpu).item()
-    data = mx.distributed.all_sum(mx.zeros(size, dtype=mx.uint8), group=group, stream=mx.cpu)
-    return pickle.loads(bytes(data))
+    return exchange(obj if group.rank() == 0 else None, group)[0][0]
+
+
+def gather(obj, group: mx.distributed.Group) -> list:
+    """Every rank's `obj`, in rank order, on every rank (doctor's per-rank reports)."""
+    return exchange(obj, group)[0]
 
 
 def rank0_host(env: dict[str, str] | None = None) -> str:
@@ -64,22 +103,6 @@ def rank0_host(env: dict[str, str] | None = None) -> str:
                 hosts = json.load(f)
             return str(hosts[0][0]).rsplit(":", 1)[0]
     return "127.0.0.1"
-
-
-def gather(obj, group: mx.distributed.Group) -> list:
-    """Every rank's `obj`, in rank order, on every rank: sizes, then the pickled bytes in per-rank slots,
-    each with one `all_sum` (the other slots are zeros)."""
-    if group.size() == 1:
-        return [obj]
-    data = pickle.dumps(obj)
-    sizes = np.zeros(group.size(), dtype=np.int32)
-    sizes[group.rank()] = len(data)
-    sizes = np.array(mx.distributed.all_sum(mx.array(sizes), group=group, stream=mx.cpu)).tolist()
-    offsets = np.cumsum([0, *sizes]).tolist()
-    buf = np.zeros(offsets[-1], dtype=np.uint8)
-    buf[offsets[group.rank()]:offsets[group.rank() + 1]] = np.frombuffer(data, dtype=np.uint8)
-    total = bytes(np.array(mx.distributed.all_sum(mx.array(buf), group=group, stream=mx.cpu)))
-    return [pickle.loads(total[a:b]) for a, b in itertools.pairwise(offsets)]
 
 
 _WATCHDOG = """

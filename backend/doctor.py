@@ -9,10 +9,11 @@ Run it under the same `mlx.launch` command as `serve` (or alone, as one rank). E
 4. builds the tiny checkpoint in a temp dir and compares its tensor-parallel logits with the unsharded
    logits it computes itself: the sharding code path works on this install and this link;
 5. with `--model`, checks the checkpoint is on every rank and its weights / ranks (plus headroom) fit, and
-   that its tokenizer loads (its own code only with `--trust-remote-code`, as `serve` would run it) and
-   speaks the Kimi K3 format: think channel and tool-call markers;
-6. with `--model`, checks the weights / ranks (plus headroom) against macOS's GPU wired-memory cap, and that
-   every rank holds the same checkpoint (config, index, tokenizer files and weight file sizes, compared
+   says how much of the headroom `serve` gives its prompt cache by default (backend/memory.py), and that its
+   tokenizer loads (its own code only with `--trust-remote-code`, as `serve` would run it) and speaks the
+   Kimi K3 format: think channel and tool-call markers;
+6. with `--model`, checks the weights / ranks (plus the same headroom) against macOS's GPU wired-memory cap, and
+   that every rank holds the same checkpoint (config, index, tokenizer files and weight file sizes, compared
    between the ranks); under jaccl, each rank's macOS version and RDMA devices (backend/doctor_checks.py).
 
 Rank 0 prints the tables; every rank exits 1 if any check failed on any rank.
@@ -29,12 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend import doctor_checks
+from backend import doctor_checks, memory
+from backend.memory import GIB, HEADROOM
 
-GIB = 1 << 30
 MAX_LOGIT_DIFF = 1e-3  # measured: 3e-6 on the tiny checkpoint (notes/mlx-research.md §3)
-HEADROOM = 0.10  # of the weights per rank: KV and prompt caches, prefill activations
-OS_RESERVE = 16 * GIB  # memory left to macOS and everything else on a Mac
 PROMPT = [1, 5, 9, 42, 77, 100, 3, 8, 250, 17, 64, 2]
 
 
@@ -86,20 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def host_info(rank: int) -> dict:
-    total, available = memory()
+    total, available = memory.memory()
     return {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "total": total, "available": available}
-
-
-def memory() -> tuple[int, int | None]:
-    """(physical memory, available memory or None) in bytes, without psutil: sysconf, /proc/meminfo on Linux."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return total, int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return total, None
 
 
 def link_checks(group, sizes_mb: list[int]) -> list[Check]:
@@ -138,7 +125,7 @@ def local_checks(group, model: str | None, trust_remote_code: bool = False) -> l
     if model is not None:
         checks.append(fit_check(Path(model), group.size(), rank))
         checks.append(tokenizer_check(Path(model), trust_remote_code, rank))
-    verdicts = doctor_checks.rank_verdicts(Path(model) if model else None, group.size(), HEADROOM)
+    verdicts = doctor_checks.rank_verdicts(Path(model) if model else None, group.size())
     return checks + [Check(v.name, rank, v.result, v.ok) for v in verdicts]
 
 
@@ -167,12 +154,12 @@ def fit_check(model: Path, ranks: int, rank: str) -> Check:
     if not files:
         return Check("model fits", rank, f"no *.safetensors in {model} on {socket.gethostname()}", False)
     weights = sum(f.stat().st_size for f in files)
-    need = weights / ranks * (1 + HEADROOM)
-    total, _ = memory()
-    budget = total - OS_RESERVE if total > 2 * OS_RESERVE else total
-    result = (f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} = {need / GIB:.1f} GiB"
-              f" of {budget / GIB:.1f} GiB usable")
-    return Check("model fits", rank, result, need <= budget)
+    per_rank = weights // ranks
+    total, _ = memory.memory()
+    cache = memory.prompt_cache_bytes(per_rank, total)
+    result = (f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} of {memory.usable(total) / GIB:.1f} GiB"
+              f" usable; headroom {memory.headroom(per_rank, total) / GIB:.1f} GiB, prompt cache {cache / GIB:.1f} GiB")
+    return Check("model fits", rank, result, memory.fits(per_rank, total))
 
 
 def tokenizer_check(model: Path, trust_remote_code: bool, rank: str) -> Check:

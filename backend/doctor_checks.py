@@ -7,8 +7,9 @@ on this host:
 - **Wired memory.** MLX keeps the weights in wired memory, which macOS caps (``iogpu.wired_limit_mb``; by
   default about 84 % of RAM on a 128 GB Mac). Metal reports the cap as the device's recommended maximum working
   set (``mx.device_info()["max_recommended_working_set_size"]``), which follows the sysctl when it is set;
-  the sysctl is read first, to say where the cap comes from, and the device's figure is the default. A rank needs its share of the
-  weights plus HEADROOM for caches under the cap, or the load swaps or fails. Other systems have no such cap.
+  the sysctl is read first, to say where the cap comes from, and the device's figure is the default. A rank
+  needs its share of the weights plus memory.HEADROOM for caches under the cap, or the load swaps or fails.
+  Other systems have no such cap.
 - **Same checkpoint.** A half-copied or older checkpoint on one Mac loads and gives wrong logits, silently.
   Every rank reports `fingerprint.checkpoint_parts` (config, index and tokenizer files by content, weight files
   by size), and the ranks' reports are compared: the differing files are named.
@@ -23,9 +24,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend import memory
 from backend.fingerprint import FingerprintError, checkpoint_parts
+from backend.memory import GIB
 
-GIB = 1 << 30
 MIB = 1 << 20
 RDMA_MACOS = (26, 2)
 
@@ -57,9 +59,9 @@ def wired_memory(system: str, weights_per_rank: int, headroom: float, device: di
               f"{need / GIB:.1f} GiB")
     if cap >= need:
         return Verdict(name, result, True)
-    memory = device.get("memory_size")
-    hint = (f"; raise it on this Mac: sudo sysctl iogpu.wired_limit_mb={max(need, memory - 16 * GIB) // MIB}"
-            if isinstance(memory, int) and memory > need else "; this Mac has too little memory for its share")
+    size = device.get("memory_size")
+    hint = (f"; raise it on this Mac: sudo sysctl iogpu.wired_limit_mb={max(need, memory.usable(size)) // MIB}"
+            if isinstance(size, int) and size > need else "; this Mac has too little memory for its share")
     return Verdict(name, result + hint, False)
 
 
@@ -168,13 +170,14 @@ def uses_jaccl(env: dict[str, str] | None = None) -> bool:
     return bool(env.get("MLX_JACCL_COORDINATOR"))
 
 
-def rank_verdicts(model: Path | None, ranks: int, headroom: float) -> list[Verdict]:
-    """This rank's checks: the wired-memory cap for --model's weights, and RDMA under jaccl."""
+def rank_verdicts(model: Path | None, ranks: int) -> list[Verdict]:
+    """This rank's checks: the wired-memory cap for --model's weights plus memory.HEADROOM (the share `doctor`'s
+    fit check and `serve`'s prompt-cache sizing use too), and RDMA under jaccl."""
     verdicts = []
     weights = sum(f.stat().st_size for f in model.glob("*.safetensors")) if model is not None else 0
     if weights:  # no weights here: the fit check already says so
         system, device, sysctl_mb = read_wired()
-        verdicts.append(wired_memory(system, weights // ranks, headroom, device, sysctl_mb))
+        verdicts.append(wired_memory(system, weights // ranks, memory.HEADROOM, device, sysctl_mb))
     if uses_jaccl():
         verdicts.append(rdma(*read_rdma()))
     return verdicts

@@ -1,41 +1,57 @@
-"""The model engine: mlx-lm's BatchGenerator with prompt-cache reuse, per-request samplers and guards.
+"""The model engine: prompts read in fair chunks, decoded by mlx-lm's BatchGenerator, with prompt-cache reuse,
+per-request samplers and guards.
 
-The daemon's scheduler thread drives it: `submit` and `cancel` record work, and each `step()` admits
-requests (interactive first), runs one `BatchGenerator.next()` (one decode step for every running
-sequence plus one prefill chunk for those still reading their prompt), detokenizes, applies the loop
-guard and returns the events. It owns no sockets, threads or event loop, and every decision it makes
-depends only on the calls it received and the request seeds, so N tensor-parallel ranks fed the same
-calls run identical batches.
+The daemon's scheduler thread drives it: `submit`, `cancel`, `fail` and `release` record work, and each
+`step()` admits requests (interactive first, refusing prompts over `max_prompt_tokens` before any work),
+reads one prefill chunk of every request still reading its prompt (backend/prefill.py: each with its own
+chunk), hands the ones that are read to the BatchGenerator, runs one decode step for every decoding sequence,
+detokenizes, applies the loop guard and returns the events. It owns no sockets, threads or event loop, and
+every decision it makes depends only on the calls it received and the request seeds, so N tensor-parallel
+ranks fed the same calls run identical batches.
 
-Prompt caches (docs/engine.md): Kimi K3's linear-attention caches cannot be trimmed, so a cache is
-only reusable for prompts it is an exact prefix of. The engine stores one at each segment offset the
-request names (end of system+tools, end of file context) and one at the end of every finished
-generation (prompt + generated tokens, returned in the finish event), so an agent that continues by
-appending a tool result to prompt + generation only prefills the new tokens.
+Failures stay with their request: a prefill chunk that raises fails the request(s) it read; a decode step
+that raises fails the requests decoding in it; the engine goes on. ``outcome()`` says which requests failed
+in the last step and digests the state the step started from, so the ranks of a pair can check that they
+agree and fail on every rank what failed on one (backend/scheduler.py).
+
+On several ranks every collective (the model's own, inside a forward pass, and the scheduler's exchange) must
+run in the same order on every rank, one at a time: all model work runs on mlx-lm's generation stream, and
+since its decode step leaves the next forward pass running in the background, a step on a pair ends by
+waiting for it.
+
+Prompt caches (backend/prompt_cache.py, docs/engine.md): a copy is stored at each segment end the request
+names (the first: system + tools; later ones: a file's shared context) and at the end of every finished
+generation (prompt + generated tokens, the stop token included). The finish event returns the generated ids,
+so the next round of the conversation appends its tool turn to exactly prompt + generation and continues
+that entry, prefilling only the new tokens.
 """
 
+import hashlib
 import heapq
-import itertools
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator
-from mlx_lm.models.cache import LRUPromptCache
+from mlx.utils import tree_flatten
+from mlx_lm.generate import BatchGenerator, generation_stream
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 from mlx_lm.utils import hf_repo_to_path
 
-from backend.dist import load_model
+from backend import dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
+from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
 
 log = logging.getLogger(__name__)
 
-# Prefill memory grows with chunk x context; the base step is taken as safe up to this context.
-SAFE_PREFILL_CONTEXT = 8192
-MIN_PREFILL_STEP = 256
+# Request-level error codes (k3lsp/protocol.py): what the client is told, and whether retrying can help.
+TOO_LONG = "too_long"  # refused before any work: the prompt is longer than max_prompt_tokens
+FAILED = "failed"  # a step of this request raised (on this rank or another); retrying fails the same way
+INTERNAL = "internal"  # the request itself was malformed: a fault of the daemon's code
+DECODE_PROGRESS_EVERY = 32  # generated tokens between two decode progress events
 
 
 @dataclass
@@ -44,11 +60,13 @@ class EngineArgs:
     max_tokens: int = 1024
     temp: float = 1.0
     top_p: float = 0.95
-    prefill_step_size: int = 2048
-    max_concurrency: int = 8  # completion batch size
+    prefill_step_size: int = 2048  # the prefill chunk of a prompt up to prefill_context tokens
+    prefill_context: int = prefill.SAFE_PREFILL_CONTEXT  # beyond, the chunk shrinks with the prompt
+    max_concurrency: int = 8  # requests admitted at once (reading or decoding)
     interactive_reserve: int = 1  # slots background requests leave free, so an edit starts at once
-    prompt_cache_size: int = 16  # LRU entries
-    prompt_cache_bytes: int = 1 << 63  # LRU byte budget (a real Kimi K3 entry holds every layer's KDA state)
+    prompt_cache_size: int = 16  # stored prefixes
+    prompt_cache_bytes: int = 0  # bytes they may hold; 0: memory.prompt_cache_bytes (the smallest of all ranks)
+    max_prompt_tokens: int = 0  # longest prompt admitted; 0: the model's context length less max_tokens
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
     trust_remote_code: bool = False  # run Python shipped with the checkpoint (the release's tokenizer class)
@@ -65,6 +83,7 @@ class GenRequest:
     seed: int  # per-request sampler seed (identical on every rank)
     priority: int = 0  # 0 interactive first, 1 background
     forced: list[int] | None = None  # scripted answer: force exactly these tokens, then eos
+    fault: str | None = None  # scripted failure: its first prefill chunk raises this (fault containment tests)
 
 
 @dataclass
@@ -72,9 +91,10 @@ class GenEvent:
     rid: int
     text: str  # newly detokenized text since the last event (may be "")
     finish: str | None = None  # None while running; "stop", "length", "loop", "cancelled", "error"
-    # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step;
-    # with finish "error" also "error": what was wrong
+    # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step, prefill_chunks;
+    # with finish "error" also "error" (what was wrong) and "code" (TOO_LONG, FAILED or INTERNAL)
     stats: dict | None = None
+    progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
     # on finish: every token id generated, the stop token included (what the prompt cache stored after the
     # prompt), so a continuation can append exactly what the model produced
     tokens: list[int] | None = None
@@ -86,17 +106,12 @@ def local_checkpoint(model: str) -> Path:
     return path if path.exists() else hf_repo_to_path(model)
 
 
-def prefill_step(base: int, context: int) -> int:
-    """The prefill chunk for a prompt of `context` tokens.
+@dataclass
+class Outcome:
+    """What a rank's last step did that every rank must agree on; exchanged before the next step."""
 
-    The base step up to SAFE_PREFILL_CONTEXT tokens; beyond, the chunk shrinks in proportion to the
-    context, so chunk x context (the attention-score memory of one chunk) stays at most
-    base x SAFE_PREFILL_CONTEXT; in multiples of MIN_PREFILL_STEP and never below it.
-    """
-    if context <= SAFE_PREFILL_CONTEXT:
-        return base
-    step = base * SAFE_PREFILL_CONTEXT // context // MIN_PREFILL_STEP * MIN_PREFILL_STEP
-    return min(base, max(MIN_PREFILL_STEP, step))
+    failed: dict[int, str] = field(default_factory=dict)  # rid -> why: requests that failed in that step
+    digest: str = ""  # the engine's state when that step started (after its cancels and failures)
 
 
 def seeded_sampler(temp: float, top_p: float, seed: int):
@@ -120,7 +135,10 @@ def forcing(tokens: list[int], eos: int):
     """A logits processor that leaves only the next scripted token (then `eos`) possible.
 
     Everything else in the path (batching, the sampler, the detokenizer, stop tokens) still runs,
-    which is what lets tests script exact answers through the real engine.
+    which is what lets tests script exact answers through the real engine. The forced logits depend on the
+    model's (``mx.depends``): otherwise nothing evaluates the forward pass, each step's caches stay a lazy
+    graph, and the whole generation is computed at once when its cache is first evaluated (20 s for 2,000
+    tokens on the tiny checkpoint, where stepping them takes 4 s).
     """
     script = [*tokens, eos]
     position = [0]
@@ -128,39 +146,44 @@ def forcing(tokens: list[int], eos: int):
     def process(_context: mx.array, logits: mx.array) -> mx.array:
         target = script[min(position[0], len(script) - 1)]
         position[0] += 1
-        return mx.where(mx.arange(logits.shape[-1]) == target, 0.0, -1e9).astype(logits.dtype)[None]
+        forced = mx.where(mx.arange(logits.shape[-1]) == target, 0.0, -1e9).astype(logits.dtype)[None]
+        return mx.depends(forced, logits)
 
     return process
 
 
 @dataclass
 class _Live:
-    """A request inside the BatchGenerator."""
+    """An admitted request: reading its prompt (``reading``) or decoding in the BatchGenerator (``uid``)."""
 
     req: GenRequest
-    uid: int
     cached: int
-    store_at: set[int]
+    reading: prefill.Reading | None
+    chunk: int
+    sampler: object
+    processors: list
     detokenizer: object
     loop: LoopDetector
-    prefill_step: int
+    uid: int | None = None
+    chunks: int = 0  # prefill chunks read
     generated: list[int] = field(default_factory=list)
     batch_peak: int = 0
-    decoding: bool = False
 
     def stats(self) -> dict:
         return {"prompt_tokens": len(self.req.prompt), "cached_tokens": self.cached,
                 "generated_tokens": len(self.generated), "batch_size_peak": self.batch_peak,
-                "prefill_step": self.prefill_step}
+                "prefill_step": self.chunk, "prefill_chunks": self.chunks}
 
 
 @dataclass
 class _Counters:
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    prefilled_tokens: int = 0
     generated_tokens: int = 0
     busy_seconds: float = 0.0
     batch_peak: int = 0
+    steps: int = 0
     finishes: FinishCounter = field(default_factory=FinishCounter)
 
 
@@ -171,7 +194,7 @@ class Engine:
         self.args = args
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
-            model, tokenizer = load_model(args.model, group, trust_remote_code=args.trust_remote_code)
+            model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code)
         self.model, self.tokenizer = model, tokenizer
         text = getattr(model.args, "text_config", model.args)
         self.model_id = Path(args.model).name or args.model
@@ -179,19 +202,22 @@ class Engine:
         self.experts = int(getattr(text, "num_experts", None) or 0)
         self.layers = int(text.num_hidden_layers)
         self.vocab_size = int(text.vocab_size)
+        self.context_length = int(getattr(text, "max_position_embeddings", 0) or 0)
+        self.max_prompt_tokens = args.max_prompt_tokens or max(1, self.context_length - args.max_tokens)
         self.eos = min(tokenizer.eos_token_ids)
-        self._cache = self._new_cache()
+        self.prompt_cache_bytes = args.prompt_cache_bytes or _default_cache_bytes(model, group)
+        self._cache = PromptCache(args.prompt_cache_size, self.prompt_cache_bytes)
         self._gen = self._new_generator()
         self._queue: list[tuple[int, int, GenRequest]] = []
         self._order = 0
         self._rejected: list[GenEvent] = []
-        self._cancel: set[int] = set()
+        self._ends: dict[int, tuple[str, str | None, str | None]] = {}  # rid -> (finish, code, error) to apply
         self._live: dict[int, _Live] = {}
         self._uid_to_rid: dict[int, int] = {}
+        self._continuations: dict[int, list[int]] = {}  # rid -> tokens of the continuation entry it stored
+        self._failed: dict[int, str] = {}
+        self._digest = ""
         self._n = _Counters()
-
-    def _new_cache(self) -> LRUPromptCache:
-        return LRUPromptCache(max_size=self.args.prompt_cache_size, max_bytes=self.args.prompt_cache_bytes)
 
     def _new_generator(self) -> BatchGenerator:
         concurrency = max(1, self.args.max_concurrency)
@@ -212,19 +238,21 @@ class Engine:
         for rid in (-1, -2):
             self.submit(GenRequest(rid, prompt, [], 4, self.args.temp, self.args.top_p, seed=-rid))
         self.run_until_idle(64)
-        self._cache = self._new_cache()
+        self._cache.clear()
+        self._continuations.clear()
+        self._failed.clear()
         self._n = _Counters()
 
     def submit(self, req: GenRequest) -> None:
-        """Queue a request; a malformed one finishes with "error" at the next step."""
+        """Queue a request; one that cannot run (malformed, or too long) finishes with "error" at the next step."""
         if req.rid in self._live or any(q[2].rid == req.rid for q in self._queue):
             raise ValueError(f"request id {req.rid} is already in the engine")
         try:
             problem = self._check(req)
         except TypeError as e:  # fields of the wrong type altogether
-            problem = f"malformed request: {e}"
+            problem = (INTERNAL, f"malformed request: {e}")
         if problem:
-            self._rejected.append(self._finish_queued(req, "error", problem))
+            self._rejected.append(self._finish_queued(req, "error", *problem))
             return
         heapq.heappush(self._queue, (req.priority, self._order, req))
         self._order += 1
@@ -243,208 +271,344 @@ class Engine:
         return events
 
     def cancel(self, rid: int) -> None:
-        self._cancel.add(rid)
+        """Finish ``rid`` with "cancelled" at the next step (queued, reading or decoding)."""
+        self._ends.setdefault(rid, ("cancelled", None, None))
+
+    def fail(self, rid: int, error: str) -> None:
+        """Finish ``rid`` with "error" (code FAILED) at the next step: another rank failed it."""
+        self._ends[rid] = ("error", FAILED, error)
+
+    def release(self, rid: int) -> None:
+        """The conversation ``rid`` belonged to is over: its continuation entry is worth nothing now."""
+        tokens = self._continuations.pop(rid, None)
+        if tokens is not None:
+            self._cache.drop(self.model_id, tokens)
+
+    def clear_prompt_cache(self) -> None:
+        """Forget every stored prefix (the ranks disagreed about one: start again from the same state)."""
+        self._cache.clear()
+        self._continuations.clear()
+
+    def abandon(self, error: str) -> list[GenEvent]:
+        """A step raised although it contains every failure it knows of: nothing it held can be trusted, so
+        every request fails (and is reported by ``outcome()``) and the BatchGenerator starts empty."""
+        self._gen = self._new_generator()
+        self._ends.clear()
+        events = [self._finish_queued(req, "error", FAILED, error) for _, _, req in sorted(self._queue)]
+        self._queue.clear()
+        events += [self._finish(live, "error", FAILED, error) for live in list(self._live.values())]
+        self._failed.update((event.rid, error) for event in events)
+        return events
 
     def busy(self) -> bool:
-        return bool(self._queue or self._live or self._rejected or self._cancel & self._known())
+        return bool(self._queue or self._live or self._rejected or self._ends)
+
+    def outcome(self) -> Outcome:
+        """The failures of the steps since the last call, and the digest of the last step's starting state."""
+        failed, self._failed = self._failed, {}
+        return Outcome(failed, self._digest)
 
     def step(self) -> list[GenEvent]:
-        """One scheduling step. Events come for requests with new text or a finish; never raises for
-        a bad request (it finishes with "error" and stats["error"] saying why)."""
+        """One scheduling step. Events come for requests with new text, progress or a finish; never raises
+        for a bad request (it finishes with "error", stats["error"] saying why and stats["code"] its kind)."""
         tic = time.perf_counter()
         events, self._rejected = self._rejected, []
-        events += self._apply_cancellations()
+        events += self._apply_ends()
+        self._n.steps += 1
+        self._digest = self._state_digest()
         events += self._admit()
         if self._live:
-            events += self._advance()
+            with mx.stream(generation_stream):  # one stream for all model work: its collectives stay in order
+                events += self._read()
+            events += self._decode()
+            if self.ranks > 1:  # the next step's exchange must not run while this step's decode is in flight
+                mx.synchronize(generation_stream)
         self._n.busy_seconds += time.perf_counter() - tic
         return events
 
     def stats(self) -> dict:
         n = self._n
-        decoding = sum(live.decoding for live in self._live.values())
+        reading = sum(live.reading is not None for live in self._live.values())
         return {
-            "active": len(self._live), "decoding": decoding, "prefilling": len(self._live) - decoding,
+            "active": len(self._live), "decoding": len(self._live) - reading, "prefilling": reading,
             "queued": len(self._queue), "prompt_tokens": n.prompt_tokens, "cached_tokens": n.cached_tokens,
-            "tokens_generated": n.generated_tokens,
+            "prefilled_tokens": n.prefilled_tokens, "tokens_generated": n.generated_tokens, "steps": n.steps,
             "tokens_per_s": n.generated_tokens / n.busy_seconds if n.busy_seconds else 0.0,
             "batch_size_peak": n.batch_peak, "loops": n.finishes.counts["loop"],
             "stop_tokens": n.finishes.counts["stop"], "prompt_cache_entries": len(self._cache),
-            "prompt_cache_bytes": self._cache.nbytes, **n.finishes.summary(),
+            "prompt_cache_bytes": self._cache.nbytes, "prompt_cache_limit_bytes": self.prompt_cache_bytes,
+            "prompt_cache": self._cache.kinds(), "max_prompt_tokens": self.max_prompt_tokens,
+            **n.finishes.summary(),
         }
 
     # --- admission ---------------------------------------------------------------------------------------------
 
-    def _check(self, req: GenRequest) -> str | None:
-        """Why a request cannot run, or None."""
+    def _check(self, req: GenRequest) -> tuple[str, str] | None:
+        """(code, why) a request cannot run, or None."""
         tokens = [*req.prompt, *(req.forced or [])]
         if not req.prompt:
-            return "empty prompt"
+            return INTERNAL, "empty prompt"
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in tokens):
-            return f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
+            return INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
-            return f"max_tokens must be a positive integer, got {req.max_tokens!r}"
+            return INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
         if not isinstance(req.seed, int) or not isinstance(req.priority, int):
-            return f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
+            return INTERNAL, f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
         if not (req.temp >= 0 and 0 <= req.top_p <= 1):
-            return f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
+            return INTERNAL, f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):
-            return f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
+            return INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
+        if len(req.prompt) > self.max_prompt_tokens:
+            return TOO_LONG, (f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
+                              f"{self.max_prompt_tokens} (--max-prompt-tokens)")
         return None
 
-    def _known(self) -> set[int]:
-        return set(self._live) | {q[2].rid for q in self._queue}
-
-    def _apply_cancellations(self) -> list[GenEvent]:
-        if not self._cancel:
+    def _apply_ends(self) -> list[GenEvent]:
+        """Finish the requests cancelled or failed since the last step, wherever they are."""
+        if not self._ends:
             return []
+        ends, self._ends = self._ends, {}
         events = []
-        queued = [q for q in self._queue if q[2].rid in self._cancel]
+        queued = [q[2] for q in self._queue if q[2].rid in ends]
         if queued:
-            self._queue = [q for q in self._queue if q[2].rid not in self._cancel]
+            self._queue = [q for q in self._queue if q[2].rid not in ends]
             heapq.heapify(self._queue)
-            events += [self._finish_queued(q[2], "cancelled") for q in queued]
-        running = [rid for rid in self._cancel if rid in self._live]
-        if running:
-            self._gen.remove([self._live[rid].uid for rid in running])
-            events += [self._finish(self._live[rid], "cancelled", "") for rid in sorted(running)]
-        self._cancel.clear()
+            events += [self._finish_queued(req, *ends[req.rid]) for req in queued]
+        running = sorted(rid for rid in ends if rid in self._live)
+        in_generator = [self._live[rid].uid for rid in running if self._live[rid].uid is not None]
+        if in_generator:
+            self._gen.remove(in_generator)
+        events += [self._finish(self._live[rid], *ends[rid]) for rid in running]
         return events
 
-    def _finish_queued(self, req: GenRequest, reason: str, error: str | None = None) -> GenEvent:
-        """End a request that never entered the BatchGenerator."""
+    def _finish_queued(self, req: GenRequest, reason: str, code: str | None = None,
+                       error: str | None = None) -> GenEvent:
+        """End a request that was never admitted."""
         self._n.finishes.add(reason)
         prompt_tokens = len(req.prompt) if isinstance(req.prompt, list) else 0
         stats = {"prompt_tokens": prompt_tokens, "cached_tokens": 0, "generated_tokens": 0,
-                 "batch_size_peak": 0, "prefill_step": 0}
-        return GenEvent(req.rid, "", reason, stats | ({"error": error} if error else {}))
+                 "batch_size_peak": 0, "prefill_step": 0, "prefill_chunks": 0}
+        return GenEvent(req.rid, "", reason, stats | _error(code, error))
 
     def _admit(self) -> list[GenEvent]:
         """Start queued requests, interactive first; background ones never take the reserved slots
         (but always get at least one), so a request for the document being edited never waits
-        for a workspace audit to finish."""
-        events = []
+        for a workspace audit to finish. A request whose prompt starts with a segment another request
+        is reading right now waits until that one has stored it (a step or two), then reads only the rest:
+        the units of a file sent together read the file's shared context once, not once each."""
+        events, waiting = [], []
         background_limit = max(1, self.args.max_concurrency - self.args.interactive_reserve)
         while self._queue and len(self._live) < self.args.max_concurrency:
             priority, _, req = self._queue[0]
             if priority > 0 and len(self._live) >= background_limit:
                 break
-            heapq.heappop(self._queue)
+            entry = heapq.heappop(self._queue)
+            if self._reading_shared_prefix(req):
+                waiting.append(entry)
+                continue
             try:
-                self._insert(req)
+                self._start(req)
             except Exception as e:  # one bad request must not stop the others
                 log.exception("request %s could not be admitted", req.rid)
-                events.append(self._finish_queued(req, "error", f"{type(e).__name__}: {e}"))
+                self._failed[req.rid] = f"{type(e).__name__}: {e}"
+                events.append(self._finish_queued(req, "error", FAILED, self._failed[req.rid]))
+        for entry in waiting:
+            heapq.heappush(self._queue, entry)
         return events
 
-    def _insert(self, req: GenRequest) -> None:
+    def _reading_shared_prefix(self, req: GenRequest) -> bool:
+        """Whether a request being read will store a segment ``req`` starts with, and has not yet."""
+        for live in self._live.values():
+            reading = live.reading
+            if reading is None:
+                continue
+            for s in req.segments:
+                if s in reading.stops and reading.pos < s and req.prompt[:s] == reading.prompt[:s]:
+                    return True
+        return False
+
+    def _start(self, req: GenRequest) -> None:
+        """Admit a request: take the longest stored prefix of ``prompt[:-1]`` (a cache must leave at least
+        one token to feed, and cannot be trimmed) and read the rest chunk by chunk from the next step."""
         prompt = req.prompt
-        # Look up prompt[:-1]: a cache must leave at least one token to feed, and can't be trimmed.
-        cache, rest = self._cache.fetch_nearest_cache(self.model_id, prompt[:-1])
-        cached = len(prompt) - 1 - len(rest) if cache is not None else 0
-        cuts = sorted({s for s in req.segments if cached < s < len(prompt)})
-        bounds = [cached, *cuts, len(prompt)]
-        pieces = [prompt[a:b] for a, b in itertools.pairwise(bounds)]
-        sampler = seeded_sampler(req.temp, req.top_p, req.seed)
+        cache, cached = self._cache.fetch(self.model_id, prompt[:-1])
+        if cache is None:
+            cache = make_prompt_cache(self.model)
+        end = len(prompt) - 1
+        stops = {s: SYSTEM if i == 0 else CONTEXT for i, s in enumerate(req.segments) if cached < s <= end}
+        chunk = prefill.chunk_for(self.args.prefill_step_size, len(prompt), self.args.prefill_context)
+        reading = prefill.Reading(prompt, cache, cached, end, chunk, stops, req.fault)
         processors = [forcing(req.forced, self.eos)] if req.forced is not None else []
-        (uid,) = self._gen.insert_segments(
-            [pieces], max_tokens=[req.max_tokens], caches=[cache], all_tokens=[prompt[:cached]],
-            samplers=[sampler], logits_processors=[processors],
-        )
         self._live[req.rid] = _Live(
-            req, uid, cached, set(cuts), self.tokenizer.detokenizer,
-            LoopDetector(self.args.loop_span, self.args.loop_max_period), self.args.prefill_step_size,
+            req, cached, reading, chunk, seeded_sampler(req.temp, req.top_p, req.seed), processors,
+            self.tokenizer.detokenizer, LoopDetector(self.args.loop_span, self.args.loop_max_period),
         )
-        self._uid_to_rid[uid] = req.rid
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += cached
 
     # --- one step ----------------------------------------------------------------------------------------------
 
-    def _advance(self) -> list[GenEvent]:
-        reading = [live for live in self._live.values() if not live.decoding]
-        if reading:
-            step = prefill_step(self.args.prefill_step_size, max(len(live.req.prompt) for live in reading))
-            self._gen.prefill_step_size = step
-            for live in reading:
-                live.prefill_step = min(live.prefill_step, step)
+    def _read(self) -> list[GenEvent]:
+        """One chunk of every request still reading its prompt, those with the same chunk size together;
+        then every request that is read joins the BatchGenerator."""
+        groups: dict[int, list[_Live]] = {}
+        for live in self._live.values():
+            if live.reading is not None and not live.reading.done:
+                groups.setdefault(live.chunk, []).append(live)
+        events: list[GenEvent] = []
+        for group in groups.values():
+            events += [self._after_chunk(live) for live in self._read_group(group, events)]
+        for live in list(self._live.values()):
+            if live.reading is not None and live.reading.done:
+                try:
+                    self._to_decoder(live)
+                except Exception as e:
+                    events.append(self._fail_now(live, "joining the batch", e))
+        return events
+
+    def _read_group(self, group: list[_Live], events: list[GenEvent]) -> list[_Live]:
+        """One chunk of every request of ``group`` in one pass; the ones read. If the pass fails, each request
+        of a larger group is read alone, so the one that fails on its own fails alone (its event in ``events``)."""
         try:
-            prompt_responses, gen_responses = self._gen.next()
-        except Exception as e:  # the batch is unusable: fail its requests, keep serving new ones
-            if self.ranks > 1:  # unless other ranks are in this batch too: only the scheduler can decide
-                raise
-            log.exception("generation step failed; failing %d requests", len(self._live))
+            prefill.read(self.model, [live.reading for live in group])
+            return group
+        except Exception as e:
+            if len(group) == 1:
+                events.append(self._fail_now(group[0], "prefill", e))
+                return []
+        done = []
+        for live in group:
+            try:
+                prefill.read(self.model, [live.reading])
+                done.append(live)
+            except Exception as e:
+                events.append(self._fail_now(live, "prefill", e))
+        return done
+
+    def _after_chunk(self, live: _Live) -> GenEvent:
+        reading = live.reading
+        live.chunks += 1
+        self._n.prefilled_tokens += reading.last
+        kind = reading.stops.get(reading.pos)
+        if kind is not None:
+            self._keep(reading.prompt[: reading.pos], reading.cache, kind)
+        return GenEvent(live.req.rid, "", progress=("prefill", reading.pos, reading.end))
+
+    def _to_decoder(self, live: _Live) -> None:
+        """Hand a read prompt to the BatchGenerator, its last token still to feed."""
+        reading, req = live.reading, live.req
+        (uid,) = self._gen.insert_segments(
+            [[reading.prompt[reading.end:]]], max_tokens=[req.max_tokens], caches=[reading.cache],
+            all_tokens=[reading.prompt[: reading.end]], samplers=[live.sampler],
+            logits_processors=[live.processors],
+        )
+        live.uid, live.reading = uid, None
+        self._uid_to_rid[uid] = req.rid
+
+    def _decode(self) -> list[GenEvent]:
+        if not any(live.uid is not None for live in self._live.values()):
+            return []
+        try:
+            _, responses = self._gen.next()
+        except Exception as e:  # the batch is unusable: fail the requests decoding in it, keep serving
+            log.exception("decode step failed")
             self._gen = self._new_generator()
-            return [self._finish(live, "error", "", f"generation failed: {type(e).__name__}: {e}")
-                    for live in list(self._live.values())]
-        self._store_segments(prompt_responses)
-        batch = len(gen_responses)
+            return [self._fail_now(live, "decode", e) for live in list(self._live.values()) if live.uid is not None]
+        batch = len(responses)
         self._n.batch_peak = max(self._n.batch_peak, batch)
         events, ended = [], []
-        for r in gen_responses:
+        for r in responses:
             live = self._live.get(self._uid_to_rid.get(r.uid))
             if live is None:
                 continue
             try:
                 event = self._on_token(live, r, batch)
             except Exception as e:
-                log.exception("request %s failed after a token", live.req.rid)
                 if live.req.rid not in self._live:
+                    log.exception("request %s failed after it finished", live.req.rid)
                     continue
-                event = self._finish(live, "error", "", f"{type(e).__name__}: {e}")
+                event = self._fail_now(live, "after a token", e)
                 ended.append(live.uid)
             if event.finish == "loop":
                 ended.append(live.uid)
-            if event.text or event.finish:
+            if event.text or event.finish or event.progress:
                 events.append(event)
         if ended:
             self._gen.remove(ended)
         return events
 
-    def _store_segments(self, prompt_responses) -> None:
-        """Keep the cache at every requested segment end a prefill chunk just reached."""
-        for r in prompt_responses:
-            live = self._live.get(self._uid_to_rid.get(r.uid))
-            if live is None or not r.end_of_segment or r.end_of_prompt:
-                continue
-            if live.cached + r.progress[0] not in live.store_at:
-                continue
-            for cache, tokens in self._gen.extract_cache([r.uid]).values():
-                self._keep_cache(list(tokens), cache, "system" if len(tokens) == min(live.store_at) else "user")
+    def _fail_now(self, live: _Live, where: str, e: Exception) -> GenEvent:
+        """A step of this request raised: it ends with "error" here, and outcome() tells the other ranks. A
+        collective that failed (a peer is gone) is no request's fault: it goes up to the scheduler, which ends
+        the pair with a rank failure."""
+        if self.ranks > 1 and dist.link_error(e):
+            raise e
+        if where != "decode":
+            log.exception("request %s failed in %s", live.req.rid, where, exc_info=e)
+        error = f"{where} failed: {type(e).__name__}: {e}"[:500]
+        self._failed[live.req.rid] = error
+        return self._finish(live, "error", FAILED, error)
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
-        live.decoding = True
         live.generated.append(r.token)
         live.batch_peak = max(live.batch_peak, batch)
         self._n.generated_tokens += 1
         detok = live.detokenizer
         if r.finish_reason == "stop":  # the stop token itself is not text
             detok.finalize()
-            return self._finish(live, "stop", detok.last_segment, cache=(r.all_tokens, r.prompt_cache))
+            return self._finish(live, "stop", text=detok.last_segment, cache=(r.all_tokens, r.prompt_cache))
         detok.add_token(r.token)
         if r.finish_reason == "length":
             detok.finalize()
-            return self._finish(live, "length", detok.last_segment, cache=(r.all_tokens, r.prompt_cache))
+            return self._finish(live, "length", text=detok.last_segment, cache=(r.all_tokens, r.prompt_cache))
         if live.loop.add(r.token):
             detok.finalize()
-            return self._finish(live, "loop", detok.last_segment)
-        return GenEvent(live.req.rid, detok.last_segment)
+            return self._finish(live, "loop", text=detok.last_segment)
+        progress = None
+        generated = len(live.generated)
+        if generated == 1 or generated % DECODE_PROGRESS_EVERY == 0:
+            progress = ("decode", generated, live.req.max_tokens)
+        return GenEvent(live.req.rid, detok.last_segment, progress=progress)
 
-    def _finish(self, live: _Live, reason: str, text: str, error: str | None = None, cache=None) -> GenEvent:
+    def _finish(self, live: _Live, reason: str, code: str | None = None, error: str | None = None,
+                text: str = "", cache=None) -> GenEvent:
         """End a live request: forget it, count it, and keep its cache (prompt + generation)."""
-        del self._live[live.req.rid]
-        del self._uid_to_rid[live.uid]
+        rid = live.req.rid
+        del self._live[rid]
+        self._uid_to_rid.pop(live.uid, None)
         self._n.finishes.add(reason)
-        event = GenEvent(live.req.rid, text, reason, live.stats() | ({"error": error} if error else {}),
-                         list(live.generated))
+        event = GenEvent(rid, text, reason, live.stats() | _error(code, error), tokens=list(live.generated))
         if cache is not None and cache[1] is not None:
-            self._keep_cache(list(cache[0]), cache[1], "assistant")
+            tokens = list(cache[0])
+            if self._keep(tokens, cache[1], CONTINUATION):
+                self._continuations[rid] = tokens
+                while len(self._continuations) > 4 * self.args.prompt_cache_size:  # never released: forget
+                    del self._continuations[next(iter(self._continuations))]
         return event
 
-    def _keep_cache(self, tokens: list[int], cache, kind: str) -> None:
+    def _keep(self, tokens: list[int], cache, kind: str) -> bool:
         """Store a prompt cache; a failure costs only a later cache miss, never a request its finish."""
         try:
-            self._cache.insert_cache(self.model_id, tokens, cache, cache_type=kind)
+            self._cache.store(self.model_id, tokens, cache, kind)
+            return True
         except Exception:
             log.exception("could not keep a %s prompt cache of %d tokens", kind, len(tokens))
+            return False
 
+    def _state_digest(self) -> str:
+        """What every rank in lockstep has identically at the start of a step."""
+        live = tuple((rid, len(x.generated), x.reading.pos if x.reading else -1) for rid, x in self._live.items())
+        state = (self._n.steps, live, sorted(q[2].rid for q in self._queue), len(self._cache), self._cache.nbytes)
+        return hashlib.blake2b(repr(state).encode(), digest_size=8).hexdigest()
+
+
+def _default_cache_bytes(model, group) -> int:
+    """memory.prompt_cache_bytes for this rank's weights; on several ranks the smallest of them, since every
+    rank must evict the same entries."""
+    weights = sum(x.nbytes for _, x in tree_flatten(model.parameters()))
+    budget = memory.prompt_cache_bytes(weights)
+    return min(dist.gather(budget, group)) if group is not None and group.size() > 1 else budget
+
+
+def _error(code: str | None, error: str | None) -> dict:
+    return {"error": error, "code": code} if error else {}

@@ -1,9 +1,12 @@
 """The ranks of `k3-backend serve` under `mlx.launch`: one scheduling step, shared by all ranks in lockstep.
 
 Rank 0 owns the ROUTER and the job table; its scheduler thread takes each turn's Commands and `Link.lead`
-shares them with every rank (`backend.dist.share`), so every rank applies the same submits and cancels
-(a cancel is just a command: it works distributed) and calls `engine.step()` with identical batches and
-per-request seeds. Followers run the same Scheduler loop with `Link.follow` as its exchange.
+exchanges them with every rank (`backend.dist.exchange`: one collective per step), so every rank applies
+the same submits, cancels and releases (a cancel is just a command: it works distributed) and calls
+`engine.step()` with identical batches and per-request seeds. In the same collective every rank sends the
+outcome of its last step (the requests that failed in it, a digest of its state): the scheduler fails on
+every rank what failed on one, and a rank whose digest differs is out of lockstep. Followers run the same
+Scheduler loop with `Link.follow` as its exchange.
 
 Idle ranks must not spin: a ring collective that waits for a peer busy-polls a core (measured: 2.2 s of
 CPU in a 3 s wait), so an idle follower never waits inside one. Whenever the engine is idle before a turn
@@ -11,7 +14,8 @@ CPU in a 3 s wait), so an idle follower never waits inside one. Whenever the eng
 socket and the followers block on that socket, which costs nothing. While the engine is busy every rank
 goes straight into the collective, as it computes anyway.
 
-Failures: a collective with a dead peer raises (ring: "connection to a peer was lost"); a hung peer never
+Failures: a request whose step fails is failed on every rank (backend/scheduler.py) and the pair goes on. A
+collective with a dead peer raises (ring: "connection to a peer was lost"); a hung peer never
 answers, so rank 0's watchdog fails the pair when a turn runs longer than `rank_timeout`. Rank 0 sends a
 wake-up and an empty turn every `tick` seconds while idle, so a dead peer is found without a request and
 a follower that hears nothing for several ticks knows rank 0 is gone. Either way the process exits
@@ -29,7 +33,7 @@ import mlx.core as mx
 import zmq
 
 from backend import dist
-from backend.engine import Engine
+from backend.engine import Engine, Outcome
 from backend.scheduler import Commands, RankFailure, Scheduler
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,9 @@ class Link:
         self._ctx = zmq.Context()
         self._sock: zmq.Socket | None = None
         self._followers: list[bytes] = []
+        self.turns = 0  # exchanges of a step
+        self.collectives = 0  # all_sums they took
+        self.seconds = 0.0  # time spent in them (waiting for the slowest rank included)
 
     def connect(self) -> None:
         """Rank 0 binds a ROUTER on its own address; each follower connects and says hello (bounded)."""
@@ -73,29 +80,43 @@ class Link:
         route, _ = self._sock.recv_multipart()
         return route
 
-    def lead(self, commands: Commands) -> Commands:
-        """Rank 0's exchange: wake idle followers, then share this turn's commands with them."""
+    def lead(self, commands: Commands, outcome: Outcome) -> tuple[Commands, list[Outcome]]:
+        """Rank 0's exchange: wake idle followers, then send this turn's commands and its outcome, receive theirs."""
         try:
             if not self.engine.busy():
                 for route in self._followers:
                     self._sock.send_multipart([route, WAKE])
-            return dist.share(commands, self.group)
+            (_, first), *others = self._exchange((commands, outcome))
         except (RuntimeError, zmq.ZMQError) as exc:
             raise RankFailure(f"sharing a step with the other ranks failed: {exc}") from exc
+        return commands, [first, *others]
 
-    def follow(self, _none: Commands) -> Commands:
-        """A follower's exchange: when idle wait (without spinning) for rank 0's wake-up, then receive."""
+    def follow(self, _none: Commands, outcome: Outcome) -> tuple[Commands, list[Outcome]]:
+        """A follower's exchange: when idle wait (without spinning) for rank 0's wake-up, then exchange."""
         try:
             if not self.engine.busy():
                 if not self._sock.poll(int(self.tick * 4 * 1000)):
                     raise RankFailure(f"rank 0 sent nothing for {self.tick * 4:g} s")
                 self._sock.recv()
-            commands = dist.share(None, self.group)
+            first, *others = self._exchange(outcome)
         except (RuntimeError, zmq.ZMQError) as exc:
             raise RankFailure(f"receiving a step from rank 0 failed: {exc}") from exc
-        if not isinstance(commands, Commands):
-            raise RankFailure(f"rank 0 sent {type(commands).__name__}, not Commands")
-        return commands
+        if not (isinstance(first, tuple) and len(first) == 2 and isinstance(first[0], Commands)):
+            raise RankFailure(f"rank 0 sent {type(first).__name__}, not (Commands, Outcome)")
+        commands, leader = first
+        return commands, [leader, *others]
+
+    def _exchange(self, mine) -> list:
+        tic = time.perf_counter()
+        shared, collectives = dist.exchange(mine, self.group)
+        self.seconds += time.perf_counter() - tic
+        self.turns += 1
+        self.collectives += collectives
+        return shared
+
+    def stats(self) -> dict:
+        return {"turns": self.turns, "collectives": self.collectives,
+                "ms_per_turn": round(1000 * self.seconds / self.turns, 3) if self.turns else 0.0}
 
     def close(self) -> None:
         if self._sock is not None:

@@ -31,7 +31,7 @@ from mlx_lm.tool_parsers import kimi_k3
 from backend import channels
 from k3lsp.protocol import EFFORTS
 
-PROMPT_VERSION = "k3lsp-audit-2"
+PROMPT_VERSION = "k3lsp-audit-3"
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
@@ -113,10 +113,11 @@ def defuse(text: str, specials: tuple[str, ...]) -> str:
 
 
 def numbered(code: str) -> str:
-    """The unit with 1-based line numbers, the numbering findings use."""
+    """The unit with 1-based line numbers, the numbering findings use: ``12|`` and the line as it is. No
+    padding and no space after the bar: on zlib's gzread.c that costs 1.12 tokens per unit token instead of
+    1.17 (bench/prefill_efficiency.py), and indentation stays the code's own."""
     lines = code.splitlines() or [""]
-    width = len(str(len(lines)))
-    return "\n".join(f"{i:>{width}}| {line}" for i, line in enumerate(lines, 1))
+    return "\n".join(f"{i}|{line}" for i, line in enumerate(lines, 1))
 
 
 def _context_message(path: str, context: str, specials: tuple[str, ...]) -> dict:

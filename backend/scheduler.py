@@ -4,16 +4,21 @@ mlx compute blocks for a whole step, so the Engine lives in ONE dedicated thread
 for pings, cancels and other clients while a batch decodes. The thread sleeps on a condition when there is
 nothing to do (no spinning core), and each turn of its loop:
 
-1. takes the commands that arrived since the last step (new requests, cancellations),
-2. passes them through ``exchange`` - the one hook where, on the Mac pair, rank 0 shares exactly these
-   commands with every rank (``backend/pair.py``) so that all ranks call ``engine.step()`` with the same input,
-3. applies them to the engine and runs one ``engine.step()``,
-4. hands the step's events to the event loop with ``call_soon_threadsafe``.
+1. takes the commands that arrived since the last step (new requests, cancellations, releases),
+2. passes them, with the engine's ``Outcome`` of its last step, through ``exchange`` - the one hook where, on
+   the Mac pair, rank 0 shares exactly these commands with every rank and every rank its outcome
+   (``backend/pair.py``, one collective), so that all ranks call ``engine.step()`` with the same input,
+3. reconciles the outcomes: a request that failed on any rank is failed on every rank, before the step, with
+   an error for that request only; a rank whose state digest differs is out of lockstep,
+4. applies the commands to the engine and runs one ``engine.step()``,
+5. hands the step's events to the event loop with ``call_soon_threadsafe``.
 
-An exception from the engine never ends the thread: the affected requests finish with ``error`` and the
-loop goes on. Except on several ranks: there a failed exchange or step means the ranks are no longer in
-lockstep (a peer died, the link broke), so the thread raises ``RankFailure`` to ``on_failure`` and ends;
-rank 0 then fails every request and exits for a supervisor to restart the pair (backend/pair.py).
+A failure of a request never ends the thread: it finishes with ``error`` and the others go on, on one rank
+or many (``engine.step()`` contains its own failures; if it raised anyway, every request it held fails).
+Only a broken exchange (a peer died, the link failed) or ranks out of lockstep raise ``RankFailure`` to
+``on_failure`` and end the thread; rank 0 then fails every request and exits for a supervisor to restart
+the pair (backend/pair.py). A collective failing inside a step (a peer died mid-step) is a broken exchange
+too: its requests end with ``rank_failure`` (send again once the pair is back), not ``failed`` (never again).
 
 On a follower rank (``leader=False``) the same loop runs on the main thread with no event loop: it takes
 no commands of its own, every turn's commands come from the exchange, and its events are only logged.
@@ -32,7 +37,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from backend.engine import Engine, GenEvent, GenRequest
+from backend import dist
+from backend.engine import Engine, GenEvent, GenRequest, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +49,24 @@ class Commands:
 
     submits: list[GenRequest] = field(default_factory=list)
     cancels: list[int] = field(default_factory=list)
+    releases: list[int] = field(default_factory=list)  # conversations that are over (their continuation cache)
     stop: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.submits or self.cancels or self.stop)
+        return bool(self.submits or self.cancels or self.releases or self.stop)
 
 
-Exchange = Callable[[Commands], Commands]
+# (rank 0's commands or nothing, this rank's outcome) -> (the commands every rank runs, every rank's outcome)
+Exchange = Callable[[Commands, Outcome], tuple[Commands, list[Outcome]]]
 
 
 class RankFailure(RuntimeError):
-    """The ranks cannot go on in lockstep: a peer died, the link failed or timed out, or a step failed."""
+    """The ranks cannot go on in lockstep: a peer died, the link failed or timed out, or their states differ."""
 
 
-def local_exchange(commands: Commands) -> Commands:
+def local_exchange(commands: Commands, outcome: Outcome) -> tuple[Commands, list[Outcome]]:
     """One rank: the commands rank 0 collected are the commands every rank runs."""
-    return commands
+    return commands, [outcome]
 
 
 class Scheduler:
@@ -127,6 +135,11 @@ class Scheduler:
             self._pending.cancels.append(rid)
             self._cond.notify()
 
+    def release(self, rid: int) -> None:
+        """The conversation whose last generation was ``rid`` is over: the engine may drop its continuation."""
+        with self._cond:
+            self._pending.releases.append(rid)
+
     async def stream(self, req: GenRequest) -> AsyncIterator[GenEvent]:
         """Submit ``req`` and yield its events up to and including the finishing one.
 
@@ -154,6 +167,9 @@ class Scheduler:
             waiting = len(self._pending.submits)
         snap.update(steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting,
                     batch_peak=self._batch_peak)
+        link = getattr(self._exchange, "__self__", None)
+        if hasattr(link, "stats"):
+            snap["link"] = link.stats()
         return snap
 
     def _deliver(self, events: list[GenEvent]) -> None:
@@ -204,11 +220,12 @@ class Scheduler:
             mx.clear_streams()
 
     def _turn(self, in_flight: set[int]) -> bool:
-        """One turn: take and exchange commands, apply them, step; True when told to stop."""
+        """One turn: take and exchange commands and outcomes, reconcile, apply, step; True when told to stop."""
         commands = self._take()
         self.busy_since = time.monotonic()
         try:
-            commands = self._exchange(commands)
+            commands, outcomes = self._exchange(commands, self.engine.outcome())
+            self._reconcile(outcomes)
             events = self._apply(commands, in_flight)
             if commands.stop:
                 self._post(events + self._drain(in_flight))
@@ -219,6 +236,26 @@ class Scheduler:
             self.busy_since = None
         self._post(events)
         return False
+
+    def _reconcile(self, outcomes: list[Outcome]) -> None:
+        """Every rank's last step must have started from the same state; what failed on one rank fails on all.
+
+        A request that failed on every rank (a deterministic failure) leaves the ranks as alike as before. One
+        that failed on some ranks only may have left a prompt cache behind on the others (it finished there),
+        so then every rank forgets its prompt cache, and they are alike again.
+        """
+        digests = {o.digest for o in outcomes}
+        if len(digests) > 1:
+            raise RankFailure(f"the ranks are out of lockstep: their states differ ({', '.join(sorted(digests))})")
+        failed: dict[int, str] = {}
+        for rank, outcome in enumerate(outcomes):
+            for rid, why in outcome.failed.items():
+                failed.setdefault(rid, why if len(outcomes) == 1 else f"on rank {rank}: {why}")
+        if any(outcome.failed.keys() != failed.keys() for outcome in outcomes):
+            log.warning("requests %s failed on some ranks only: every rank drops its prompt cache", sorted(failed))
+            self.engine.clear_prompt_cache()
+        for rid, why in failed.items():
+            self.engine.fail(rid, why)
 
     def _apply(self, commands: Commands, in_flight: set[int]) -> list[GenEvent]:
         events = []
@@ -237,20 +274,22 @@ class Scheduler:
         for rid in cancels:
             if rid in in_flight:
                 self._guard(self.engine.cancel, rid)
+        for rid in commands.releases:
+            self._guard(self.engine.release, rid)
         return events
 
     def _step(self, in_flight: set[int]) -> list[GenEvent]:
         try:
             events = self.engine.step()
         except Exception as exc:
-            if self.engine.ranks > 1:  # the other ranks did not fail the same way: no longer in lockstep
-                raise RankFailure(f"engine step failed: {exc}") from exc
-            # step() should contain per-request failures itself; if it did not, we cannot tell which
-            # request broke it, so every request of this step fails and its slot is released.
+            # step() contains per-request failures itself; if it raised anyway, which request broke it is
+            # unknown: every request of this step fails, on this rank now and, through outcome(), on the others.
+            # Unless a collective of the step failed (a peer died mid-step): the link is unusable (the next
+            # exchange would block), so that is a rank failure.
+            if self.engine.ranks > 1 and dist.link_error(exc):
+                raise RankFailure(f"engine step failed: {type(exc).__name__}: {exc}"[:500]) from exc
             log.exception("engine step failed; failing %d requests", len(in_flight))
-            for rid in in_flight:
-                self._guard(self.engine.cancel, rid)
-            return self._finish_all(in_flight, "error", f"engine step failed: {exc}"[:500])
+            events = self.engine.abandon(f"engine step failed: {type(exc).__name__}: {exc}"[:500])
         self._steps += 1
         for event in events:
             if event.finish is not None:

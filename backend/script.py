@@ -12,7 +12,9 @@ The n-th generation of a request (audit or explain) for a matching unit (the fir
 wins) is forced to ``encode(turn n)``, then the end of message (the engine's forcing processor appends
 eos). A turn may instead be ``{"repeat": "<text>", "tokens": N}``: the text's tokens repeated to N tokens,
 a generation that loops (for the loop guard, which fires long before the end of message when N is large
-enough). Generations past the last turn, and units no entry matches, get the model's own output.
+enough). A turn ``{"fail": "<message>"}`` makes that generation's first prefill chunk raise, on every rank:
+a deterministic failure of one request, for tests of fault containment. Generations past the last turn, and
+units no entry matches, get the model's own output.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ class Repeat:
     tokens: int
 
 
-Turn = str | Repeat
+@dataclass(frozen=True)
+class Fail:
+    message: str
+
+
+Turn = str | Repeat | Fail
 
 
 @dataclass(frozen=True)
@@ -57,12 +64,18 @@ class Script:
     def forced(self, tokenizer, unit: str, n: int) -> list[int] | None:
         """The token ids the engine must emit for the n-th generation of ``unit`` (before eos), or None."""
         turn = self.turn(unit, n)
-        if turn is None:
+        if turn is None or isinstance(turn, Fail):
             return None
         if isinstance(turn, Repeat):
             period = _encode(tokenizer, turn.text)
             return (period * (turn.tokens // len(period) + 1))[: turn.tokens]
         return _encode(tokenizer, turn)
+
+
+    def fault(self, unit: str, n: int) -> str | None:
+        """The failure the n-th generation of ``unit`` must raise, or None."""
+        turn = self.turn(unit, n)
+        return turn.message if isinstance(turn, Fail) else None
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -96,10 +109,13 @@ def _entry(item: object, where: str) -> Entry:
 def _turn(turn: object, where: str) -> Turn:
     if isinstance(turn, str) and turn:
         return turn
+    if isinstance(turn, dict) and isinstance(turn.get("fail"), str) and turn["fail"]:
+        return Fail(turn["fail"])
     if isinstance(turn, dict) and isinstance(turn.get("repeat"), str) and turn["repeat"]:
         tokens = turn.get("tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool) and 1 <= tokens <= MAX_REPEAT_TOKENS:
             return Repeat(turn["repeat"], tokens)
     raise ScriptError(
-        f"script{where}: a turn is a non-empty string or {{\"repeat\": str, \"tokens\": 1..{MAX_REPEAT_TOKENS}}}"
+        f"script{where}: a turn is a non-empty string, {{\"repeat\": str, \"tokens\": 1..{MAX_REPEAT_TOKENS}}} "
+        "or {\"fail\": str}"
     )

@@ -63,7 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="append every finished conversation to this JSON-lines file (fidelity record --traces)")
     p.add_argument("--temp", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-concurrency", type=int, default=8, help="sequences decoded in one batch")
+    p.add_argument("--max-concurrency", type=int, default=8, help="requests admitted at once (reading or decoding)")
+    p.add_argument("--max-prompt-tokens", type=int, default=0,
+                   help="longer prompts are refused (error too_long) before any work; default: the model's "
+                        "context length less the largest token budget (--max-tokens, or the max effort's)")
+    p.add_argument("--prompt-cache-size", type=int, default=16, help="stored prompt prefixes (prompt cache entries)")
+    p.add_argument("--prompt-cache-bytes", type=int, default=0,
+                   help="bytes the prompt cache may hold per rank; default: half the memory left after the "
+                        "weights (the headroom `doctor` reports), the smallest of all ranks")
     p.add_argument("--max-open-per-client", type=int, default=16, help="open requests per client")
     p.add_argument("--max-tool-rounds", type=int, default=4, help="continuations after tool results")
     p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
@@ -125,9 +132,11 @@ def _reserve_stdio() -> TextIO:
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
-    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client"):
+    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "prompt_cache_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if args.max_prompt_tokens < 0 or args.prompt_cache_bytes < 0:
+        return "--max-prompt-tokens and --prompt-cache-bytes must be >= 0 (0: the default)"
     try:
         effort_budgets(args.effort_tokens)
     except ValueError as exc:
@@ -186,7 +195,9 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
         _log_rank(group.rank(), group.size())
     engine_args = EngineArgs(model=args.model, max_tokens=_agent_config(args).budget("max"), temp=args.temp,
                              top_p=args.top_p, prefill_step_size=args.prefill_step_size,
-                             max_concurrency=args.max_concurrency, trust_remote_code=args.trust_remote_code)
+                             max_concurrency=args.max_concurrency, max_prompt_tokens=args.max_prompt_tokens,
+                             prompt_cache_size=args.prompt_cache_size, prompt_cache_bytes=args.prompt_cache_bytes,
+                             trust_remote_code=args.trust_remote_code)
     try:
         if ranks is None or group.rank() == 0:
             return await _lead(engine_args, ranks, args, script, ready)

@@ -9,10 +9,11 @@ its own rank 0.
 
 A run that ends with every rank at 0 was stopped on purpose: the supervisor ends too, with 0. Any other end
 is a failure, described by its kind (`Run.kind`): whether the pair had printed its ready line ("at start" or
-"while serving") and the codes the ranks ended with on their own. The pair is started again after a backoff that doubles from --backoff up to
---backoff-max; a run that served for --healthy-after seconds resets the backoff and the count. After
---max-failures failures of the same kind in a row the supervisor gives up, exits 1 and says why, with the last
-lines of the pair's log: restarting a pair that fails the same way every time only hides the reason.
+"while serving") and the codes the ranks ended with on their own. The pair is started again after a backoff
+that doubles from --backoff up to --backoff-max; a run that served for --healthy-after seconds resets the
+backoff and the count. After --max-failures failures of the same kind in a row the supervisor gives up, exits
+1 and says why, with the last lines of the pair's log: restarting a pair that fails the same way every time
+only hides the reason.
 
 The launcher runs in a session of its own with its standard input a pipe that stays open (with stdin at EOF
 its input loop spins, see hostfiles/README.md). SIGTERM or SIGINT stops the pair (SIGTERM to the launcher's

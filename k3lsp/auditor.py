@@ -9,7 +9,10 @@ the daemon cut short (deadline, token or tool-round budget, loop guard) is shown
 reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
 "no findings".
 
-Connection problems are the normal case for a daemon on another machine: they end an audit with one
+Errors come in three kinds (``k3lsp.protocol``): a transient one (the daemon restarts, its queue is full) is
+retried after a backoff, a bounded number of times (RETRY_DELAYS); a request-level one fails that unit only
+and is never retried (a unit too long to audit is remembered, so it is not even sent again); a set-up one
+(keys, versions) is not retried. When the daemon cannot serve at all, the audit ends with one
 :class:`BackendUnavailable` (after the cached units were delivered), the state is reported through
 ``on_state``, and the next audit simply tries again (the client's socket reconnects by itself).
 """
@@ -34,14 +37,11 @@ from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
 
-# Codes that say the daemon as a whole cannot serve us (as opposed to one request failing).
-# Errors that say the backend as a whole cannot serve (not that one unit failed): the editor shows one
-# message, keeps cached findings and retries later. `rank_failure`: one rank of a Mac pair died; `load_failed`:
-# the daemon could not load its model; `loading`: it is still loading and a request waited longer than it allows.
-CONNECTION_CODES = frozenset(
-    {"unreachable", "down", "version", "unauthorized", "server_key", "security_mismatch", "keys", "shutdown",
-     "rank_failure", "loading", "load_failed"}
-)
+# Codes that say the daemon as a whole cannot serve us now (as opposed to one request failing): the editor
+# shows one message, keeps cached findings and retries later. Among them `loading` (the daemon is still reading
+# its model and a request waited longer than it allows) and `load_failed` (it could not load its model and exits).
+CONNECTION_CODES = protocol.TRANSIENT_CODES | protocol.SETUP_CODES
+RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
 COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
@@ -55,19 +55,28 @@ class BackendUnavailable(Exception):
         self.code = code
 
 
+class _Transient(BackendUnavailable):
+    """A transient error of one attempt (``code`` in protocol.TRANSIENT_CODES): worth another, later."""
+
+
 @dataclass(frozen=True)
 class UnitResult:
-    """The raw findings for one unit (protocol-valid, lines relative to the unit) and where they came from."""
+    """The raw findings for one unit (protocol-valid, lines relative to the unit) and where they came from.
+
+    ``refusal`` is set (and ``findings`` empty) for a unit the daemon refused as too long to audit.
+    """
 
     unit: Unit
     findings: list[dict]
     cached: bool
     stats: dict = field(default_factory=dict)
+    refusal: str | None = None
 
     @property
     def cut_short(self) -> str | None:
-        """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete."""
-        return cut_short(self.stats)
+        """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete,
+        or never started (a refusal)."""
+        return None if self.refusal is not None else cut_short(self.stats)
 
     @property
     def over_limit(self) -> int:
@@ -82,6 +91,21 @@ def cut_short(stats: dict) -> str | None:
     if reason == COMPLETE:
         return None
     return reason[:64] if isinstance(reason, str) and reason else "unknown"
+
+
+Progress = Callable[[Unit, dict], None]  # (unit, the daemon's progress message)
+
+
+def describe(unit: Unit, progress: dict) -> str:
+    """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens``, or while the daemon
+    loads ``copy_msg: backend loading (42 %, weights)`` (the daemon's words sanitised, like all its text)."""
+    stage, done, total = progress["stage"], progress.get("tokens"), progress.get("total")
+    if stage in ("prefill", "decode") and done is not None and total:
+        return sanitize.line(f"{unit.name}: {stage} {done:,}/{total:,} tokens")
+    if stage == "loading" and progress.get("detail"):  # the daemon's own words: backend loading (42 %, ...)
+        return sanitize.line(f"{unit.name}: {progress['detail']}")
+    detail = f" {progress['detail']}" if stage == "tool" and progress.get("detail") else ""
+    return sanitize.line(f"{unit.name}: {stage}{detail}")
 
 
 @dataclass(frozen=True)
@@ -104,6 +128,8 @@ class Counters:
     incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
     cancelled: int = 0
     failed: int = 0
+    refused: int = 0  # too long to audit: not sent again
+    retries: int = 0  # attempts repeated after a transient error
     findings: int = 0
     over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
@@ -180,6 +206,7 @@ class Auditor:
         self._state, self._message = "disconnected", not_connected(options.endpoint)
         self._percent: int | None = None
         self._load_watch: asyncio.Task | None = None
+        self._refused: dict[tuple, str] = {}  # (unit key, result key, prompt limit) -> the refusal
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -274,9 +301,14 @@ class Auditor:
     def _unavailable(self, code: str, message: str) -> BackendUnavailable:
         self._connected = False
         where = "" if self.options.endpoint in message else f" at {self.options.endpoint}"
-        text = sanitize.line(f"k3 audit backend{where}: {message}")
+        text = message if message.startswith("k3 audit backend") else f"k3 audit backend{where}: {message}"
+        text = sanitize.line(text)
         self._set_state(state_for(code), text)
         return BackendUnavailable(code, text)
+
+    def _refusal_key(self, unit: Unit) -> tuple:
+        """A refusal holds for this unit's text under this result key (model, prompt version...) and prompt limit."""
+        return unit.key, self._result_key, self.welcome["limits"].get("max_prompt_tokens")
 
     # --- audits ------------------------------------------------------------------------------------------
 
@@ -297,6 +329,10 @@ class Auditor:
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
+            refusal = self._refused.get(self._refusal_key(unit))
+            if refusal is not None:  # even when forced: it would be refused the same way
+                hits.append(UnitResult(unit, [], cached=True, refusal=refusal))
+                continue
             hit = next((row for key in keys if (row := self.cache.get(unit.key, key)) is not None), None)
             if hit is None:
                 misses.append(unit)
@@ -306,7 +342,8 @@ class Auditor:
         return Lookup(hits, misses, down)
 
     async def audit(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
         found = await self.lookup(units, priority=priority)
@@ -314,19 +351,22 @@ class Auditor:
             yield hit
         if found.misses and found.down is not None:
             raise found.down
-        async with contextlib.aclosing(self.audit_uncached(root, path, found.misses, priority=priority)) as results:
-            async for result in results:
+        results = self.audit_uncached(root, path, found.misses, priority=priority, on_progress=on_progress)
+        async with contextlib.aclosing(results) as stream:
+            async for result in stream:
                 yield result
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive"
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Send units to the daemon (bounded, by priority) and yield their results as they finish.
 
-        ``path`` is workspace-relative (what the model and its tools see). Raises BackendUnavailable once the
-        daemon cannot be used; leaving early or cancelling the caller cancels the requests on the daemon.
+        ``path`` is workspace-relative (what the model and its tools see). ``on_progress`` gets the daemon's
+        progress messages (prefill, decode) per unit. Raises BackendUnavailable once the daemon cannot be used;
+        leaving early or cancelling the caller cancels the requests on the daemon.
         """
-        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority)) for unit in units]
+        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority, on_progress)) for unit in units]
         try:
             for next_done in asyncio.as_completed(tasks):
                 result = await next_done
@@ -337,48 +377,70 @@ class Auditor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str) -> UnitResult | None:
+    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str,
+                         on_progress: Progress | None) -> UnitResult | None:
+        """One unit, retried after a transient error (RETRY_DELAYS), never after a request-level one."""
+        async with self._slots.hold(priority):
+            for delay in (*RETRY_DELAYS, None):
+                try:
+                    return await self._request(root, path, unit, priority, on_progress)
+                except _Transient as exc:
+                    if delay is None:
+                        raise self._unavailable(exc.code, str(exc)) from None
+                    log.info("audit of %s: %s (%s); trying again in %g s", unit.name, exc, exc.code, delay)
+                    self.counters.retries += 1
+                    await asyncio.sleep(delay)
+        return None
+
+    async def _request(self, root: Path | None, path: str, unit: Unit, priority: str,
+                       on_progress: Progress | None) -> UnitResult | None:
         fields = {
             "path": path,
             "unit": unit.name,
             "code": unit.text,
-            "context": unit.context,
+            "context": unit.sent_context,  # the file's shared declarations: one cached prefix per file
             "first_line": unit.start_line + 1,
             "priority": priority,
             "thinking_effort": self.options.effort(priority),
         }
         findings: list[dict] = []
         bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
-        async with self._slots.hold(priority):
-            try:
-                self.counters.sent += 1
-                stream = self._client.stream("audit", fields, tools=lambda req: self._tool(root, req))
-                async with contextlib.aclosing(stream) as messages:
-                    async for message in messages:
-                        kind = message["kind"]
-                        if kind == "finding":
-                            why = bounds.admit(message["finding"])
-                            if why is None:
-                                findings.append(message["finding"])
-                            elif bounds.dropped == 1:
-                                log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
-                        elif kind == "done":
-                            stats = bounded_stats(message["stats"])
-                            if bounds.dropped:
-                                stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
-                            return self._store(unit, findings, stats, fields["thinking_effort"])
-                        elif kind == "cancelled":
-                            self.counters.cancelled += 1
-                            return None
-                        elif kind == "error":
-                            return self._failed(unit, message["code"], message["message"])
-            except asyncio.CancelledError:
-                self.counters.cancelled += 1
-                raise
-            except BackendError as exc:
-                return self._failed(unit, exc.code, str(exc))
-            except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
-                return self._failed(unit, "protocol", str(exc))
+        try:
+            await self.connect()
+            self.counters.sent += 1
+            stream = self._client.stream("audit", fields, tools=lambda req: self._tool(root, req))
+            async with contextlib.aclosing(stream) as messages:
+                async for message in messages:
+                    kind = message["kind"]
+                    if kind == "finding":
+                        why = bounds.admit(message["finding"])
+                        if why is None:
+                            findings.append(message["finding"])
+                        elif bounds.dropped == 1:
+                            log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
+                    elif kind == "progress" and on_progress is not None:
+                        on_progress(unit, message)
+                    elif kind == "done":
+                        stats = bounded_stats(message["stats"])
+                        if bounds.dropped:
+                            stats = stats | {OVER_LIMIT: _count(stats.get(OVER_LIMIT)) + bounds.dropped}
+                        return self._store(unit, findings, stats, fields["thinking_effort"])
+                    elif kind == "cancelled":
+                        self.counters.cancelled += 1
+                        return None
+                    elif kind == "error":
+                        return self._failed(unit, message["code"], message["message"])
+        except asyncio.CancelledError:
+            self.counters.cancelled += 1
+            raise
+        except BackendUnavailable as exc:
+            if exc.code in protocol.TRANSIENT_CODES:
+                raise _Transient(exc.code, str(exc)) from None
+            raise
+        except BackendError as exc:
+            return self._failed(unit, exc.code, str(exc))
+        except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
+            return self._failed(unit, "protocol", str(exc))
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict, effort: str) -> UnitResult:
@@ -395,12 +457,20 @@ class Auditor:
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
         return result
 
-    def _failed(self, unit: Unit, code: str, message: str) -> None:
-        """One request failed: a connection-level reason ends the whole audit, any other only this unit."""
+    def _failed(self, unit: Unit, code: str, message: str) -> UnitResult | None:
+        """One request failed: a transient reason is retried, a set-up one ends the whole audit, any other
+        fails this unit only (a unit too long to audit is remembered and never sent again)."""
+        if code in protocol.TRANSIENT_CODES:
+            raise _Transient(code, message)
         self.counters.failed += 1
         if code in CONNECTION_CODES:
             raise self._unavailable(code, message)
         log.warning("audit of %s failed (%s): %s", unit.name, code, message)
+        if code == "too_long":
+            self.counters.refused += 1
+            self._refused[self._refusal_key(unit)] = refusal = sanitize.line(message)
+            return UnitResult(unit, [], cached=False, refusal=refusal)
+        return None
 
     async def _tool(self, root: Path | None, request: dict) -> tuple[bool, str]:
         """Answer a model's tool call from the workspace; the sandbox refuses anything outside ``root``.
@@ -432,7 +502,7 @@ class Auditor:
             async for message in messages:
                 if message["kind"] == "text":
                     yield message["text"]
-                elif message["kind"] == "error":
+                elif message["kind"] == "error":  # an explanation is asked for by a person: not retried
                     if message["code"] in CONNECTION_CODES:
                         raise self._unavailable(message["code"], message["message"])
                     raise BackendError(message["code"], message["message"])

@@ -28,7 +28,7 @@ from typing import TextIO
 from lsprotocol import types as lsp
 
 from k3lsp import findings, sanitize, suppress, units
-from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters
+from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
 
@@ -176,13 +176,14 @@ async def audit_paths(
     endpoints: Sequence[str] = (),
     jobs: int = DEFAULT_CONCURRENCY,
     stop: asyncio.Event | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int, str], None] | None = None,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
     Never raises for a file or backend problem: they become report errors. ``jobs`` bounds the in-flight
     units per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
-    ``on_progress(done, total)`` is called as units finish.
+    ``on_progress(done, total, note)`` is called as units finish and as the daemon reports a unit's prefill
+    and decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``).
     """
     root = audit_root(paths)
     report = BatchReport(root)
@@ -220,7 +221,7 @@ class _Run:
         options: Options,
         baseline: suppress.Baseline,
         work: list[Work],
-        on_progress: Callable[[int, int], None] | None,
+        on_progress: Callable[[int, int, str], None] | None,
     ):
         self.report, self.options, self.baseline = report, options, baseline
         self.queue: asyncio.Queue[Work] = asyncio.Queue()
@@ -235,8 +236,7 @@ class _Run:
         self.live = set(auditors)
         if self.pending == 0:
             return
-        if self.on_progress is not None:
-            self.on_progress(0, self.total)
+        self._progress("")
         workers = [asyncio.ensure_future(self._worker(e, a)) for e, a in auditors.items() for _ in range(jobs)]
         waits = [asyncio.ensure_future(self.finished.wait()), asyncio.ensure_future(stop.wait())]
         try:
@@ -270,10 +270,13 @@ class _Run:
                 log.exception("auditing %s: %s failed", item.source.rel, item.unit.name)
                 self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {exc.__class__.__name__}: {exc}")
             self.pending -= 1
-            if self.on_progress is not None:
-                self.on_progress(self.total - self.pending, self.total)
+            self._progress("")
             if self.pending == 0:
                 self.finished.set()
+
+    def _progress(self, note: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.total - self.pending, self.total, note)
 
     def _drop(self, endpoint: str, why: str) -> None:
         if endpoint not in self.live:
@@ -288,10 +291,14 @@ class _Run:
     async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
         source, unit = item.source, item.unit
         got = False
-        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background")
+        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background",
+                               on_progress=lambda u, msg: self._progress(describe(u, msg)))
         async with contextlib.aclosing(stream) as results:
             async for result in results:
                 got = True
+                if result.refusal is not None:  # remembered by the auditor: never sent again
+                    self.report.errors.append(f"{source.rel}: {unit.name}: too long to audit: {result.refusal}")
+                    continue
                 if not result.cached:
                     self.report.by_backend[endpoint] += 1
                 if result.over_limit:

@@ -36,12 +36,32 @@ class Shown:
         return rng.start.line <= position.line <= rng.end.line
 
     def moved(self, lines: int) -> Shown:
-        if lines == 0:
-            return self
-        unit = dataclasses.replace(
-            self.unit, start_line=self.unit.start_line + lines, end_line=self.unit.end_line + lines
-        )
-        return dataclasses.replace(self, unit=unit, diagnostic=diffing.shifted(self.diagnostic, lines))
+        return _moved(self, lines)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A note on a unit that is not a finding (the daemon refused it as too long to audit); it follows edits
+    as findings do, and has no hover or code actions."""
+
+    unit: Unit
+    diagnostic: lsp.Diagnostic
+
+    def moved(self, lines: int) -> Notice:
+        return _moved(self, lines)
+
+
+def _follow(items: list, changes: Sequence[Any]) -> list:
+    """Shown findings or notices after didChange content changes (moved, or dropped when their unit changed)."""
+    return [a.item.moved(a.shift) for a in diffing.follow_edits([diffing.Anchor.on(x.unit, x) for x in items], changes)]
+
+
+def _moved(item, lines: int):
+    """``item`` (a Shown or Notice) with its unit and diagnostic ``lines`` further down."""
+    if lines == 0:
+        return item
+    unit = dataclasses.replace(item.unit, start_line=item.unit.start_line + lines, end_line=item.unit.end_line + lines)
+    return dataclasses.replace(item, unit=unit, diagnostic=diffing.shifted(item.diagnostic, lines))
 
 
 @dataclass(frozen=True)
@@ -60,30 +80,41 @@ class Document:
     root: Path | None  # the sandbox of the model's tools: the workspace folder; None outside it (no tools)
     relpath: str  # relative to root (outside it: the file name), ``/`` separated: what the model sees
     results: dict[str, list[dict]] = field(default_factory=dict)  # unit key -> raw findings
+    refusals: dict[str, str] = field(default_factory=dict)  # unit key -> why the daemon refused it (too long)
     shown: list[Shown] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
     task: asyncio.Task | None = None  # the audit in flight for this document
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
     published: int | None = None  # the result_id the client was last told about
 
-    def show(self, shown: list[Shown]) -> None:
-        if shown != self.shown:
-            self.shown = shown
+    def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
+        notices = self.notices if notices is None else notices
+        if shown != self.shown or notices != self.notices:
+            self.shown, self.notices = shown, notices
             self.result_id += 1
+
+    def record(self, key: str, findings: list[dict], refusal: str | None = None) -> None:
+        """The result of one unit: its findings, or (with ``refusal``) why it was not audited."""
+        self.results[key] = findings
+        if refusal is None:
+            self.refusals.pop(key, None)
+        else:
+            self.refusals[key] = refusal
 
     def keep_results_for(self, units: Sequence[Unit]) -> None:
         """Forget results of units that no longer exist (they are still in the cache)."""
         keys = {u.key for u in units}
         self.results = {k: v for k, v in self.results.items() if k in keys}
+        self.refusals = {k: v for k, v in self.refusals.items() if k in keys}
 
     def follow(self, changes: Sequence[Any]) -> bool:
         """Apply didChange content changes to what is shown; True if anything moved or disappeared."""
-        if not self.shown:
+        if not self.shown and not self.notices:
             return False
-        anchors = diffing.follow_edits([diffing.Anchor.on(s.unit, s) for s in self.shown], changes)
-        followed = [a.item.moved(a.shift) for a in anchors]
-        if followed == self.shown:
+        shown, notices = (_follow(items, changes) for items in (self.shown, self.notices))
+        if shown == self.shown and notices == self.notices:
             return False
-        self.show(followed)
+        self.show(shown, notices)
         return True
 
     def at(self, position: lsp.Position) -> list[Shown]:
@@ -93,7 +124,7 @@ class Document:
         return next((s for s in self.shown if s.fingerprint == fingerprint), None)
 
     def diagnostics(self) -> list[lsp.Diagnostic]:
-        return [s.diagnostic for s in self.shown]
+        return [s.diagnostic for s in self.shown] + [n.diagnostic for n in self.notices]
 
 
 def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[dict]], view: View) -> list[Shown]:
@@ -113,3 +144,9 @@ def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[
             diagnostic = findings.to_diagnostic(finding, unit, uri, related=view.related_information)
             out.append(Shown(finding, unit, fingerprint, diagnostic))
     return out
+
+
+def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:
+    """A "too long to audit" note on the first line of every unit the daemon refused."""
+    return [Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units
+            if unit.key in refusals]

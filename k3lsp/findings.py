@@ -235,6 +235,18 @@ def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = Tru
     )
 
 
+def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
+    """An information note on a unit's first line: the daemon refused it as too long to audit."""
+    return lsp.Diagnostic(
+        range=line_range(unit, 1, 1),
+        message=f"Too long to audit: {why}. Split the function, or raise the daemon's --max-prompt-tokens.",
+        severity=lsp.DiagnosticSeverity.Information,
+        code="too-long",
+        source=SOURCE,
+        data={"unit": unit.name, "unit_key": unit.key},
+    )
+
+
 def from_diagnostic_data(data: Any, unit: Unit) -> Finding:
     """The finding carried by a diagnostic's `data` (code actions get diagnostics back from the client)."""
     if not isinstance(data, Mapping) or data.get("unit_key") != unit.key:

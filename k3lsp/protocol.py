@@ -28,6 +28,15 @@ EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it a
 DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
+PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
+
+# Error codes, by what a client should do about them (docs/protocol.md lists each one).
+# Transient: the daemon cannot serve now (a restart, a load, a full queue): retry later, with backoff and a bound.
+TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "loading", "load_failed", "unreachable", "down"})
+# Request: this request cannot be served, and sending it again fails the same way: never retry it.
+REQUEST_CODES = frozenset({"bad_request", "duplicate", "too_long", "failed", "internal", "protocol"})
+# Set-up: the client or daemon configuration (keys, versions) must change first.
+SETUP_CODES = frozenset({"version", "unauthorized", "server_key", "security_mismatch", "keys", "insecure"})
 
 Direction = Literal["to_daemon", "to_client"]
 
@@ -230,7 +239,8 @@ TO_CLIENT: dict[str, Schema] = {
         "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
         "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds
     },
-    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "detail": (NAME, False)},
+    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "total": (integer(0), False),
+                 "detail": (NAME, False)},
     "finding": {"finding": (finding, True)},
     "tool_request": {
         "call": (string(MAX_ID_CHARS, nonempty=True), True),

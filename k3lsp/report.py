@@ -73,16 +73,18 @@ def print_status(backends: Sequence[BackendStatus], console: Console | None = No
 
 
 @contextlib.contextmanager
-def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Callable[[int, int], None]]:
-    """A units-done bar on stderr when ``enabled`` (a terminal), else a callback that prints nothing."""
+def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Callable[[int, int, str], None]]:
+    """A units-done bar on stderr when ``enabled`` (a terminal), else a callback that prints nothing; the note
+    (the daemon's latest prefill or decode progress) is shown after the bar."""
     if not enabled:
-        yield lambda done, total: None
+        yield lambda done, total, note="": None
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[note]}"))
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(description, total=None)
+        task = progress.add_task(description, total=None, note="")
 
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+        def update(done: int, total: int, note: str = "") -> None:
+            progress.update(task, completed=done, total=total, **({"note": note} if note else {}))
 
         yield update

@@ -23,10 +23,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from k3lsp import actions, findings, options, sanitize, suppress, units
-from k3lsp.auditor import Auditor, BackendState, BackendUnavailable
+from k3lsp.auditor import Auditor, BackendState, BackendUnavailable, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
-from k3lsp.documents import Document, View, present
+from k3lsp.documents import Document, View, notices, present
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,8 @@ class Session:
         text = self.text(doc)
         if text is None:
             return
-        doc.show(present(doc.uri, text, units.split(text), doc.results, self.view()))
+        split = units.split(text)
+        doc.show(present(doc.uri, text, split, doc.results, self.view()), notices(split, doc.refusals))
         self.publish(doc)
 
     def republish_all(self) -> None:
@@ -320,7 +321,7 @@ class Session:
             return
         with contextlib.suppress(BackendUnavailable):  # never reached: no model id to look results up by
             for hit in (await self.auditor.lookup(units.split(text))).hits:
-                doc.results[hit.unit.key] = hit.findings
+                doc.record(hit.unit.key, hit.findings, hit.refusal)
         self.republish(doc)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -380,7 +381,7 @@ class Session:
         except BackendUnavailable as exc:
             return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
         for hit in found.hits:
-            doc.results[hit.unit.key] = hit.findings
+            doc.record(hit.unit.key, hit.findings, hit.refusal)
         done, error = len(found.hits), str(found.down) if found.misses and found.down else None
         incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
@@ -406,12 +407,18 @@ class Session:
         adds each unit whose audit was cut short to ``incomplete``, as "name (reason)"."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
+
+            def progress(unit: units.Unit, message: dict) -> None:  # the daemon's prefill and decode, per unit
+                report(audited, describe(unit, message))
+
             try:
-                results = self.auditor.audit_uncached(root, doc.relpath, misses, priority=priority)
+                results = self.auditor.audit_uncached(
+                    root, doc.relpath, misses, priority=priority, on_progress=progress
+                )
                 async with contextlib.aclosing(results) as stream:
                     async for result in stream:
                         audited += 1
-                        doc.results[result.unit.key] = result.findings
+                        doc.record(result.unit.key, result.findings, result.refusal)
                         if result.cut_short is not None:
                             incomplete.append(f"{result.unit.name} ({result.cut_short})")
                         report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")

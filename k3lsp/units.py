@@ -24,6 +24,12 @@ Everything that is not a function (includes, macros, types, prototypes, globals,
 is context. A unit's context holds only the items its body names (transitively for macros and types),
 capped, in file order: small, deterministic, and part of the unit's content address ``key``.
 
+What is sent with a unit is its file's context (``sent_context``): the union of all its units' contexts, in
+file order, the same text for every unit of the file. The daemon caches the prompt up to the end of that
+context once per file, so a whole-file audit reads the file's declarations once and then a short tail per
+function, and a re-audit of one edited function reads only its tail. A file whose union is larger than
+MAX_FILE_CONTEXT_CHARS (a 9 MB amalgamation) sends each unit its own context instead.
+
 A file whose structure is beyond the walk's limits (``#if`` or unbalanced-brace nesting deeper than
 ``MAX_NESTING``: a hostile repository can nest 1,000 levels in 13 KB) is not refused: it is split into
 windows of ``WINDOW_LINES`` lines without context (kind ``lines``), so it is still audited, and
@@ -46,6 +52,7 @@ C_LANGUAGE = Language(tree_sitter_c.language())
 _DEFINITIONS = Query(C_LANGUAGE, "(function_definition) @f")
 
 MAX_CONTEXT_CHARS = 8000  # ~2k tokens: a unit's context must stay well below the unit itself on average
+MAX_FILE_CONTEXT_CHARS = 32_000  # ~8k tokens read once per file: beyond, each unit gets its own context
 MAX_ITEM_LINES = 40  # a 500-line table initialiser is not worth its tokens; its head says what it is
 MAX_REFERENCES = 4  # top-level lines naming the unit (ops structs, module_init) that show how it is reached
 TRANSITIVE_DEPTH = 2  # a macro's macros, a struct's member types; deeper chains are rarely needed
@@ -122,6 +129,12 @@ class Unit:
     text: str  # the whole lines start_line..end_line, joined by "\n", without a final newline
     context: str  # the context items in file order (adjacent ones on adjacent lines, others a blank line apart)
     key: str  # sha256 of (text, context): the cache address
+    file_context: str = ""  # the union of its file's unit contexts ("" when over MAX_FILE_CONTEXT_CHARS)
+
+    @property
+    def sent_context(self) -> str:
+        """The context an audit sends: the file's shared one (one cached prefix per file), else the unit's own."""
+        return self.file_context or self.context
 
     @property
     def line_count(self) -> int:
@@ -230,12 +243,15 @@ def _parse(data: bytes) -> ParsedFile:
     items += _signatures(spans, items, data)
     items.sort(key=lambda item: item.start_line)
     index = _Index.build(items)
+    bodies = [b"\n".join(lines[s.start : s.end + 1]) for s in spans]
+    chosen = [_chosen(s.name, body, index) for s, body in zip(spans, bodies, strict=True)]
+    shared = _joined(items, set().union(*chosen))
+    shared = shared if len(shared) <= MAX_FILE_CONTEXT_CHARS else ""
     units = []
-    for s in spans:
-        body = b"\n".join(lines[s.start : s.end + 1])
-        context = _context(s.name, body, index)
+    for s, body, picked in zip(spans, bodies, chosen, strict=True):
+        context = _joined(items, picked)
         text = body.decode("utf-8", "replace")
-        units.append(Unit(s.name, s.kind, s.start, s.end, text, context, unit_key(text, context)))
+        units.append(Unit(s.name, s.kind, s.start, s.end, text, context, unit_key(text, context), shared))
     return ParsedFile(units, items)
 
 
@@ -564,8 +580,8 @@ class _Index:
         return cls(items, by_name, mentions, [i for i, item in enumerate(items) if item.kind == "include"])
 
 
-def _context(name: str, body: bytes, index: _Index) -> str:
-    """The context of one unit, taken in priority order while it fits the budget, emitted in file order.
+def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
+    """The context items of one unit, taken in priority order while they fit the budget.
 
     Priority: what the body names directly, the includes, what those items name (transitively), then
     the top-level lines that name the unit (ops structs, module_init): how the function is reached.
@@ -601,9 +617,14 @@ def _context(name: str, body: bytes, index: _Index) -> str:
         seen |= nxt
     for i in index.mentions.get(own, ())[:MAX_REFERENCES]:
         take(i)
+    return chosen
+
+
+def _joined(items: list[ContextItem], chosen: set[int]) -> str:
+    """Context items in file order: adjacent ones (a block of #includes) together, others a blank line apart."""
     parts: list[str] = []
     prev_end = -2
-    for i in sorted(chosen):  # adjacent items (a block of #includes) stay together, others get a blank line
+    for i in sorted(chosen):
         item = items[i]
         parts += ["\n" if item.start_line == prev_end + 1 else "\n\n", item.text] if parts else [item.text]
         prev_end = item.end_line

@@ -2,6 +2,8 @@
 
 import asyncio
 import signal
+import subprocess
+import sys
 
 import msgpack
 import pytest
@@ -26,7 +28,8 @@ SCRIPT = [
 
 @pytest.fixture(scope="module")
 def daemon(tiny_model):
-    args = ["--max-tokens", "3000", "--max-open-per-client", str(MAX_OPEN)]
+    args = ["--max-tokens", "3000", "--max-open-per-client", str(MAX_OPEN), "--max-prompt-tokens", "20000",
+            "--prompt-cache-size", "12", "--prompt-cache-bytes", "50000000"]
     with serving(tiny_model, script=SCRIPT, args=args) as d:
         yield d
 
@@ -47,7 +50,23 @@ async def test_hello_and_ping(daemon, tiny_model):
         assert welcome["kind"] == "welcome" and welcome["model"] == tiny_model.name
         assert welcome["experts"] == 8 and welcome["ranks"] == 1
         assert welcome["limits"]["max_open_requests"] == MAX_OPEN
+        assert welcome["limits"]["max_prompt_tokens"] == 20000
         assert (await wire.ask("ping", "p"))["kind"] == "pong"
+
+
+async def test_prompt_cache_flags_reach_the_engine(daemon):
+    async with Wire(daemon.endpoint) as wire:
+        await wire.request("audit", "pc", **audit_fields("unscripted", max_tokens=4))
+        engine = (await wire.ask("status", "s"))["status"]["engine"]
+    assert engine["prompt_cache_limit_bytes"] == 50_000_000 and 0 < engine["prompt_cache_entries"] <= 12
+    assert engine["prompt_cache"]["system"]["n_sequences"] == 1
+
+
+@pytest.mark.parametrize("flag", ["--prompt-cache-bytes", "--max-prompt-tokens", "--prompt-cache-size"])
+def test_serve_refuses_negative_limits_before_loading(flag, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tmp_path / "absent"), flag,
+                           "-1"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and flag in done.stderr and "cannot load" not in done.stderr
 
 
 async def test_request_streams_to_one_terminal_with_stats(daemon):

@@ -10,7 +10,8 @@ import itertools
 import pytest
 
 from backend import channels, prompts
-from backend.engine import Engine, EngineArgs, GenRequest, prefill_step
+from backend.engine import Engine, EngineArgs, GenRequest
+from backend.prefill import chunk_for
 from tests.support.engine import drain
 
 FINDING = {"cwe": 120, "severity": "high", "title": "strcpy into a fixed buffer", "message": "no bound",
@@ -255,14 +256,14 @@ def test_sample_does_not_depend_on_batch_neighbours(engine):
 
 
 def test_prefill_step_shrinks_for_long_prompts():
-    assert prefill_step(2048, 100) == 2048
-    assert prefill_step(2048, 8192) == 2048
-    assert prefill_step(2048, 16384) == 1024
-    assert prefill_step(2048, 32768) == 512
-    assert prefill_step(2048, 10**7) == 256
-    assert prefill_step(512, 12000) == 256
-    assert prefill_step(128, 10**6) == 128  # never above the configured step
-    steps = [prefill_step(2048, n) for n in range(1, 200_000, 997)]
+    assert chunk_for(2048, 100) == 2048
+    assert chunk_for(2048, 8192) == 2048
+    assert chunk_for(2048, 16384) == 1024
+    assert chunk_for(2048, 32768) == 512
+    assert chunk_for(2048, 10**7) == 256
+    assert chunk_for(512, 12000) == 256
+    assert chunk_for(128, 10**6) == 128  # never above the configured step
+    steps = [chunk_for(2048, n) for n in range(1, 200_000, 997)]
     assert steps == sorted(steps, reverse=True) and all(s * n <= 2048 * 8192 or s == 256
                                                        for s, n in zip(steps, range(1, 200_000, 997), strict=True))
 

@@ -51,7 +51,7 @@ def test_audit_prompt_has_tools_and_code_only_in_user_turns(tok, specials, check
     text = tok.decode(r.tokens)
     for name in ("report_finding", "read_lines", "find_definition", "grep"):
         assert f'"name":"{name}"' in text.replace(" ", "")
-    assert "3| \treturn strcpy" in text
+    assert "3|\treturn strcpy" in text
     opened = {"k3": '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>',
               "jinja": '<|open|>message role="assistant"<|sep|>'}
     assert text.endswith(opened[checkpoint.dialect])

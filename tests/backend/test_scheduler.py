@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine import Engine, EngineArgs, GenRequest
-from backend.scheduler import Commands, Scheduler
+from backend.engine import Engine, EngineArgs, GenRequest, Outcome
+from backend.scheduler import Commands, Scheduler, local_exchange
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +20,12 @@ class FailingOnce(Engine):
     """The real engine, except that its next step() raises (a fault step() did not contain itself)."""
 
     fail_next = False
+    error = "injected step failure"
 
     def step(self):
         if self.fail_next:
             self.fail_next = False
-            raise RuntimeError("injected step failure")
+            raise RuntimeError(self.error)
         return super().step()
 
 
@@ -89,26 +90,44 @@ async def test_abandoned_stream_cancels_in_the_engine(engine):
         await sched.close()
 
 
-async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model):
+@pytest.mark.parametrize("ranks", [1, 2])
+async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model, ranks):
+    """On a pair too: the failure is a request's, not the pair's (the other rank learns it from the outcome)."""
     engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
-    sched = Scheduler(engine)
+    engine.ranks = ranks
+    failures: list[str] = []
+    sched = Scheduler(engine, PeerRank() if ranks == 2 else local_exchange, on_failure=failures.append)
     sched.start()
     try:
         engine.fail_next = True
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 8)), 120)
         assert evs[-1].finish == "error" and "injected" in evs[-1].stats["error"]
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 3)), 120)
-        assert evs[-1].finish in ("stop", "length", "loop")
+        assert evs[-1].finish in ("stop", "length", "loop") and failures == []
     finally:
         await sched.close()
+
+
+async def test_a_collective_failing_inside_a_step_is_a_rank_failure(tiny_model):
+    """A peer that dies mid-step makes the step's own collective fail first (before the next exchange): that
+    is the pair's failure (the daemon answers rank_failure and exits), not the request's."""
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine.ranks, engine.error = 2, "[ring] connection to a peer was lost"
+    failures: list[str] = []
+    sched = Scheduler(engine, PeerRank(), on_failure=failures.append)
+    sched.start()
+    engine.fail_next = True
+    sched.submit(request(sched, engine, 8))
+    await asyncio.to_thread(sched.thread.join, 120)
+    assert not sched.thread.is_alive() and len(failures) == 1 and "connection to a peer was lost" in failures[0]
 
 
 async def test_close_cancels_what_is_running_and_exchange_sees_every_command(engine):
     seen: list[Commands] = []
 
-    def exchange(commands: Commands) -> Commands:  # what backend/pair.py broadcasts to the other ranks
+    def exchange(commands: Commands, outcome: Outcome):  # what backend/pair.py shares with the other ranks
         seen.append(commands)
-        return commands
+        return commands, [outcome]
 
     sched = Scheduler(engine, exchange)
     sched.start()
@@ -128,11 +147,11 @@ class BreakingExchange:
     def __init__(self):
         self.armed = False
 
-    def __call__(self, commands: Commands) -> Commands:
+    def __call__(self, commands: Commands, outcome: Outcome):
         if self.armed:
             self.armed = False
             raise ValueError("injected exchange failure")
-        return commands
+        return commands, [outcome]
 
 
 async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine(tiny_model):
@@ -155,21 +174,63 @@ async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine
         await sched.close()
 
 
-async def test_a_failed_turn_with_several_ranks_is_a_rank_failure(tiny_model):
+async def collect_rest(stream):
+    return [ev async for ev in stream]
+
+
+class PeerRank:
+    """The exchange of a pair seen from rank 0, with rank 1 simulated: its outcome is rank 0's, except for what
+    the test makes it report (a request that failed there, a different state digest)."""
+
+    def __init__(self):
+        self.fail_on_peer: int | None = None
+        self.diverge = False
+
+    def __call__(self, commands: Commands, outcome: Outcome):
+        peer = Outcome(dict(outcome.failed), outcome.digest)
+        if self.fail_on_peer is not None:
+            peer.failed[self.fail_on_peer] = "prefill failed: MemoryError: out of memory"
+            self.fail_on_peer = None
+        if self.diverge:
+            peer.digest = "0000000000000000"
+        return commands, [outcome, peer]
+
+
+async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_go_on(tiny_model):
     engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
-    engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
-    exchange = BreakingExchange()
+    engine.ranks = 2
+    peer = PeerRank()
     failures: list[str] = []
-    sched = Scheduler(engine, exchange, on_failure=failures.append)
+    sched = Scheduler(engine, peer, on_failure=failures.append)
     sched.start()
     try:
-        exchange.armed = True
-        sched.submit(request(sched, engine, 4))
-        await asyncio.wait_for(asyncio.to_thread(sched.thread.join, 60), 90)
-        assert not sched.thread.is_alive() and len(failures) == 1 and "injected" in failures[0]
+        victim = request(sched, engine, 2000, forced=list(range(100, 400)))
+        other = request(sched, engine, 60, forced=list(range(200, 240)))
+        victim_stream, other_task = sched.stream(victim), asyncio.ensure_future(collect(sched, other))
+        assert (await asyncio.wait_for(anext(victim_stream), 120)).finish is None
+        peer.fail_on_peer = victim.rid
+        rest = await asyncio.wait_for(collect_rest(victim_stream), 120)
+        assert rest[-1].finish == "error" and rest[-1].stats["code"] == "failed"
+        assert rest[-1].stats["error"] == "on rank 1: prefill failed: MemoryError: out of memory"
+        assert (await asyncio.wait_for(other_task, 120))[-1].finish == "stop"
+        assert failures == [] and sched.thread.is_alive()
     finally:
         await sched.close()
 
 
-async def collect_rest(stream):
-    return [ev async for ev in stream]
+@pytest.mark.parametrize(("make", "flag", "why"), [(BreakingExchange, "armed", "injected"),
+                                                     (PeerRank, "diverge", "out of lockstep")])
+async def test_a_failed_exchange_or_ranks_out_of_lockstep_end_the_pair(tiny_model, make, flag, why):
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
+    exchange = make()
+    failures: list[str] = []
+    sched = Scheduler(engine, exchange, on_failure=failures.append)
+    sched.start()
+    try:
+        setattr(exchange, flag, True)
+        sched.submit(request(sched, engine, 4))
+        await asyncio.wait_for(asyncio.to_thread(sched.thread.join, 60), 90)
+        assert not sched.thread.is_alive() and len(failures) == 1 and why in failures[0]
+    finally:
+        await sched.close()

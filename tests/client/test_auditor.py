@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
+from k3lsp import auditor as auditor_module
 from k3lsp import units
-from k3lsp.auditor import Auditor
+from k3lsp.auditor import Auditor, BackendUnavailable
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.options import Options
@@ -54,3 +55,71 @@ async def test_odd_token_counts_in_stats_count_zero(tmp_path):
 
 async def _collect(results):
     return [r async for r in results]
+
+
+def erring(codes: list[str]):
+    """A daemon that answers the n-th audit with error codes[n] (then done): counts what it was sent."""
+    sent: list[str] = []
+
+    async def handler(sock, ident, msg):
+        if msg["kind"] == "hello":
+            await reply(sock, ident, "welcome", msg["id"], **WELCOME)
+        elif msg["kind"] == "audit":
+            sent.append(msg["unit"])
+            code = codes[len(sent) - 1] if len(sent) <= len(codes) else None
+            if code is None:
+                await reply(sock, ident, "done", msg["id"], stats={})
+            else:
+                await reply(sock, ident, "error", msg["id"], code=code, message=f"scripted {code}")
+
+    return handler, sent
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(auditor_module, "RETRY_DELAYS", (0.05, 0.1, 0.2))
+
+
+async def audit_once(endpoint: str, tmp_path):
+    auditor = Auditor(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"))
+    try:
+        return auditor, await asyncio.wait_for(_collect(auditor.audit(tmp_path, "a.c", [UNIT])), 20)
+    finally:
+        await auditor.close()
+
+
+async def test_transient_errors_are_retried_with_backoff(tmp_path, quick_retries):
+    handler, sent = erring(["busy", "rank_failure"])
+    async with peer(handler) as endpoint:
+        tic = asyncio.get_running_loop().time()
+        auditor, results = await audit_once(endpoint, tmp_path)
+        waited = asyncio.get_running_loop().time() - tic
+    assert sent == ["f", "f", "f"] and [r.unit.name for r in results] == ["f"]
+    assert auditor.counters.retries == 2 and auditor.counters.audited == 1 and auditor.counters.failed == 0
+    assert waited >= 0.15  # the first two delays
+
+
+async def test_transient_retries_are_bounded(tmp_path, quick_retries):
+    handler, sent = erring(["shutdown"] * 10)
+    async with peer(handler) as endpoint:
+        with pytest.raises(BackendUnavailable) as err:
+            await audit_once(endpoint, tmp_path)
+    assert err.value.code == "shutdown" and len(sent) == 1 + len(auditor_module.RETRY_DELAYS)
+
+
+@pytest.mark.parametrize("code", ["failed", "internal", "too_long"])
+async def test_request_level_errors_are_never_retried(tmp_path, quick_retries, code):
+    handler, sent = erring([code])
+    async with peer(handler) as endpoint:
+        auditor = Auditor(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"))
+        try:
+            results = await asyncio.wait_for(_collect(auditor.audit(tmp_path, "a.c", [UNIT])), 20)
+            assert sent == ["f"] and auditor.counters.failed == 1 and auditor.counters.retries == 0
+            again = await asyncio.wait_for(_collect(auditor.audit(tmp_path, "a.c", [UNIT])), 20)
+        finally:
+            await auditor.close()
+    if code == "too_long":  # remembered: not even sent a second time
+        assert [r.refusal for r in results] == [f"scripted {code}"] and again[0].refusal == "scripted too_long"
+        assert sent == ["f"] and auditor.counters.refused == 1
+    else:  # a later audit (the next save) may ask again; this one did not
+        assert results == [] and sent == ["f", "f"]

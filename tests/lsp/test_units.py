@@ -170,6 +170,29 @@ def test_context_follows_macros_transitively_and_stays_bounded():
     assert len(unit.context) <= units.MAX_CONTEXT_CHARS
 
 
+def test_every_unit_of_a_file_sends_the_files_shared_context():
+    """One text for the whole file (one cached prompt prefix per file) that holds every unit's own context;
+    the keys stay the units' own (an unrelated declaration does not make every unit new)."""
+    split = units.split(example_text("k3demo_chardev.c"))
+    shared = {u.sent_context for u in split}
+    assert len(split) > 2 and len(shared) == 1
+    (text,) = shared
+    for u in split:
+        assert all(line in text for line in u.context.split("\n")), u.name
+        assert u.key == units.unit_key(u.text, u.context)
+    assert len(text) < sum(len(u.context) for u in split)  # each declaration once
+    unrelated = units.split(example_text("k3demo_chardev.c").replace("#include", "#define UNUSED_X 1\n#include", 1))
+    assert [u.key for u in unrelated] == [u.key for u in split]
+
+
+def test_a_file_context_over_the_cap_falls_back_to_each_units_own():
+    defs = "".join(f"#define M{i} {'x' * 400}\n" for i in range(200))
+    funcs = "".join(f"int f{i}(void)\n{{\n\treturn M{i};\n}}\n" for i in range(200))
+    split = units.split(defs + funcs)
+    assert all(u.file_context == "" and u.sent_context == u.context for u in split)
+    assert len({u.sent_context for u in split}) == 200
+
+
 def test_key_is_a_content_address():
     source = example_text("k3demo_syscalls.c")
     first = units.split(source)

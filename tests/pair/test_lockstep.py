@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backend.engine import Engine, EngineArgs, GenRequest
+from backend.engine import Engine, EngineArgs, GenRequest, Outcome
 from backend.scheduler import Commands, RankFailure, Scheduler
 from tests.support.engine import drain
 
@@ -28,9 +28,9 @@ def request(engine: Engine, rid: int, forced: list[int]) -> GenRequest:
 async def test_idle_leader_runs_an_empty_turn_every_tick(engine):
     seen: list[Commands] = []
 
-    def exchange(commands: Commands) -> Commands:
+    def exchange(commands: Commands, outcome: Outcome):
         seen.append(commands)
-        return commands
+        return commands, [outcome]
 
     sched = Scheduler(engine, exchange, tick=0.1)
     sched.start()
@@ -48,9 +48,9 @@ def test_follower_runs_the_commands_it_receives_until_stop(engine, caplog):
     feed = [Commands(submits=[request(engine, 1, [100, 101]), request(engine, 2, [102] * 15)]), Commands(),
             Commands(cancels=[2])]
 
-    def exchange(own: Commands) -> Commands:
+    def exchange(own: Commands, outcome: Outcome):
         assert not own  # a follower never has commands of its own
-        return feed.pop(0) if feed else (Commands() if engine.busy() else Commands(stop=True))
+        return (feed.pop(0) if feed else (Commands() if engine.busy() else Commands(stop=True))), [outcome]
 
     with caplog.at_level(logging.INFO, logger="backend.scheduler"):
         thread = threading.Thread(target=Scheduler(engine, exchange, leader=False).follow)
@@ -65,11 +65,11 @@ async def test_rank_failure_ends_the_thread_and_reports_once(engine):
     failures: list[str] = []
     turns = [0]
 
-    def exchange(commands: Commands) -> Commands:
+    def exchange(commands: Commands, outcome: Outcome):
         turns[0] += 1
         if turns[0] == 3:
             raise RankFailure("connection to a peer was lost")
-        return commands
+        return commands, [outcome]
 
     sched = Scheduler(engine, exchange, tick=0.05, on_failure=failures.append)
     sched.start()

@@ -2,6 +2,7 @@
 (so the supervisor restarts the pair) instead of everyone waiting on a collective that never completes."""
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,8 @@ import subprocess
 import sys
 import time
 
-from tests.pair.test_serve_pair import script_args
+from tests.pair.test_serve_pair import ARGS, SCRIPT, script_args
+from tests.support import pair as p
 from tests.support.daemon import Wire, audit_fields
 from tests.support.pair import REPO, free_port_block, launched, wait_gone
 
@@ -70,7 +72,8 @@ async def test_hung_rank_is_caught_by_the_watchdog(tiny_model, tmp_path):
             assert waited < BOUND
             assert wait_gone([pids[0]], 30), "rank 0 is still running"
         finally:
-            os.kill(pids[1], signal.SIGKILL)  # the launcher waits for the stopped rank it was told to end
+            with contextlib.suppress(ProcessLookupError):  # the launcher may have ended it already
+                os.kill(pids[1], signal.SIGKILL)  # the launcher waits for the stopped rank it was told to end
         pair.launcher.wait(30)
         log = pair.log_text()
     assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
@@ -89,3 +92,41 @@ def test_serve_with_a_rank_that_never_starts_exits(tiny_model, tmp_path):
     assert done.returncode != 0 and "ready" not in done.stdout
     assert time.monotonic() - tic < 30
     assert "rank 0: the ranks did not all connect within 3 s" in done.stderr, done.stderr[-2000:]
+
+
+FAULT_SCRIPT = [{"unit": "boom", "turns": [{"fail": "injected prefill failure"}]}, *SCRIPT,
+                {"unit": "*", "turns": ["no findings"]}]
+
+
+async def test_a_deterministic_failure_fails_one_request_and_the_pair_serves_on(tiny_model, tmp_path):
+    """A request whose prefill raises on both ranks ends with `failed`, alone: the request decoding beside it
+    finishes, a later one is served, both ranks keep running; and every step took one collective."""
+    script = tmp_path / "faults.json"
+    script.write_text(json.dumps(FAULT_SCRIPT))
+    with launched(["--model", str(tiny_model), *ARGS, "--script", str(script)]) as pair:
+        pids = pair.rank_pids()
+        async with Wire(pair.endpoint, timeout=120) as wire:
+            await wire.send("audit", "long", **audit_fields("long", max_tokens=150))
+            for _ in range(200):  # decoding
+                if (await wire.ask("status", "st"))["status"]["batch_size"] == 1:
+                    break
+                await asyncio.sleep(0.1)
+            await wire.send("audit", "boom", **audit_fields("boom", code="int boom(void)\n{\n\treturn 1;\n}\n"))
+            boom = await wire.finish("boom")
+            long = await wire.finish("long")
+            after = await wire.request("audit", "after", **audit_fields("after", code="int z(void)\n{\n}\n"))
+            status = (await wire.ask("status", "st2"))["status"]
+        assert boom[-1]["kind"] == "error" and boom[-1]["code"] == "failed", boom[-1]
+        assert "injected prefill failure" in boom[-1]["message"]
+        assert long[-1]["kind"] == "done" and long[-1]["stats"]["finish_reason"] == "length", long[-1]
+        assert after[-1]["kind"] == "done", after[-1]
+        assert all(p.alive(pid) for pid in pids.values())
+        link = status["engine"]["link"]
+        assert link["turns"] > 150 and link["collectives"] == link["turns"], link
+        for _ in range(50):  # rank 1's log lines arrive through the launcher
+            if re.search(r"\[rank 1/2\] .*request \d+ finished: error", pair.log_text()):
+                break
+            await asyncio.sleep(0.1)
+        log = pair.log_text()
+    assert re.search(r"\[rank 1/2\] .*request \d+ finished: error", log), log[-3000:]
+    assert "rank failure" not in log and "exited with code" not in log, log[-3000:]

@@ -39,7 +39,7 @@ def test_documented_fields_match_the_schemas(direction):
 
 
 def test_finding_fields_are_documented():
-    table = DOC.split("## The finding")[1]
+    table = DOC.split("## The finding")[1].split("\n## ")[0]
     documented = set(
         re.findall(r"`(\w+)`", "\n".join(line.split("|")[1] for line in table.splitlines() if line.startswith("| `")))
     )
@@ -55,3 +55,15 @@ def test_kinds_named_in_design_exist():
     to_client = re.findall(r"`(\w+)`", text.split("Daemon -> client:")[1].split("Every request")[0])
     assert set(to_daemon) == set(protocol.TO_DAEMON)
     assert set(to_client) == set(protocol.TO_CLIENT)
+
+
+def test_every_error_code_is_documented_with_its_kind():
+    table = DOC.split("| code | kind | sent by | meaning |")[1].split("\n\n")[0]
+    documented = dict(re.findall(r"^\| `(\w+)` \| ([a-z-]+) \|", table, flags=re.M))
+    kinds = {"transient": protocol.TRANSIENT_CODES, "request": protocol.REQUEST_CODES, "set-up": protocol.SETUP_CODES}
+    assert documented == {code: kind for kind, codes in kinds.items() for code in codes}
+
+
+def test_progress_stages_are_documented():
+    row = next(line for line in DOC.splitlines() if line.startswith("| `stage` |"))
+    assert re.findall(r"`(\w+)` \(", row) == list(protocol.PROGRESS_STAGES)

@@ -37,7 +37,8 @@ def daemon(tiny_model):
 
 
 async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(daemon):
-    async with Wire(daemon.endpoint) as wire:
+    # ~9,000 scripted tokens, each a real forward pass of the tiny model: over a minute on this CPU
+    async with Wire(daemon.endpoint, timeout=600) as wire:
         messages = await wire.request("audit", "a1", **audit_fields("flood"))
     found = [m for m in messages if m["kind"] == "finding"]
     stats = messages[-1]["stats"]

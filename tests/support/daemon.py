@@ -5,7 +5,9 @@ fresh 0700 directory, like the default one), waits (bounded) for its ready line,
 endpoint, and stops the process by PID at the end (SIGTERM, then SIGKILL if it does not exit). LSP, CLI and
 editor tests reuse it with their own scripts; `bind=` gives another endpoint (plain tcp needs --insecure).
 
-`Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire.
+`Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire. Many
+coroutines may wait on one Wire for different requests: one of them at a time reads the socket and keeps
+what it reads for the others, who look there before they read.
 """
 
 from __future__ import annotations
@@ -118,23 +120,23 @@ class Wire:
         return protocol.decode(frame, "to_client")
 
     async def next_for(self, msg_id: str, timeout: float | None = None) -> dict:
-        """The next message about request ``msg_id``; others are kept for later calls.
+        """The next message about request ``msg_id``; others are kept for their own callers.
 
-        Safe for concurrent waiters (requests gathered on one Wire): only one reads the socket at a time, and
-        each looks at what the others held for it before it reads.
+        Safe from many coroutines at once: a message one of them reads for another is held, and the other
+        finds it as soon as it takes its turn at the socket (the lock is fair, so that is the next turn).
         """
-        while True:
-            for i, msg in enumerate(self._held):
+        async with asyncio.timeout(timeout or self.timeout):
+            while True:
+                for i, msg in enumerate(self._held):
+                    if msg["id"] == msg_id:
+                        return self._held.pop(i)
+                async with self._reading:
+                    if any(msg["id"] == msg_id for msg in self._held):
+                        continue  # delivered while we waited for the socket
+                    msg = protocol.decode(await self.sock.recv(), "to_client")
                 if msg["id"] == msg_id:
-                    return self._held.pop(i)
-            async with self._reading:
-                if any(msg["id"] == msg_id for msg in self._held):
-                    continue
-                frame = await asyncio.wait_for(self.sock.recv(), timeout or self.timeout)
-            msg = protocol.decode(frame, "to_client")
-            if msg["id"] == msg_id:
-                return msg
-            self._held.append(msg)
+                    return msg
+                self._held.append(msg)
 
     async def until(self, msg_id: str, kind: str, timeout: float | None = None) -> dict:
         """Skip ``progress`` messages of request ``msg_id`` up to the next one of ``kind``."""
