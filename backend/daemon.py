@@ -40,6 +40,7 @@ from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
 from backend.disconnects import FdRoutes
 from backend.gate import Gate
+from backend.loading import LoadProgress, ModelInfo, StillLoading, wait_loaded
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -62,6 +63,7 @@ class DaemonConfig:
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
+    load_wait: float = 600.0  # seconds a request that arrives while the model loads waits for it
     security: auth.Security = field(default_factory=auth.Security)
 
 
@@ -91,9 +93,16 @@ class Job:
 class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
-    def __init__(self, scheduler: Scheduler, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None, record: Record | None = None):
+    def __init__(self, scheduler: Scheduler | None, config: DaemonConfig, agent_config: AgentConfig,
+                 script: Script | None = None, record: Record | None = None, *,
+                 loading: tuple[ModelInfo, LoadProgress] | None = None):
+        """``scheduler`` None: the model is still loading (``loading`` says what it is and how far); requests
+        wait for `attach` (bounded by ``load_wait``) while hello, ping and status are answered at once."""
         self.scheduler = scheduler
+        self.info, self.progress = loading or (scheduler.engine if scheduler else None, LoadProgress())
+        self._loaded = asyncio.Event()
+        if scheduler is not None:
+            self.attach(scheduler)
         self.config = config
         self.agent_config = agent_config
         self.script = script or Script()
@@ -141,6 +150,12 @@ class Daemon:
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return self.endpoint
 
+    def attach(self, scheduler: Scheduler) -> None:
+        """The model is loaded: serve with ``scheduler`` from now on, and let the waiting requests go on."""
+        self.scheduler, self.info = scheduler, scheduler.engine
+        self.progress.ready()
+        self._loaded.set()
+
     def stop(self) -> None:
         """Ask ``serve`` to end (signal handlers call this)."""
         self._stopping.set()
@@ -170,7 +185,7 @@ class Daemon:
             for job in jobs:
                 job.stop("failure" if self.failure else "shutdown")
             await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
-            if self.failure is None:  # after a failure the engine thread is gone or stuck in a collective
+            if self.failure is None and self.scheduler is not None:  # after a failure the engine thread is gone
                 await self.scheduler.close()
             self._sock.disable_monitor()
             monitor.close(0)
@@ -311,6 +326,8 @@ class Daemon:
     async def _run_job(self, job: Job, msg: dict) -> None:
         """Run a request and send its one terminal message; the only place a job ends."""
         try:
+            await wait_loaded(self._loaded, self.progress, self.config.load_wait,
+                              lambda detail: self._job_send(job, "progress", stage="loading", detail=detail))
             agent = Agent(self.scheduler, self.agent_config, send=lambda kind, **f: self._job_send(job, kind, **f),
                           ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
                           priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
@@ -328,7 +345,7 @@ class Daemon:
                 terminal = protocol.error(job.id, *job.refusal)
             else:
                 terminal = protocol.make("cancelled", job.id)
-        except AgentError as exc:
+        except (AgentError, StillLoading) as exc:
             terminal = protocol.error(job.id, exc.code, str(exc))
         except Exception as exc:
             log.exception("request %s failed", job.id)
@@ -448,26 +465,33 @@ class Daemon:
     # --- replies -------------------------------------------------------------------------------------------
 
     def welcome(self) -> dict:
-        engine = self.scheduler.engine
+        info = self.info
+        loading = {} if self._loaded.is_set() else {"loading": self.progress.snapshot()}
+        fingerprint = {"fingerprint": info.fingerprint} if info.fingerprint else {}  # none yet: a hub repo loading
+        # The prompt limit comes from the loaded model's context length: a client says hello again once loaded.
+        prompt_limit = {} if self.scheduler is None else {"max_prompt_tokens": self.scheduler.engine.max_prompt_tokens}
         return {
-            "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
-            "fingerprint": engine.fingerprint, "experts": engine.experts, "ranks": engine.ranks,
+            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
+            "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,
                 "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
                 "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
-                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
-                "max_prompt_tokens": engine.max_prompt_tokens,
+                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION, **prompt_limit,
             },
         }
 
     def status(self) -> dict:
-        engine = self.scheduler.engine
+        info = self.info
+        if self.scheduler is None:
+            return {"model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
+                    "loading": self.progress.snapshot(), "open_requests": len(self._jobs),
+                    "uptime": round(time.monotonic() - self._started, 1), **self._counts}
         s = self.scheduler.stats()
         return {
-            "model": engine.model_id, "experts": engine.experts, "ranks": engine.ranks,
+            "model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
             "open_requests": len(self._jobs), "clients": len({p for p, _ in self._jobs}),
             "queued": s.get("queued", 0) + s.get("waiting", 0), "active": s.get("active", 0),
             "batch_size": s.get("decoding", 0), "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),

@@ -51,10 +51,11 @@ class Daemon:
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
             ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None,
-            trust: bool = True) -> Iterator[Daemon]:
+            trust: bool = True, until: str = launch.READY) -> Iterator[Daemon]:
     """Run `k3-backend serve --model MODEL --bind ENDPOINT --trace-file T [--script FILE] *args` for the block,
     in ``cwd``, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code)
-    unless `trust` is false."""
+    unless `trust` is false; from its ready line on, or from its listening line (still loading) when ``until``
+    is launch.LISTENING."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
         traces = Path(tmp) / "traces.jsonl"
         cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
@@ -66,7 +67,8 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd)
+                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd,
+                                              line=until)
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
