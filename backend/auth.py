@@ -4,7 +4,7 @@ Every daemon socket sits behind the gate (backend/gate.py: the ZAP handler that 
 and names every connection). Without keys the socket is plain: the default is an ipc socket in a directory
 only the daemon's user may enter (k3lsp/local.py); a plain tcp socket, even on loopback, is reachable by
 every local user and needs ``--insecure``. With keys it is a CurveZMQ server whose clients must hold a key
-from the allow-list (backend/allowlist.py). Two measured pitfalls (notes/zmq-research.md §2) are closed
+from the allow-list (backend/allowlist.py). Two pitfalls of libzmq, reproduced with pyzmq, are closed
 here: ``ZAP_ENFORCE_DOMAIN`` without a ``zap_domain`` skips ZAP altogether, so both are set, and the ZAP
 handler runs in the socket's own context (without one, a CURVE server accepts *any* key).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from backend.allowlist import AllowList, unsafe
+from backend.allowlist import RELOAD_SECONDS, AllowList, unsafe
 from backend.gate import ZAP_DOMAIN, Gate
 from k3lsp import keys, local
 
@@ -30,6 +30,7 @@ class Security:
     server_secret: Path | None = None
     authorized_dir: Path | None = None
     insecure: bool = False
+    keys_reload_seconds: float = RELOAD_SECONDS  # how stale the daemon's view of ``authorized_dir`` may be
 
 
 class InsecureBindError(Exception):
@@ -75,7 +76,9 @@ def secure_router(sock: zmq.asyncio.Socket, endpoint: str, security: Security) -
     Stop the returned gate when the socket closes.
     """
     check(endpoint, security)
-    allow = AllowList(security.authorized_dir) if security.server_secret is not None else None
+    allow = None
+    if security.server_secret is not None:
+        allow = AllowList(security.authorized_dir, security.keys_reload_seconds)
     gate = Gate(sock.context, allow=allow, local_uid=os.geteuid() if endpoint.startswith("ipc://") else None)
     try:
         if allow is not None:

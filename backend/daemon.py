@@ -6,7 +6,8 @@ while generation runs in the scheduler's engine thread and each request's audit 
 
 - every send is ``await send_multipart(..., flags=DONTWAIT)`` on a ROUTER_MANDATORY socket; ``zmq.Again``
   (the peer's high-water mark is full: a frozen client) or ``EHOSTUNREACH`` (the peer is gone) cancel that
-  peer's jobs instead of blocking the socket (notes/zmq-research.md §1);
+  peer's jobs instead of blocking the socket (pyzmq takes its non-blocking path only while no send is
+  waiting, so one blocking send to a stalled peer would queue every later send behind it);
 - ZMTP heartbeats drop dead connections, and a socket monitor turns the disconnect into cancelled jobs.
 
 Every connection passes the gate (backend/gate.py), which authenticates it and gives it its routing id and
@@ -16,8 +17,8 @@ gate did not give is refused. Jobs are keyed by (peer, request id). ``peer`` is 
 sender's own peer, so no client can touch another's request, even by reusing its id. Open requests are
 counted per User-Id, so more connections do not raise a client's share. With CURVE every message's User-Id
 is checked against the allow-list as it arrives, before each message a job streams out, and every
-RELOAD_SECONDS for the jobs that stream nothing: a key deleted from ``authorized/`` stops being served
-within a second, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
+``--keys-reload-seconds`` (1 s) for the jobs that stream nothing: a key deleted from ``authorized/`` stops
+being served within that time, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
 ``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
 """
 
@@ -41,10 +42,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
-from backend.allowlist import RELOAD_SECONDS
 from backend.disconnects import FdRoutes
 from backend.fairshare import FairShare
 from backend.gate import Gate
+from backend.loading import LoadProgress, ModelInfo, StillLoading, wait_loaded
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_KINDS = frozenset({"audit", "explain"})
 UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be read
+MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload_seconds 0 re-reads on every check)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class DaemonConfig:
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
+    load_wait: float = 600.0  # seconds a request that arrives while the model loads waits for it
     security: auth.Security = field(default_factory=auth.Security)
 
 
@@ -98,9 +101,16 @@ class Job:
 class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
-    def __init__(self, scheduler: Scheduler, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None, record: Record | None = None, store: ResultStore | None = None):
+    def __init__(self, scheduler: Scheduler | None, config: DaemonConfig, agent_config: AgentConfig,
+                 script: Script | None = None, record: Record | None = None, store: ResultStore | None = None, *,
+                 loading: tuple[ModelInfo, LoadProgress] | None = None):
+        """``scheduler`` None: the model is still loading (``loading`` says what it is and how far); requests
+        wait for `attach` (bounded by ``load_wait``) while hello, ping and status are answered at once."""
         self.scheduler = scheduler
+        self.info, self.progress = loading or (scheduler.engine if scheduler else None, LoadProgress())
+        self._loaded = asyncio.Event()
+        if scheduler is not None:
+            self.attach(scheduler)
         self.config = config
         self.agent_config = agent_config
         self.script = script or Script()
@@ -151,6 +161,12 @@ class Daemon:
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return self.endpoint
 
+    def attach(self, scheduler: Scheduler) -> None:
+        """The model is loaded: serve with ``scheduler`` from now on, and let the waiting requests go on."""
+        self.scheduler, self.info = scheduler, scheduler.engine
+        self.progress.ready()
+        self._loaded.set()
+
     def stop(self) -> None:
         """Ask ``serve`` to end (signal handlers call this)."""
         self._stopping.set()
@@ -180,7 +196,7 @@ class Daemon:
             for job in jobs:
                 job.stop("failure" if self.failure else "shutdown")
             await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
-            if self.failure is None:  # after a failure the engine thread is gone or stuck in a collective
+            if self.failure is None and self.scheduler is not None:  # after a failure the engine thread is gone
                 await self.scheduler.close()
             self._sock.disable_monitor()
             monitor.close(0)
@@ -321,6 +337,8 @@ class Daemon:
     async def _run_job(self, job: Job, msg: dict) -> None:
         """Run a request and send its one terminal message; the only place a job ends."""
         try:
+            await wait_loaded(self._loaded, self.progress, self.config.load_wait,
+                              lambda detail: self._job_send(job, "progress", stage="loading", detail=detail))
             stats = await self._answer(job, msg)
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
@@ -334,7 +352,7 @@ class Daemon:
                 terminal = protocol.error(job.id, *job.refusal)
             else:
                 terminal = protocol.make("cancelled", job.id)
-        except AgentError as exc:
+        except (AgentError, StillLoading) as exc:
             terminal = protocol.error(job.id, exc.code, str(exc))
         except Exception as exc:
             log.exception("request %s failed", job.id)
@@ -377,7 +395,7 @@ class Daemon:
         if job.kind == "explain" or self.store is None:
             return await run(send)
         effort = msg.get("thinking_effort") or self.agent_config.thinking_effort
-        return await self.store.answer(msg, effort, send, run)
+        return await self.store.answer(msg, effort, self.info.fingerprint, send, run)
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""
@@ -447,7 +465,7 @@ class Daemon:
         """End the requests of keys removed from the allow-list, also those that stream nothing (a silent
         client waiting in the queue or on a tool call): each ends with ``error`` ``unauthorized``."""
         while True:
-            await asyncio.sleep(RELOAD_SECONDS)
+            await asyncio.sleep(max(self.config.security.keys_reload_seconds, MIN_SWEEP_SECONDS))
             for job in [job for job in self._jobs.values() if self._revoked(job)]:
                 job.stop("unauthorized")
 
@@ -475,26 +493,34 @@ class Daemon:
     # --- replies -------------------------------------------------------------------------------------------
 
     def welcome(self) -> dict:
-        engine = self.scheduler.engine
+        info = self.info
+        loading = {} if self._loaded.is_set() else {"loading": self.progress.snapshot()}
+        fingerprint = {"fingerprint": info.fingerprint} if info.fingerprint else {}  # none yet: a hub repo loading
+        # The prompt limit comes from the loaded model's context length: a client says hello again once loaded.
+        prompt_limit = {} if self.scheduler is None else {"max_prompt_tokens": self.scheduler.engine.max_prompt_tokens}
         return {
-            "protocol": protocol.VERSION, "server": __version__, "model": engine.model_id,
-            "fingerprint": engine.fingerprint, "experts": engine.experts, "ranks": engine.ranks,
+            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
+            "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,
                 "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
                 "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
-                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION,
-                "max_prompt_tokens": engine.max_prompt_tokens,
+                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION, **prompt_limit,
             },
         }
 
     def status(self, asker: str = "") -> dict:
-        engine = self.scheduler.engine
+        info = self.info
+        shared = {"store": self.store.stats() if self.store is not None else None, "queues": self.queues(asker)}
+        if self.scheduler is None:
+            return {"model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
+                    "loading": self.progress.snapshot(), "open_requests": len(self._jobs),
+                    "uptime": round(time.monotonic() - self._started, 1), **self._counts, **shared}
         s = self.scheduler.stats()
         return {
-            "model": engine.model_id, "experts": engine.experts, "ranks": engine.ranks,
+            "model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
             "open_requests": len(self._jobs), "clients": len({p for p, _ in self._jobs}),
             "queued": s.get("queued", 0) + s.get("waiting", 0), "active": s.get("active", 0),
             "batch_size": s.get("decoding", 0), "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
@@ -502,8 +528,7 @@ class Daemon:
             "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
             "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
             **vars(self.tally), **self._counts, "engine": s,
-            "store": self.store.stats() if self.store is not None else None,
-            "queues": self.queues(asker),
+            **shared,
         }
 
     def queues(self, asker: str) -> dict[str, dict[str, int]]:

@@ -165,23 +165,22 @@ def check_trust(path: str, trust_remote_code: bool) -> None:
                               f"pass {TRUST_FLAG} if you trust this checkpoint")
 
 
-def load_model(path: str, group: mx.distributed.Group | None = None, *, trust_remote_code: bool = False):
-    """(model, tokenizer): ``mlx_lm.load`` on one rank, ``sharded_load`` over ``group`` when it has several.
+def load_model(path: str, group: mx.distributed.Group | None = None, *, trust_remote_code: bool = False,
+               progress=None, pace: float = 0.0):
+    """(model, tokenizer): the checkpoint whole on one rank, this rank's tensor-parallel shard over ``group``
+    when it has several; read part by part into ``progress`` (a `backend.loading.LoadProgress`) if given.
 
     Raises RemoteCodeError before reading any weight when the checkpoint ships code and ``trust_remote_code``
     is off (and when transformers finds such code in a hub checkpoint).
     """
+    from mlx_lm.utils import _download
+
+    from backend import loading
+
     check_trust(path, trust_remote_code)
-    tokenizer_config = {"trust_remote_code": trust_remote_code}
     try:
-        if group is not None and group.size() > 1:
-            from mlx_lm.utils import sharded_load
-
-            return sharded_load(path, tensor_group=group, tokenizer_config=tokenizer_config,
-                                trust_remote_code=trust_remote_code)
-        from mlx_lm import load
-
-        return load(path, tokenizer_config=tokenizer_config, trust_remote_code=trust_remote_code)
+        return loading.load(_download(path), group, {"trust_remote_code": trust_remote_code},
+                            trust_remote_code=trust_remote_code, progress=progress, pace=pace)
     except ValueError as exc:
         if not trust_remote_code and "trust_remote_code" in str(exc):
             raise RemoteCodeError(f"{path} needs to run Python code shipped with it; pass {TRUST_FLAG} "

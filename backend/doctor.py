@@ -11,7 +11,10 @@ Run it under the same `mlx.launch` command as `serve` (or alone, as one rank). E
 5. with `--model`, checks the checkpoint is on every rank and its weights / ranks (plus headroom) fit, and
    says how much of the headroom `serve` gives its prompt cache by default (backend/memory.py), and that its
    tokenizer loads (its own code only with `--trust-remote-code`, as `serve` would run it) and speaks the
-   Kimi K3 format: think channel and tool-call markers.
+   Kimi K3 format: think channel and tool-call markers;
+6. with `--model`, checks the weights / ranks (plus the same headroom) against macOS's GPU wired-memory cap, and
+   that every rank holds the same checkpoint (config, index, tokenizer files and weight file sizes, compared
+   between the ranks); under jaccl, each rank's macOS version and RDMA devices (backend/doctor_checks.py).
 
 Rank 0 prints the tables; every rank exits 1 if any check failed on any rank.
 """
@@ -27,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend import memory
+from backend import doctor_checks, memory
 from backend.memory import GIB, HEADROOM
 
-MAX_LOGIT_DIFF = 1e-3  # measured: 3e-6 on the tiny checkpoint (notes/mlx-research.md §3)
+MAX_LOGIT_DIFF = 1e-3  # measured: 3e-6 on the tiny checkpoint, two ring ranks against one process
 PROMPT = [1, 5, 9, 42, 77, 100, 3, 8, 250, 17, 64, 2]
 
 
@@ -72,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         checks += link_checks(group, args.bandwidth_mb)
         checks += [c for per_rank in dist.gather(local_checks(group, args.model, args.trust_remote_code), group)
                    for c in per_rank]
+        if args.model is not None:
+            same = doctor_checks.same_checkpoint(dist.gather(doctor_checks.checkpoint_report(args.model), group))
+            checks.append(Check(same.name, "all", same.result, same.ok))
     ok = all(c.ok for c in checks)
     if group.rank() == 0:
         render(hosts, checks, ok)
@@ -119,7 +125,8 @@ def local_checks(group, model: str | None, trust_remote_code: bool = False) -> l
     if model is not None:
         checks.append(fit_check(Path(model), group.size(), rank))
         checks.append(tokenizer_check(Path(model), trust_remote_code, rank))
-    return checks
+    verdicts = doctor_checks.rank_verdicts(Path(model) if model else None, group.size())
+    return checks + [Check(v.name, rank, v.result, v.ok) for v in verdicts]
 
 
 def logits_diff(group) -> float:

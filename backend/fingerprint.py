@@ -33,6 +33,17 @@ def checkpoint_fingerprint(path: str | os.PathLike[str]) -> str:
     Top-level files only (checkpoints are flat); hidden files and anything else (README, LICENSE, images)
     do not count. Raises FingerprintError when ``path`` holds no ``config.json``.
     """
+    h = hashlib.sha256(_VERSION)
+    for name, part in checkpoint_parts(path).items():
+        h.update(f"{name}\0{part}\0".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def checkpoint_parts(path: str | os.PathLike[str]) -> dict[str, str]:
+    """What the fingerprint covers, file by file in name order: a content hash, or ``size=N`` for weights.
+
+    Two ranks' parts say which files differ when their fingerprints do (`doctor`).
+    """
     root = Path(path)
     try:
         files = sorted((f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")),
@@ -41,7 +52,7 @@ def checkpoint_fingerprint(path: str | os.PathLike[str]) -> str:
         raise FingerprintError(f"cannot list checkpoint {root}: {exc.strerror or exc}") from exc
     if not any(f.name == "config.json" for f in files):
         raise FingerprintError(f"{root} holds no config.json: not a checkpoint directory")
-    h = hashlib.sha256(_VERSION)
+    parts: dict[str, str] = {}
     for f in files:
         suffix = f.suffix.lower()
         if suffix not in WEIGHT_SUFFIXES and suffix not in CONTENT_SUFFIXES:
@@ -49,8 +60,7 @@ def checkpoint_fingerprint(path: str | os.PathLike[str]) -> str:
         try:
             size = f.stat().st_size
             by_content = suffix in CONTENT_SUFFIXES and size <= MAX_CONTENT_BYTES
-            part = hashlib.sha256(f.read_bytes()).hexdigest() if by_content else f"size={size}"
+            parts[f.name] = hashlib.sha256(f.read_bytes()).hexdigest() if by_content else f"size={size}"
         except OSError as exc:
             raise FingerprintError(f"cannot read {f}: {exc.strerror or exc}") from exc
-        h.update(f"{f.name}\0{part}\0".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
+    return parts

@@ -1,6 +1,6 @@
 """Guards on generation: a repetition detector, and the finish accounting behind `status`.
 
-The audit model's loop rate and stop-token reliability were never evaluated (DESIGN.md), so every
+The audit model's loop rate and stop-token reliability were never evaluated (its card has no figure), so every
 generation is watched for degenerate repetition and every finish reason is counted: `status` reports
 the running loop rate and the share of generations that ended on a stop token.
 """

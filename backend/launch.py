@@ -15,7 +15,8 @@ from typing import IO
 
 from k3lsp import isolated
 
-READY = "k3-backend ready on "  # printed by serve (followed by the endpoint), read here
+READY = "k3-backend ready on "  # printed by serve (followed by the endpoint) once it serves, read here
+LISTENING = "k3-backend listening on "  # printed by serve once bound, before the model is loaded
 
 
 class LaunchError(RuntimeError):
@@ -26,10 +27,12 @@ class LaunchError(RuntimeError):
 
 
 def start(
-    serve_args: list[str], *, stderr: IO | int | None = None, ready_timeout: float = 180.0, cwd: Path | None = None
+    serve_args: list[str], *, stderr: IO | int | None = None, ready_timeout: float = 180.0, cwd: Path | None = None,
+    line: str = READY,
 ) -> tuple[subprocess.Popen, str]:
     """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves.
 
+    Returns once the daemon printed ``line``: READY (the model is loaded), or LISTENING (bound, still loading).
     The daemon imports nothing from ``cwd`` (k3lsp.isolated): the demo starts it in the user's directory.
     """
     proc = subprocess.Popen(
@@ -39,7 +42,7 @@ def start(
         cwd=cwd,
         text=True,
     )
-    endpoint, exited = wait_ready(proc, ready_timeout)
+    endpoint, exited = wait_ready(proc, ready_timeout, line)
     if endpoint is None:
         code = stop(proc)
         if exited:
@@ -48,17 +51,18 @@ def start(
     return proc, endpoint
 
 
-def wait_ready(proc: subprocess.Popen, timeout: float) -> tuple[str | None, bool]:
-    """(endpoint from the ready line or None, whether stdout ended first): read in a thread so the wait is bounded.
+def wait_ready(proc: subprocess.Popen, timeout: float, line: str = READY) -> tuple[str | None, bool]:
+    """(endpoint from the ready line, or the listening line when ``line`` is LISTENING, or None; whether stdout
+    ended first): read in a thread so the wait is bounded.
 
-    Works for `serve` itself and for `mlx.launch` running it, whose stdout carries rank 0's ready line.
+    Works for `serve` itself and for `mlx.launch` running it, whose stdout carries rank 0's lines.
     """
     found: list[str] = []
 
     def read() -> None:
-        for line in proc.stdout:
-            if line.startswith(READY):
-                found.append(line[len(READY) :].strip())
+        for text in proc.stdout:
+            if text.startswith(line):
+                found.append(text[len(line) :].strip())
                 return
 
     reader = threading.Thread(target=read, daemon=True)

@@ -200,19 +200,6 @@ def continuation(tokenizer, history: list[dict], assistant: dict, results: list[
     return after[len(before):]
 
 
-def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], effort: str, content: str = "",
-                  calls: list[dict] | None = None, reasoning: str = "") -> list[int]:
-    """The tokens the model generates for an assistant turn (reasoning, content, then tool calls), as the
-    renderer renders that turn after the generation prompt: a canonical answer for scripts and tests."""
-    prompt = template(tokenizer, messages, tools, add_generation_prompt=True, effort=effort)
-    calls = [ToolCall(c["name"], c["arguments"], i) for i, c in enumerate(calls or [], 1)]
-    turn = assistant_message(content, calls, reasoning)
-    full = template(tokenizer, [*messages, turn], tools, add_generation_prompt=False, effort=effort)
-    if full[: len(prompt)] != prompt:
-        raise ValueError("the chat template does not render an assistant turn as an extension of the prompt")
-    return full[len(prompt):]
-
-
 def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool,
              effort: str) -> list[int]:
     """The token ids of ``messages`` through the model's own renderer (no tools: ``tools=None``).

@@ -1,9 +1,12 @@
-"""`k3-backend serve`: load the model, warm it up, bind the ROUTER, serve until SIGTERM/SIGINT.
+"""`k3-backend serve`: bind the ROUTER, load the model and warm it up, serve until SIGTERM/SIGINT.
 
-The ready line (``k3-backend ready on ENDPOINT``) is printed only once the model is loaded, the kernels are
-compiled and the socket is bound, so whoever starts the daemon (tests, a supervisor) knows from one line of
-stdout that requests will be served, and on which port when it bound tcp port 0. By default the socket is
-``ipc://`` in a directory only this user may enter (k3lsp/local.py).
+The socket is bound before the weights are read (minutes for ~375 GB per Mac): meanwhile ``hello`` and
+``status`` are answered with state ``loading`` and how far the load is (backend/loading.py), and requests wait
+for the model (at most --load-wait seconds, with ``progress`` messages). Two lines on stdout say where things
+are: ``k3-backend listening on ENDPOINT`` once bound, and the ready line (``k3-backend ready on ENDPOINT``)
+once the model is loaded and its kernels compiled, so whoever starts the daemon (tests, a supervisor) knows
+from one line that requests will be served at once, and on which port when it bound tcp port 0. By default
+the socket is ``ipc://`` in a directory only this user may enter (k3lsp/local.py).
 
 Under `mlx.launch` (hostfiles/README.md) every rank runs this command: each loads its tensor-parallel shard,
 rank 0 alone binds the ROUTER and prints the ready line, the others follow rank 0's scheduling steps
@@ -24,10 +27,11 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from backend import auth, store
+from backend import auth, exitstatus, store
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
-from backend.launch import READY
+from backend.exitstatus import RANK_FAILURE_EXIT
+from backend.launch import LISTENING, READY
 from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys, local, sanitize
@@ -35,7 +39,6 @@ from k3lsp.protocol import EFFORTS
 
 log = logging.getLogger(__name__)
 
-RANK_FAILURE_EXIT = 3
 FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
 STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first
 STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
@@ -83,6 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep no results: every audit request is generated")
     p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
     p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
+    p.add_argument("--keys-reload-seconds", type=float, default=auth.Security.keys_reload_seconds,
+                   help="look at --authorized-keys at most this often: how long a removed key may still be served")
     p.add_argument("--insecure", action="store_true",
                    help="allow a plain tcp socket (no encryption, no authentication): every local user, and "
                         "beyond loopback everyone on the network, can connect or pose as the daemon")
@@ -90,9 +95,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
     p.add_argument("--rank-tick", type=float, default=5.0,
                    help="under mlx.launch: seconds between rank 0's liveness steps while idle")
+    p.add_argument("--load-wait", type=float, default=600.0,
+                   help="seconds a request that arrives while the model loads waits for it (error loading after)")
+    p.add_argument("--load-pace", type=float, default=0.0,
+                   help="pause this long after each layer read while loading: only to watch the loading state of a "
+                        "tiny checkpoint (demos, tests); 0 in real use")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve; the exit code is also recorded for a supervisor (backend/exitstatus.py)."""
+    code = _run(args)
+    exitstatus.record(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     sanitize.log_to_stderr("%(asctime)s %(levelname)s %(name)s: %(message)s")  # logs quote the model
     problem = _check(args)
     if problem:
@@ -140,8 +157,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--max-tool-rounds must be >= 0, --tool-timeout and --deadline > 0"
     if args.temp < 0 or not 0 <= args.top_p <= 1:
         return "need --temp >= 0 and 0 <= --top-p <= 1"
-    if args.rank_timeout <= 0 or args.rank_tick <= 0:
-        return "--rank-timeout and --rank-tick must be > 0"
+    if args.rank_timeout <= 0 or args.rank_tick <= 0 or args.load_wait <= 0 or args.load_pace < 0:
+        return "--rank-timeout, --rank-tick and --load-wait must be > 0, --load-pace >= 0"
     try:  # before the model load, which takes minutes on the real model
         auth.check(args.bind, _security(args))
     except (auth.InsecureBindError, keys.KeyFileError) as exc:
@@ -168,7 +185,8 @@ def _agent_config(args: argparse.Namespace) -> AgentConfig:
 
 
 def _security(args: argparse.Namespace) -> auth.Security:
-    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure)
+    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure,
+                         keys_reload_seconds=args.keys_reload_seconds)
 
 
 async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
@@ -176,7 +194,7 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
     import mlx.core as mx
 
     from backend import dist
-    from backend.engine import Engine, EngineArgs
+    from backend.engine import EngineArgs
 
     rank = os.environ.get("MLX_RANK")
     # Under mlx.launch, init waits for every rank: one that never starts would block it forever.
@@ -194,26 +212,43 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
                              prompt_cache_size=args.prompt_cache_size, prompt_cache_bytes=args.prompt_cache_bytes,
                              trust_remote_code=args.trust_remote_code)
     try:
-        # On this thread, whose mlx streams are cleared at the end (see below), not in an executor thread.
-        engine = Engine(engine_args, group=ranks)
+        if ranks is None or group.rank() == 0:
+            return await _lead(engine_args, ranks, args, script, ready)
+        try:  # a follower loads on this thread: it has no socket to answer meanwhile
+            engine = _load(engine_args, ranks, args)
+        except LoadError as exc:
+            print(f"k3-backend serve: {exc}", file=sys.stderr)
+            return 1
+        return _follow(engine, group, args)
+    finally:
+        mx_clear_streams()
+
+
+class LoadError(RuntimeError):
+    """The model could not be loaded (the message says which and why)."""
+
+
+def _load(engine_args, group, args: argparse.Namespace, progress=None):
+    """Load the model (this rank's shard) and compile its kernels; LoadError if that fails."""
+    from backend import dist
+    from backend.engine import Engine
+
+    try:
+        model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code,
+                                           progress=progress, pace=args.load_pace)
+        engine = Engine(engine_args, model, tokenizer, group=group)
+        if progress is not None:
+            progress.enter("warm-up")
         engine.warmup()
+        return engine
     except Exception as exc:
         log.debug("cannot load %s", args.model, exc_info=True)
-        print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        if ranks is not None and group.rank() > 0:
-            return _follow(engine, group, args)
-        return await _lead(engine, ranks, args, script, ready)
-    finally:
-        # Every thread that ran mlx must destroy its streams before the process exits, or mlx may abort
-        # at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327).
-        mx.clear_streams()
+        raise LoadError(f"cannot load model {args.model}: {exc}") from exc
 
 
-async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: TextIO) -> int:
-    """Rank 0 (or the only process): the ROUTER, the job table and the scheduler thread."""
-    from backend import pair
+async def _lead(engine_args, group, args: argparse.Namespace, script: Script, ready: TextIO) -> int:
+    """Rank 0 (or the only process): the ROUTER at once, the model loaded in a thread, then the scheduler."""
+    from backend import dist, loading, pair
     from backend.fidelity.traces import TraceFile
     from backend.scheduler import Scheduler
 
@@ -224,33 +259,31 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
         _exit_after(FAILURE_GRACE, f"k3-backend serve: a rank of the pair failed: {message}")
 
     def terminate() -> None:
-        if group is None:
+        if group is None or daemon.scheduler is None:
             daemon.stop()
             return
         loop.call_later(STOP_GRACE, daemon.stop)
         _exit_after(STOP_BOUND, f"k3-backend serve: the pair did not stop within {STOP_BOUND:g} s")
 
-    link = None
-    if group is None:
-        scheduler = Scheduler(engine)
-    else:
-        link = pair.Link(group, engine, args.rank_tick)
-        try:
-            link.connect()
-        except Exception as exc:
-            print(f"k3-backend serve: cannot reach the other ranks: {exc}", file=sys.stderr)
-            return RANK_FAILURE_EXIT
-        scheduler = Scheduler(engine, link.lead, tick=args.rank_tick, on_failure=fail)
+    try:  # what can be known from the checkpoint's files is checked before binding: a refusal comes at once
+        dist.check_trust(args.model, args.trust_remote_code)
+        info = loading.ModelInfo.of(args.model, group.size() if group else 1)
+    except Exception as exc:
+        print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
+        return 1
+    progress = loading.LoadProgress()
     record = TraceFile(args.trace_file) if args.trace_file else None
-    results = None if args.store is None else store.ResultStore(
-        args.store, args.store_max_bytes, model=store.answering_model(engine.fingerprint, script),
-        prompt_version=PROMPT_VERSION)
-    daemon = Daemon(scheduler, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                            slots=args.max_concurrency,
-                                            interactive_reserve=engine.args.interactive_reserve,
-                                            tool_timeout=args.tool_timeout,
-                                            security=_security(args)),
-                    _agent_config(args), script, record, results)
+    try:
+        results = None if args.store is None else store.ResultStore(args.store, args.store_max_bytes, script=script,
+                                                                    prompt_version=PROMPT_VERSION)
+    except Exception as exc:
+        print(f"k3-backend serve: cannot open the result store {args.store}: {exc}", file=sys.stderr)
+        return 1
+    daemon = Daemon(None, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
+                                       slots=args.max_concurrency, interactive_reserve=engine_args.interactive_reserve,
+                                       tool_timeout=args.tool_timeout, security=_security(args),
+                                       load_wait=args.load_wait),
+                    _agent_config(args), script, record, results, loading=(info, progress))
     try:
         endpoint = daemon.bind()
     except Exception as exc:
@@ -258,19 +291,60 @@ async def _lead(engine, group, args: argparse.Namespace, script: Script, ready: 
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, terminate)
-    scheduler.start()
-    if link is not None:
-        pair.watch(scheduler, args.rank_timeout, fail)
-    print(READY + endpoint, file=ready, flush=True)
+    links: list[pair.Link] = []
+
+    def serve_loaded(engine) -> None:  # on the event loop, once the loading thread is done
+        if group is None:
+            scheduler = Scheduler(engine)
+        else:
+            scheduler = Scheduler(engine, links[0].lead, tick=args.rank_tick, on_failure=fail)
+        daemon.attach(scheduler)
+        scheduler.start()
+        if group is not None:
+            pair.watch(scheduler, args.rank_timeout, fail)
+        print(READY + endpoint, file=ready, flush=True)
+
+    def load() -> None:  # the loading thread
+        try:
+            engine = _load(engine_args, group, args, progress)
+            if group is not None:
+                links.append(pair.Link(group, engine, args.rank_tick))
+                links[0].connect()
+            loop.call_soon_threadsafe(serve_loaded, engine)
+        except LoadError as exc:  # the same on every rank, most likely: exit 1, as a follower does
+            progress.failed(str(exc))
+            loop.call_soon_threadsafe(daemon.fail, "load_failed", str(exc))
+        except Exception as exc:
+            progress.failed(f"cannot reach the other ranks: {exc}")
+            loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"cannot reach the other ranks: {exc}")
+        finally:
+            mx_clear_streams()
+
+    print(LISTENING + endpoint, file=ready, flush=True)
+    loader = threading.Thread(target=load, name="load", daemon=True)
+    loader.start()
     await daemon.serve()
     if results is not None:
         results.close()
+    if daemon.failure is not None and daemon.failure[0] == "load_failed":
+        print(f"k3-backend serve: {daemon.failure[1]}", file=sys.stderr)
+        return 1
     if daemon.failure is not None:
         _exit_now(f"k3-backend serve: {daemon.failure[1]}; exiting for the supervisor to restart the pair")
-    if link is not None:
-        link.close()
+    if loader.is_alive():  # stopped while loading: the thread is inside mlx and cannot be interrupted
+        _exit_now("k3-backend serve: stopped while loading the model", code=0)
+    if links:
+        links[0].close()
     log.info("stopped")
     return 0
+
+
+def mx_clear_streams() -> None:
+    """Destroy this thread's mlx streams: every thread that ran mlx must, before the process exits, or mlx
+    may abort at interpreter shutdown ("terminate called without an active exception"; ml-explore/mlx#4327)."""
+    import mlx.core as mx
+
+    mx.clear_streams()
 
 
 def _follow(engine, group, args: argparse.Namespace) -> int:
@@ -292,12 +366,13 @@ def _follow(engine, group, args: argparse.Namespace) -> int:
     return 0
 
 
-def _exit_now(message: str) -> None:
-    """End a process whose pair is broken: a thread may be stuck in a collective that never returns, and
-    mlx's teardown must not wait for it."""
+def _exit_now(message: str, code: int = RANK_FAILURE_EXIT) -> None:
+    """End a process whose pair is broken (or a load that cannot be interrupted): a thread may be stuck in a
+    collective or a read that never returns, and mlx's teardown must not wait for it."""
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(RANK_FAILURE_EXIT)
+    exitstatus.record(code)
+    os._exit(code)
 
 
 def _exit_after(seconds: float, message: str) -> None:

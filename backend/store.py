@@ -61,32 +61,29 @@ def default_path() -> Path | None:
     return Path(platformdirs.user_cache_dir("k3-backend")) / FILE_NAME
 
 
-def answering_model(fingerprint: str, script: Script) -> str:
-    """What gives the answers: the checkpoint, or the checkpoint forced through a script (a hash of both)."""
-    if not script.entries:
-        return fingerprint
-    return hashlib.sha256(f"{fingerprint}\0scripted\0{script!r}".encode()).hexdigest()
-
-
 class ResultStore:
     """Complete audit results of every client, keyed by what decides the answer (see the module doc)."""
 
-    def __init__(self, path: Path, max_bytes: int, *, model: str, prompt_version: str):
+    def __init__(self, path: Path, max_bytes: int, *, script: Script, prompt_version: str):
         self._cache = ResultCache(path, max_bytes)
-        self._key = ResultKey(model, prompt_version, STORE)
+        self._script = script
+        self._prompt_version = prompt_version
         self.answered = 0  # audit requests answered from the store
         self.kept = 0  # complete audits stored
         self.fresh = 0  # requests that asked for a fresh audit
 
-    async def answer(self, req: dict, effort: str, send: Send, run: Callable[[Send], Awaitable[dict]]) -> dict:
+    async def answer(self, req: dict, effort: str, fingerprint: str, send: Send,
+                     run: Callable[[Send], Awaitable[dict]]) -> dict:
         """The ``done`` stats of one audit request: from the store (its findings sent through ``send``) or from
-        ``run(send)``, whose findings are recorded on their way out and stored if the audit was complete."""
+        ``run(send)``, whose findings are recorded on their way out and stored if the audit was complete.
+        ``fingerprint`` is the loaded checkpoint's: given per request, as a hub model has none before it loads."""
         unit = unit_key(req["code"], req["context"])
+        key = ResultKey(self._answering_model(fingerprint), self._prompt_version, STORE)
         if req.get("fresh"):
             self.fresh += 1
         else:
             started = time.monotonic()
-            hit = await asyncio.to_thread(self._lookup, unit, effort)
+            hit = await asyncio.to_thread(self._lookup, unit, key, effort)
             if hit is not None:
                 for finding in hit.findings:
                     await send("finding", finding=finding)
@@ -101,12 +98,18 @@ class ResultStore:
 
         stats = await run(recording)
         if cut_short(stats) is None:
-            await asyncio.to_thread(self._cache.put, unit, self._key.digest(effort), findings, stats)
+            await asyncio.to_thread(self._cache.put, unit, key.digest(effort), findings, stats)
             self.kept += 1
         return stats
 
-    def _lookup(self, unit: str, effort: str) -> CachedResult | None:
-        return next((hit for key in self._key.answering(effort) if (hit := self._cache.get(unit, key)) is not None),
+    def _answering_model(self, fingerprint: str) -> str:
+        """What gives the answers: the checkpoint, or the checkpoint forced through a script (a hash of both)."""
+        if not self._script.entries:
+            return fingerprint
+        return hashlib.sha256(f"{fingerprint}\0scripted\0{self._script!r}".encode()).hexdigest()
+
+    def _lookup(self, unit: str, key: ResultKey, effort: str) -> CachedResult | None:
+        return next((hit for digest in key.answering(effort) if (hit := self._cache.get(unit, digest)) is not None),
                     None)
 
     def stats(self) -> dict:

@@ -12,12 +12,12 @@ comes in two dialects, so tests can show that the daemon depends on no renderer'
 
 - ``k3`` (the default) is packaged like the release: no Jinja template, a tokenizer class in
   ``tokenization_kimi.py`` referenced by ``auto_map`` (loading it needs ``trust_remote_code``) that
-  renders the format of notes/k3-format.md (backend/tokenization_kimi.py is the file shipped);
+  renders the released Kimi K3 format (backend/tokenization_kimi.py is the file shipped; docs/engine.md);
 - ``jinja`` is a made-up Jinja template in the XTML style: tools in the system message, JSON call
   bodies, ``role="tool" call=...`` results, no think or response channel in what it renders, and no
   reasoning kept in history.
 
-Pruning follows notes/mlx-research.md §2: `num_experts` becomes the kept count, the kept experts
+Pruning keeps the checkpoint an ordinary kimi_k3 one: `num_experts` becomes the kept count, the kept experts
 are renumbered 0..N-1 and the router rows (gate and e_score_correction_bias) are sliced.
 """
 

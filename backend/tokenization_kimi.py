@@ -1,7 +1,7 @@
 """The tokenizer class `k3-backend make-tiny` ships as the checkpoint's `tokenization_kimi.py` (remote code).
 
 The released Kimi K3 has no Jinja chat template: a tokenizer class in the model repo renders the prompt in
-Python and is loaded through `auto_map` with `trust_remote_code` (notes/k3-format.md). The tiny checkpoint is
+Python and is loaded through `auto_map` with `trust_remote_code` (docs/engine.md). The tiny checkpoint is
 packaged the same way, so the daemon meets a release-shaped checkpoint in tests: this file is copied next to
 the weights and imported by transformers from there, never from this package. It therefore imports nothing
 but transformers and the standard library.

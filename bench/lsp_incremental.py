@@ -14,12 +14,13 @@ What it prints:
 - tokens, estimated as bytes / 4 (no tokenizer on the editor side; C code averages 3-4.5 bytes per
   token with BPE vocabularies, so bytes / 4 is the right order and the same for both sides of a ratio):
   a whole-file audit sends the file; after editing one function, the server sends only the units whose
-  key changed (diffing.diff_units) with their context. Every function of the slice is edited in turn
+  key the result cache does not hold (every unit of the version before the edit was audited) with their
+  context. Every function of the slice is edited in turn
   (one line inserted before its closing brace) and the median is reported.
 - `ratio token_savings = X`: whole-slice tokens / median tokens sent after a one-function edit
   (target >= 20). The same ratio on the whole file is printed beside it.
 - `noop_save_domain_ms`: the editor-side work of a save with nothing changed (split, memoised on the
-  text; diff; one cache lookup per unit) on the 10k slice.
+  text; one cache lookup per unit) on the 10k slice.
 - `noop_save_publish_ms` (unless `--no-server`): the end-to-end figure on the same slice, save ->
   publishDiagnostics through a real `k3lsp` server and a real `k3-backend` on the tiny checkpoint, every
   unit already cached (bench/lsp_noop_save.py). Target < 20 ms.
@@ -39,7 +40,7 @@ from pathlib import Path
 import platformdirs
 from tree_sitter import Parser
 
-from k3lsp import cache, diffing, units
+from k3lsp import cache, units
 
 PACKAGE = "better-sqlite3@12"
 MEMBER = "package/deps/sqlite3/sqlite3.c"
@@ -84,11 +85,13 @@ def tokens(text: str) -> int:
 
 
 def sent_after_edit(source: str, before: list[units.Unit], unit: units.Unit) -> int:
-    """Tokens sent after inserting one line before the unit's last line: changed units + their context."""
+    """Tokens sent after inserting one line before the unit's last line: the units whose key is new (the
+    cache holds every unit of the version before), with their context."""
     lines = source.split("\n")
     lines.insert(unit.end_line, "\t(void)0;")
+    audited = {u.key for u in before}
     after = units.parse("\n".join(lines)).units
-    return sum(tokens(u.text) + tokens(u.context) for u in diffing.diff_units(before, after).added)
+    return sum(tokens(u.text) + tokens(u.context) for u in after if u.key not in audited)
 
 
 def edit_savings(source: str, sample: int | None) -> tuple[int, list[int]]:
@@ -99,18 +102,14 @@ def edit_savings(source: str, sample: int | None) -> tuple[int, list[int]]:
 
 
 def noop_save_ms(source: str, runs: int) -> float:
-    """A save with nothing changed, editor side: split (memoised on the text), diff against the last
-    split, one cache lookup per unit."""
+    """A save with nothing changed, editor side: split (memoised on the text), one cache lookup per unit."""
     with tempfile.TemporaryDirectory() as tmp:
         results = cache.ResultCache(Path(tmp) / "r.sqlite3")
-        last = units.split(source)
-        for u in last:
+        for u in units.split(source):
             results.put(u.key, "bench-result-key", [])
 
         def save() -> None:
-            now = units.split(source)
-            diff = diffing.diff_units(last, now)
-            assert not diff.added and all(results.has(u.key, "bench-result-key") for u in diff.kept)
+            assert all(results.get(u.key, "bench-result-key") is not None for u in units.split(source))
 
         ms = median_ms(save, runs)
         results.close()
@@ -163,7 +162,7 @@ def main() -> None:
         f"ratio token_savings_whole_file = {file_tokens / statistics.median(file_sent):.0f}  "
         f"({len(file_sent)} sampled edits)"
     )
-    print(f"noop_save_domain_ms = {noop_save_ms(piece, args.runs):.1f}  (split + diff + {n_slice} cache lookups)")
+    print(f"noop_save_domain_ms = {noop_save_ms(piece, args.runs):.1f}  (split + {n_slice} cache lookups)")
     if not args.no_server:
         import lsp_noop_save  # beside this script; starts the tiny model's daemon and a k3lsp server
 

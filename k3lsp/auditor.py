@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from k3lsp import protocol, resultkey, sanitize, tools
+from k3lsp import loading, protocol, resultkey, sanitize, tools
 from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
@@ -38,9 +38,11 @@ from k3lsp.units import Unit
 log = logging.getLogger(__name__)
 
 # Codes that say the daemon as a whole cannot serve us now (as opposed to one request failing): the editor
-# shows one message, keeps cached findings and retries later.
+# shows one message, keeps cached findings and retries later. Among them `loading` (the daemon is still reading
+# its model and a request waited longer than it allows) and `load_failed` (it could not load its model and exits).
 CONNECTION_CODES = protocol.TRANSIENT_CODES | protocol.SETUP_CODES
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
+LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
 COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
@@ -95,11 +97,13 @@ Progress = Callable[[Unit, dict], None]  # (unit, the daemon's progress message)
 
 
 def describe(unit: Unit, progress: dict) -> str:
-    """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens`` (the daemon's words
-    sanitised, like all its text)."""
+    """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens``, or while the daemon
+    loads ``copy_msg: backend loading (42 %, weights)`` (the daemon's words sanitised, like all its text)."""
     stage, done, total = progress["stage"], progress.get("tokens"), progress.get("total")
     if stage in ("prefill", "decode") and done is not None and total:
         return sanitize.line(f"{unit.name}: {stage} {done:,}/{total:,} tokens")
+    if stage == "loading" and progress.get("detail"):  # the daemon's own words: backend loading (42 %, ...)
+        return sanitize.line(f"{unit.name}: {progress['detail']}")
     detail = f" {progress['detail']}" if stage == "tool" and progress.get("detail") else ""
     return sanitize.line(f"{unit.name}: {stage}{detail}")
 
@@ -145,10 +149,12 @@ class Counters:
 class BackendState:
     """The ``k3lsp/status`` notification's payload."""
 
-    state: str  # disconnected (not connected yet) | connecting | connected | down | unauthorized
+    state: str  # disconnected (not connected yet) | connecting | loading (the daemon reads its model) | connected
+    #             | down | unauthorized
     queued: int
     running: int
     message: str
+    percent: int | None = None  # with state loading: how much of the model is read (0..100), when the daemon says
 
 
 def _count(value: object) -> int:
@@ -157,7 +163,13 @@ def _count(value: object) -> int:
 
 
 def state_for(code: str) -> str:
+    if code == "loading":
+        return "loading"
     return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+
+
+def _serving(welcome: dict) -> str:
+    return f"{welcome.get('model')} ({welcome.get('experts')} experts, {welcome.get('ranks')} ranks)"
 
 
 def not_connected(endpoint: str) -> str:
@@ -202,16 +214,18 @@ class Auditor:
         self._on_state = on_state
         self._on_tool = on_tool  # (tool_request, ok, answer): what the model read is the user's business
         self._state, self._message = "disconnected", not_connected(options.endpoint)
+        self._percent: int | None = None
+        self._load_watch: asyncio.Task | None = None
         self._refused: dict[tuple, str] = {}  # (unit key, result key, prompt limit) -> the refusal
 
     # --- state -------------------------------------------------------------------------------------------
 
     @property
     def state(self) -> BackendState:
-        return BackendState(self._state, self._slots.queued, self._slots.running, self._message)
+        return BackendState(self._state, self._slots.queued, self._slots.running, self._message, self._percent)
 
-    def _set_state(self, state: str, message: str = "") -> None:
-        self._state, self._message = state, sanitize.line(message)  # it quotes the daemon
+    def _set_state(self, state: str, message: str = "", percent: int | None = None) -> None:
+        self._state, self._message, self._percent = state, sanitize.line(message), percent  # it quotes the daemon
         self._notify()
 
     def _notify(self) -> None:
@@ -222,6 +236,7 @@ class Auditor:
         """New settings; a new endpoint or key means a new connection."""
         old, self.options = self.options, options
         if client_options(old, self._client_name) != client_options(options, self._client_name):
+            self._stop_load_watch()
             await self._client.close()
             self._client = BackendClient(client_options(options, self._client_name))
             self._connected = False
@@ -229,6 +244,7 @@ class Auditor:
             self._set_state("disconnected", not_connected(options.endpoint))
 
     async def close(self) -> None:
+        self._stop_load_watch()
         await self._client.close()
 
     # --- connection --------------------------------------------------------------------------------------
@@ -253,8 +269,44 @@ class Auditor:
             raise self._unavailable(exc.code, str(exc)) from exc
         key = resultkey.for_welcome(welcome, daemon=self._client.daemon_identity)
         self.welcome, self._result_key, self._connected = welcome, key, True
-        self._set_state("connected", f"{welcome['model']} ({welcome['experts']} experts, {welcome['ranks']} ranks)")
+        if loading.is_loading(welcome):
+            self._loading(welcome.get("loading"))
+        else:
+            self._set_state("connected", _serving(welcome))
         return welcome
+
+    # --- a daemon that is loading its model --------------------------------------------------------------
+
+    def _loading(self, progress: object) -> None:
+        """Show how far the daemon's load is, and keep asking until it serves (requests sent meanwhile wait
+        on the daemon, which bounds the wait)."""
+        self._set_state("loading", loading.describe(progress), loading.percent(progress))
+        if self._load_watch is None or self._load_watch.done():
+            self._load_watch = asyncio.ensure_future(self._watch_load())
+
+    async def _watch_load(self) -> None:
+        while self._state == "loading":
+            await asyncio.sleep(LOAD_POLL)
+            try:
+                status = await self._client.status(self._client.options.connect_timeout)
+            except BackendError as exc:
+                self._unavailable(exc.code, str(exc))
+                return
+            if self._state != "loading":  # an audit found the daemon gone meanwhile
+                return
+            if loading.is_loading(status):
+                self._set_state("loading", loading.describe(status.get("loading")),
+                                loading.percent(status.get("loading")))
+                continue
+            self._connected = False  # loaded: a fresh hello, whose welcome describes the model being served
+            with contextlib.suppress(BackendUnavailable):  # _hello has reported it
+                await self.connect()
+            return
+
+    def _stop_load_watch(self) -> None:
+        if self._load_watch is not None:
+            self._load_watch.cancel()
+            self._load_watch = None
 
     def _unavailable(self, code: str, message: str) -> BackendUnavailable:
         self._connected = False

@@ -175,13 +175,15 @@ async def audit_paths(
     jobs: int = DEFAULT_CONCURRENCY,
     stop: asyncio.Event | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
+    allow_incomplete: bool = False,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
     Never raises for a file or backend problem: they become report errors. ``jobs`` bounds the in-flight
     units per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
     ``on_progress(done, total, note)`` is called as units finish and as the daemon reports a unit's prefill
-    and decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``).
+    and decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
+    error (its findings may be missing), or with ``allow_incomplete`` a warning.
     """
     root = audit_root(paths)
     report = BatchReport(root)
@@ -200,7 +202,7 @@ async def audit_paths(
         for e in dict.fromkeys(endpoints or options.endpoints)
     }
     report.by_backend = dict.fromkeys(auditors, 0)
-    run = _Run(report, options, baseline, work, on_progress)
+    run = _Run(report, options, baseline, work, on_progress, allow_incomplete)
     try:
         await run.execute(auditors, jobs, stop or asyncio.Event())
     finally:
@@ -220,8 +222,10 @@ class _Run:
         baseline: suppress.Baseline,
         work: list[Work],
         on_progress: Callable[[int, int, str], None] | None,
+        allow_incomplete: bool = False,
     ):
         self.report, self.options, self.baseline = report, options, baseline
+        self.incomplete = report.warnings if allow_incomplete else report.errors  # where cut-short units go
         self.spread = Spread(work, self._audit, on_done=self._done, on_drop=self._drop)
         self.on_progress = on_progress
 
@@ -276,7 +280,7 @@ class _Run:
                         "were dropped (k3lsp.bounds)"
                     )
                 if result.cut_short is not None:  # not a clean pass: its findings may be missing
-                    self.report.errors.append(
+                    self.incomplete.append(
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
                         "missing; not cached, a rerun audits it again"
                     )

@@ -1,6 +1,6 @@
 """Content-addressed audit results in sqlite, shared by the editor, `k3lsp audit` and restarts.
 
-An audit of one unit costs seconds to minutes on the Mac pair (DESIGN.md "Performance model"); the
+An audit of one unit costs seconds to minutes on the Mac pair (docs/architecture.md); the
 same unit text and context, audited by the same model with the same prompt, gives the same answer
 for our purposes. So results are keyed by (unit key, result key: ``k3lsp.resultkey``, which names the
 model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes
@@ -131,10 +131,6 @@ class ResultCache:
                       write=True)
         return CachedResult(findings, stats, row[2])
 
-    def has(self, unit_key: str, result_key: str) -> bool:
-        row = self._run("SELECT 1 FROM results WHERE unit_key=? AND result_key=?", (unit_key, result_key))
-        return row is not None
-
     def put(
         self,
         unit_key: str,
@@ -171,12 +167,6 @@ class ResultCache:
         self.evicted += len(victims)
         log.info("result cache over %d bytes: evicted the %d least recently used results (%d bytes)",
                  self.max_bytes, len(victims), freed)
-
-    def clear(self) -> int:
-        """Forget every result; returns how many there were."""
-        row = self._run("SELECT COUNT(*) FROM results")
-        self._run("DELETE FROM results", write=True)
-        return row[0] if row else 0
 
     def stats(self) -> dict[str, Any]:
         row = self._run(

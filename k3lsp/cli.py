@@ -93,7 +93,7 @@ def _audit_run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         return await batch.audit_paths([Path(p) for p in args.paths], opts, endpoints=endpoints, jobs=jobs,
-                                       stop=stop, on_progress=on_progress)
+                                       stop=stop, on_progress=on_progress, allow_incomplete=args.allow_incomplete)
 
     with report.progress_bar(sys.stderr.isatty()) as on_progress:
         result = asyncio.run(run(on_progress))
@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--jobs", type=int, default=None,
                        help="units in flight per backend (default 4: the daemon batches them)")
     audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
+    audit.add_argument("--allow-incomplete", action="store_true",
+                       help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
+                            "error: the exit status says findings or clean")
     audit.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=None,
                        help="how long the model thinks per unit (default auto: high, as for workspace audits)")
     _add_key_flags(audit)

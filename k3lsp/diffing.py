@@ -1,8 +1,7 @@
-"""What changed between two versions of a document: units (for incremental audits) and lines (so that
-diagnostics follow edits between saves).
+"""How diagnostics follow the edits made between saves.
 
 Audits happen on save, edits happen between saves. A diagnostic published at the last save must never
-point at the wrong line meanwhile (rust-analyzer#4056, notes/lsp-research.md §5): when lines are
+point at the wrong line meanwhile (rust-analyzer#4056): when lines are
 inserted or removed above its unit it moves with them; when its unit's own text is touched it is
 dropped (the finding may no longer hold) until the next audit. `follow_edits` applies LSP
 `didChange` content changes (range + text, in order) to anchors that remember their unit's lines.
@@ -21,24 +20,6 @@ from k3lsp.findings import utf16_len
 from k3lsp.units import Unit
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class UnitDiff:
-    added: list[Unit]  # units of the new version whose key is new: to audit
-    kept: list[Unit]  # units whose text and context are unchanged (maybe moved): results reusable
-    removed: list[Unit]  # units of the old version that no longer exist: their audits can be cancelled
-
-
-def diff_units(old: Sequence[Unit], new: Sequence[Unit]) -> UnitDiff:
-    """Compare two unit lists by content key (moving a function does not change its key)."""
-    old_keys = {u.key for u in old}
-    new_keys = {u.key for u in new}
-    return UnitDiff(
-        added=[u for u in new if u.key not in old_keys],
-        kept=[u for u in new if u.key in old_keys],
-        removed=[u for u in old if u.key not in new_keys],
-    )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,12 +226,7 @@ def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = Tru
         code_description=lsp.CodeDescription(href=cwe_url(finding.cwe)),
         source=SOURCE,
         related_information=related_info,
-        data={
-            "fingerprint": fingerprint(finding, unit),
-            "unit": unit.name,
-            "unit_key": unit.key,
-            "finding": finding.to_dict(),
-        },
+        data={"fingerprint": fingerprint(finding, unit)},  # what code actions get back to find the finding
     )
 
 
@@ -245,13 +240,6 @@ def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
         source=SOURCE,
         data={"unit": unit.name, "unit_key": unit.key},
     )
-
-
-def from_diagnostic_data(data: Any, unit: Unit) -> Finding:
-    """The finding carried by a diagnostic's `data` (code actions get diagnostics back from the client)."""
-    if not isinstance(data, Mapping) or data.get("unit_key") != unit.key:
-        raise FindingError("the diagnostic does not belong to this version of the function")
-    return validate(data.get("finding"), unit)
 
 
 def _md(text: str) -> str:

@@ -1,7 +1,7 @@
 """CurveZMQ key pairs for editors and daemons: created private, loaded with a permission check.
 
 pyzmq's ``create_certificates`` writes the secret file with the process umask (0644 on most machines,
-measured in notes/zmq-research.md), so the secret key of the machine that sees everyone's source code
+measured with pyzmq), so the secret key of the machine that sees everyone's source code
 would be world-readable. Here secret files are created 0600 inside a 0700 directory, and a secret file
 that others can read is refused on load, the way ssh refuses a private key.
 """

@@ -25,13 +25,14 @@ MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than t
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 PRIORITIES = ("interactive", "background")
 EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
+DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
-PROGRESS_STAGES = ("queued", "prefill", "decode", "tool")
+PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
 
 # Error codes, by what a client should do about them (docs/protocol.md lists each one).
-# Transient: the daemon cannot serve now (a restart, a full queue): retry later, with backoff and a bound.
-TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "unreachable", "down"})
+# Transient: the daemon cannot serve now (a restart, a load, a full queue): retry later, with backoff and a bound.
+TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "loading", "load_failed", "unreachable", "down"})
 # Request: this request cannot be served, and sending it again fails the same way: never retry it.
 REQUEST_CODES = frozenset({"bad_request", "duplicate", "too_long", "failed", "internal", "protocol"})
 # Set-up: the client or daemon configuration (keys, versions) must change first.
@@ -236,6 +237,8 @@ TO_CLIENT: dict[str, Schema] = {
         "experts": (integer(0), True),
         "ranks": (integer(1), True),
         "limits": (free_map, True),
+        "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
+        "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds
     },
     "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "total": (integer(0), False),
                  "detail": (NAME, False)},

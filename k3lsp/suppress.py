@@ -1,6 +1,6 @@
 """Suppressions: inline `k3-audit: ignore` comments and the workspace baseline file.
 
-Users of Semgrep, Snyk and Sonar ask first for two things (notes/lsp-research.md §5): silence one
+Users of Semgrep, Snyk and Sonar ask first for two things (their issue trackers): silence one
 finding in the source, next to the code, and accept the current findings of a whole tree without
 touching it. The inline comment is `/* k3-audit: ignore CWE-120 */` (several CWEs: `CWE-120, CWE-787`;
 no CWE: every finding) on the flagged line or the line above. The baseline is

@@ -1,9 +1,10 @@
 """C source -> audit units: one per function, plus the file-level context each one needs.
 
-The model audits functions, not files (DESIGN.md "Performance model"): a unit is what is sent, cached and
+The model audits functions, not files (prefilling a whole 60k-token kernel file takes minutes on the pair,
+one changed function seconds; docs/architecture.md): a unit is what is sent, cached and
 re-audited, so its boundaries must be stable and its key must change exactly when what the model would
 see changes. tree-sitter-c gives the functions; kernel code defeats it in known ways
-(notes/lsp-research.md §2), which this module repairs:
+(tree-sitter-c 0.24 knows no kernel macros), which this module repairs:
 
 - ``SYSCALL_DEFINEn(...) { ... }``, ``DEFINE_*(...) {`` and similar macro bodies parse as a call
   expression followed by a stray compound statement: the pair becomes one unit (kind ``macro_body``).
@@ -144,10 +145,6 @@ class Unit:
         """The 0-based file line of a 1-based unit line (the model's coordinates)."""
         return self.start_line + unit_line - 1
 
-    def line_text(self, unit_line: int) -> str:
-        """The text of a 1-based unit line."""
-        return self.text.split("\n")[unit_line - 1]
-
 
 @dataclass(frozen=True)
 class ParsedFile:
@@ -155,13 +152,6 @@ class ParsedFile:
 
     units: list[Unit]
     items: list[ContextItem]  # in file order; functions defined here appear as `signature` items
-
-    def unit_at(self, line: int) -> Unit | None:
-        """The unit containing a 0-based file line, if any."""
-        for unit in self.units:
-            if unit.start_line <= line <= unit.end_line:
-                return unit
-        return None
 
 
 @dataclass

@@ -1,8 +1,12 @@
-"""Shared test setup: one mlx kernel cache for every test process, and session-built tiny checkpoints.
+"""Shared test setup: one mlx kernel cache for every test process, session-built tiny checkpoints, the tiers'
+markers and the hypothesis profiles.
 
 mlx on CPU JIT-compiles kernels with g++ into $TMPDIR/mlx (about 18 s cold). All tests, and the
 daemons and ranks they start (which inherit the environment), share <repo>/.cache/tmp so that cost
 is paid once per machine, not once per process.
+
+Markers (CONTRIBUTING.md lists the tiers): ``daemon``, ``pair`` and ``editors`` are given here by directory and
+by fixture, so that no test can forget its own; ``fuzz`` marks every hypothesis test.
 """
 
 import os
@@ -10,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 REPO = Path(__file__).resolve().parent.parent
 MLX_TMPDIR = REPO / ".cache" / "tmp"
@@ -20,6 +25,31 @@ os.environ["TMPDIR"] = str(MLX_TMPDIR)
 os.environ["K3_BACKEND_STORE"] = "none"
 
 PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
+
+# CI runs the same examples on every run (a failure there reproduces) and tolerates a loaded machine;
+# elsewhere each run draws new ones. HYPOTHESIS_PROFILE picks one by name.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
+
+TIERS = {"daemon": ("backend", "fidelity"), "pair": ("pair",), "editors": ("editors",)}  # marker -> test directories
+CHECKPOINT_FIXTURES = {"tiny_model", "jinja_model", "checkpoint", "pruned_model"}  # each needs mlx
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``daemon``: the daemon's own tests, and every test whose fixtures build a tiny checkpoint (that is,
+    need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories;
+    ``fuzz``: hypothesis tests."""
+    for item in items:
+        directory = item.path.relative_to(REPO / "tests").parts[0]
+        for marker, directories in TIERS.items():
+            if directory in directories:
+                item.add_marker(marker)
+        if CHECKPOINT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker("daemon")
+        if is_hypothesis_test(getattr(item, "obj", None)):
+            item.add_marker("fuzz")
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from backend import channels, prompts
 from backend.engine import Engine, EngineArgs, GenRequest
 from backend.prefill import chunk_for
 from tests.support.engine import drain
+from tests.support.kimi import answer_tokens
 
 FINDING = {"cwe": 120, "severity": "high", "title": "strcpy into a fixed buffer", "message": "no bound",
            "start_line": 3, "end_line": 3, "trace": [{"line": 1, "note": "p from caller"}, {"line": 3, "note": "sink"}]}
@@ -47,8 +48,8 @@ def test_forced_report_finding_round_trips(engine):
     tok = engine.tokenizer
     messages = unit(tok, "f1")
     r = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
-    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "",
-                                   [{"name": "report_finding", "arguments": FINDING}])
+    answer = answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "",
+                           [{"name": "report_finding", "arguments": FINDING}])
     req = request(r.tokens, r.segments, forced=answer[:-1])
     engine.submit(req)
     out = drain(engine)[req.rid]
@@ -161,7 +162,7 @@ def test_continuation_after_a_tool_call_only_prefills_the_new_tokens(engine):
     messages = unit(tok, "cont", "#define N 8")
     r1 = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
     call = {"name": "read_lines", "arguments": {"path": "lib/cont.c", "start": 1, "end": 4}}
-    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "", [call], "Read it.")
+    answer = answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "", [call], "Read it.")
     first = request(r1.tokens, r1.segments, forced=answer[:-1])
     engine.submit(first)
     out1 = drain(engine)[first.rid]

@@ -6,24 +6,15 @@ them) so parallel test runs cannot collide on mlx.launch's fixed default port.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support.pair import free_port_block
 
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
 
 
 def start(args: list[str], env: dict) -> subprocess.Popen:
@@ -45,7 +36,8 @@ def result(proc: subprocess.Popen, timeout: float = 180.0) -> dict:
 def test_two_ranks_match_one_process(tiny_model, tmp_path):
     model = str(tiny_model)
     hostfile = tmp_path / "ring.json"
-    hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(2)]))
+    first = free_port_block(2)
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in (first, first + 1)]))
     ranks = [start([model], os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": str(r)}) for r in range(2)]
     single = start([model, "--single"], dict(os.environ))
     try:

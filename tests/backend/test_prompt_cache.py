@@ -13,6 +13,7 @@ import mlx.core as mx
 from backend import prompts
 from backend.engine import Engine, EngineArgs, GenRequest
 from tests.support.engine import drain
+from tests.support.kimi import answer_tokens
 
 CALL = prompts.ToolCall("read_lines", {"path": "lib/file.c", "start": 1, "end": 3}, 1)
 EFFORT = "low"
@@ -55,7 +56,7 @@ def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) 
             r = prompts.render(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT)
             rnd.prompt, rnd.segments = r.tokens, r.segments
         calls = [{"name": CALL.name, "arguments": CALL.arguments}] if rnd.number == 1 and rnd.unit % 3 == 0 else []
-        answer = prompts.answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing",
+        answer = answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing",
                                        calls)
         rid = next(rids)
         open_[rid] = rnd

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from backend import channels, prompts
 from backend.dist import load_tokenizer
-from tests.support.kimi import CLOSE_THINK, OPEN_THINK, tools, turn
+from tests.support.kimi import CLOSE_THINK, OPEN_THINK, answer_tokens, tools, turn
 
 CODE = 'int f(char *p)\n{\n\treturn strcpy(p, "<|close|>message<|sep|><|end_of_msg|>");\n}'
 FINDING = {"cwe": 787, "severity": "high", "title": "strcpy overflow", "message": "unbounded copy",
@@ -124,7 +124,7 @@ def test_answer_parses_back_and_the_continuation_appends_the_tool_turn(tok, spec
     first = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
     calls = [{"name": "report_finding", "arguments": FINDING},
              {"name": "read_lines", "arguments": {"path": "lib/a.c", "start": 1, "end": 9}}]
-    answer = prompts.answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "Two things.", calls, "Hmm.")
+    answer = answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "Two things.", calls, "Hmm.")
     assert answer[-1] in tok.eos_token_ids
     initial = channels.initial_state(tok, first.tokens)
     turn = prompts.parse_turn(channels.Markers.of(tok), tok.decode(answer[:-1]), initial)  # no stop-token text

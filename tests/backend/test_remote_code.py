@@ -1,6 +1,7 @@
 """A checkpoint packaged like the release (its tokenizer is Python shipped with it) is served only with
 `--trust-remote-code`. Without it `serve` exits at once naming the flag: transformers never asks its `[y/N]`
-question (stdin answers "y" here, and nothing may read it), and nothing reaches stdout, the ready line's stream.
+question (stdin answers "y" here, and nothing may read it), and nothing reaches stdout, the stream of serve's
+listening and ready lines.
 """
 
 import shutil
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from backend import dist
-from backend.launch import READY, stop
+from backend.launch import LISTENING, READY, stop
 from tests.support.daemon import REPO, Wire
 
 QUESTION = "[y/N]"
@@ -36,7 +37,7 @@ def test_without_the_flag_serve_refuses_at_once_and_asks_nothing(tiny_model, tmp
     assert time.monotonic() - tic < 60
 
 
-async def test_with_the_flag_the_ready_line_is_alone_on_stdout(tiny_model, tmp_path):
+async def test_with_the_flag_the_listening_and_ready_lines_are_alone_on_stdout(tiny_model, tmp_path):
     """The checkpoint's own code prints while it loads (as a release's code may): not on stdout."""
     noisy = shutil.copytree(tiny_model, tmp_path / "noisy")
     code = noisy / "tokenization_kimi.py"
@@ -47,11 +48,12 @@ async def test_with_the_flag_the_ready_line_is_alone_on_stdout(tiny_model, tmp_p
     reader.start()
     try:
         for _ in range(1800):  # bounded: 180 s
-            if lines or proc.poll() is not None:
+            if len(lines) > 1 or proc.poll() is not None:
                 break
             time.sleep(0.1)
-        assert lines and lines[0].startswith(READY), proc.stderr.read() if proc.poll() is not None else lines
-        async with Wire(lines[0][len(READY):].strip()) as wire:
+        assert len(lines) > 1 and lines[1].startswith(READY), proc.stderr.read() if proc.poll() is not None else lines
+        assert lines[0] == LISTENING + lines[1][len(READY):]
+        async with Wire(lines[1][len(READY):].strip()) as wire:
             welcome = await wire.ask("hello", "h", client="test", version="0")
         assert welcome["kind"] == "welcome" and welcome["model"] == "noisy"
     finally:
@@ -59,7 +61,7 @@ async def test_with_the_flag_the_ready_line_is_alone_on_stdout(tiny_model, tmp_p
         reader.join(30)
         err = proc.stderr.read()
         proc.stderr.close()
-    assert len(lines) == 1, lines
+    assert len(lines) == 2, lines
     assert "hello from the checkpoint" in err
 
 

@@ -42,3 +42,19 @@ def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair,
     first, second = json.loads(mixed.stdout)
     assert first["endpoint"] == a.endpoint and first["status"]["experts"] == first["welcome"]["experts"]
     assert second["endpoint"] == down and second["status"] is None and "not reachable" in second["error"]
+
+
+def test_a_loading_daemon_is_shown_as_loading_with_its_percentage():
+    """What `k3lsp status` prints for a daemon's status while it reads its model (the map serve sends then)."""
+    from rich.console import Console
+
+    from k3lsp.report import BackendStatus, print_status
+
+    status = {"model": "Kimi-K3-Audit-451E", "state": "loading", "open_requests": 1,
+              "loading": {"state": "loading", "stage": "weights", "bytes_done": 84, "bytes_total": 200,
+                          "percent": 42, "seconds": 61.5, "eta_seconds": 84.9}}
+    console = Console(record=True, width=120)
+    print_status([BackendStatus("tcp://mac-a:5555", {"model": "Kimi-K3-Audit-451E"}, status)], console)
+    text = console.export_text()
+    assert any(line.lstrip("│ ").startswith("state") and "backend loading (42 %, about 85 s left)" in line
+               for line in text.splitlines()), text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from backend import launch
 from tests.support import kimi
 from tests.support.daemon import nowhere, serving
 
@@ -299,3 +301,16 @@ def test_lsp_enable_alone_uses_the_shipped_config_shows_cached_findings_and_help
     assert help_page["file"] == str(plugin / "doc" / "k3lsp.txt") and help_page["buftype"] == "help", help_page
     assert "*k3lsp*" in help_page["line"], help_page
     assert "*:K3Audit*" in values(lines, "HELP_TAG")[0]
+
+
+def test_the_statusline_shows_a_backend_that_is_still_loading(tiny_model, workspace):
+    """The daemon reads its weights slowly (--load-pace): the status line says "k3: backend loading (N %)"
+    while it does, and the audit started meanwhile ends with the findings."""
+    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512", "--load-pace", "3"],
+                 until=launch.LISTENING) as backend:
+        lines = run_scenario("loading.lua", workspace, backend.endpoint)
+    statuslines = values(lines, "STATUSLINES")[0]
+    loading = [s for s in statuslines if s.startswith("k3: backend loading (")]
+    assert loading and all(re.fullmatch(r"k3: backend loading \(\d{1,2} %\)", s) for s in loading), statuslines
+    assert statuslines.index(loading[0]) < statuslines.index("k3: idle"), statuslines
+    assert values(lines, "FINDINGS") == [len(EXPECTED)]

@@ -2,46 +2,20 @@
 
 import json
 import re
-import socket
 import subprocess
-import sys
-from pathlib import Path
+
+import pytest
 
 from backend.fidelity.compare import compare
 from backend.fidelity.store import Base
+from tests.support.pair import REPO, launch_command
 
-REPO = Path(__file__).resolve().parents[2]
-HOSTFILE = REPO / "hostfiles" / "local-pair.json"
-
-
-def _free_port_pair() -> int:
-    """A port p with p and p+1 free on 127.0.0.1 (the ring backend listens on one port per rank)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
-
-
-def launch_pair(*args: str) -> list[str]:
-    """`mlx.launch` for two ring ranks on 127.0.0.1 running `python -m backend.cli ARGS`."""
-    launcher = str(Path(sys.executable).with_name("mlx.launch"))
-    hosts = ["--hostfile", str(HOSTFILE)] if HOSTFILE.is_file() else ["--backend", "ring", "-n", "2"]
-    return [launcher, *hosts, "--starting-port", str(_free_port_pair()), "--",
-            sys.executable, "-m", "backend.cli", *args]
+pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
 
 
 def test_two_ranks_match_one_process(tiny_model, tiny_base):
-    cmd = launch_pair("fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base",
-                      str(tiny_base), "--json")
+    cmd = launch_command(["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base",
+                          str(tiny_base), "--json"])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)  # rank 0 alone prints
@@ -56,8 +30,8 @@ def test_two_ranks_match_one_process(tiny_model, tiny_base):
 
 def test_a_base_recorded_by_two_ranks_matches_one_process(tiny_model, tiny_base, trace_file, tmp_path):
     out_path = tmp_path / "pair.k3fb"
-    cmd = launch_pair("fidelity", "record", "--trust-remote-code", "--model", str(tiny_model), "--traces",
-                      str(trace_file), "--top-k", "16", "--chunk", "96", "--window", "2048", "-o", str(out_path))
+    cmd = launch_command(["fidelity", "record", "--trust-remote-code", "--model", str(tiny_model), "--traces",
+                          str(trace_file), "--top-k", "16", "--chunk", "96", "--window", "2048", "-o", str(out_path)])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert out.returncode == 0 and out.stdout.count(f"wrote {out_path}") == 1, out.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pair.k3fb"]
@@ -73,7 +47,8 @@ def test_a_refused_base_stops_both_ranks_with_the_reason(tiny_model, tiny_base, 
     data = bytearray(tiny_base.read_bytes())
     data[len(data) // 2] ^= 1
     broken.write_bytes(bytes(data))
-    cmd = launch_pair("fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base", str(broken))
+    cmd = launch_command(["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base",
+                          str(broken)])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     # mlx.launch itself exits 0 whatever its ranks do; it logs their exit codes. The first rank to exit
     # exits 2; the launcher may then stop the other one before it does.

@@ -42,7 +42,6 @@ def test_unit_text_is_its_whole_lines():
     lines = source.split("\n")
     for unit in units.split(source):
         assert unit.text == "\n".join(lines[unit.start_line : unit.end_line + 1])
-        assert unit.line_text(1) == lines[unit.start_line]
         assert unit.file_line(unit.line_count) == unit.end_line
     flush = units.split(source)[2]
     assert "list_for_each_entry_safe" in flush.text and flush.text.endswith("}")
@@ -210,10 +209,8 @@ def test_key_is_a_content_address():
     assert all(a.key != b.key for a, b in zip(first, retyped, strict=True))  # all use struct k3demo_table
 
 
-def test_unit_at_and_items():
+def test_context_items_name_the_file_level_definitions():
     parsed = units.parse(example_text("k3demo_chardev.c"))
-    assert parsed.unit_at(30).name == "k3demo_write_msg"
-    assert parsed.unit_at(0) is None
     kinds = {(i.kind, i.names) for i in parsed.items}
     assert ("type", ("k3demo_slot",)) in kinds and ("global", ("k3demo_fops",)) in kinds
 

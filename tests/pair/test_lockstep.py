@@ -2,8 +2,10 @@
 with the exchange (liveness ticks, a follower driven only by received commands, a RankFailure)."""
 
 import asyncio
+import itertools
 import logging
 import threading
+import time
 
 import pytest
 
@@ -19,6 +21,15 @@ def engine(tiny_model):
     return engine
 
 
+async def _posted_events_delivered() -> None:
+    """Return once every event the scheduler's thread posted so far has reached its queue: the loop runs
+    callbacks posted with call_soon_threadsafe in order, so a marker posted now runs after them."""
+    loop = asyncio.get_running_loop()
+    marker = asyncio.Event()
+    loop.call_soon_threadsafe(marker.set)
+    await marker.wait()
+
+
 def request(engine: Engine, rid: int, forced: list[int]) -> GenRequest:
     prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
     return GenRequest(rid=rid, prompt=prompt, segments=[], max_tokens=20, temp=1.0, top_p=0.95, seed=rid,
@@ -27,19 +38,26 @@ def request(engine: Engine, rid: int, forced: list[int]) -> GenRequest:
 
 async def test_idle_leader_runs_an_empty_turn_every_tick(engine):
     seen: list[Commands] = []
+    times: list[float] = []
+    five = threading.Event()
 
     def exchange(commands: Commands, outcome: Outcome):
         seen.append(commands)
+        times.append(time.monotonic())
+        if len(seen) >= 5:
+            five.set()
         return commands, [outcome]
 
     sched = Scheduler(engine, exchange, tick=0.1)
     sched.start()
     try:
-        await asyncio.sleep(1.0)
+        assert await asyncio.to_thread(five.wait, 30), f"{len(seen)} turns in 30 s"
     finally:
         await sched.close()
     idle = seen[:-1]  # the last one is the stop
-    assert 4 <= len(idle) <= 15 and not any(idle), len(idle)
+    assert len(idle) >= 5 and not any(idle)
+    gaps = [b - a for a, b in itertools.pairwise(times[:5])]
+    assert min(gaps) >= 0.09, gaps  # one turn per tick when idle, not a busy loop
     assert seen[-1].stop
 
 
@@ -78,7 +96,7 @@ async def test_rank_failure_ends_the_thread_and_reports_once(engine):
     await asyncio.to_thread(sched.thread.join, 60)
     assert not sched.thread.is_alive()
     assert failures == ["connection to a peer was lost"]
-    await asyncio.sleep(0.1)  # let posted events arrive
+    await _posted_events_delivered()
     events = [queue.get_nowait() for _ in range(queue.qsize())]
     assert all(e.finish is None for e in events)  # no finish from the scheduler: the daemon ends the requests
     assert sched.busy_since is None

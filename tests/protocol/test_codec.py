@@ -1,5 +1,8 @@
 """Round trips of every kind, and malformed frames: each raises ProtocolError and nothing else."""
 
+import copy
+import functools
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -190,11 +193,52 @@ json_like = st.recursive(
     | st.text(max_size=20)
     | st.binary(max_size=20),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
-    max_leaves=30,
+    max_leaves=10,
 )
 
 
-@settings(max_examples=1500, deadline=None)
-@given(st.sampled_from(sorted(protocol.TO_DAEMON)), st.dictionaries(st.text(max_size=12), json_like, max_size=8))
-def test_fuzz_structured_maps(kind, fields):
-    _only_protocol_errors(raw({"v": 1, "id": "x", "kind": kind} | fields))
+def places(value, path=()):
+    """The path (keys and list indices) of every value inside a message."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        yield (*path, key)
+        yield from places(item, (*path, key))
+
+
+MISSING = object()  # a fault that leaves the field out
+WRONG = [MISSING, None, True, 0, -1, 2**64 - 1, 1.5, float("nan"), float("inf"), "", "x", b"x"]
+WRONG += [[], [None], {}, {"": None}]
+EXAMPLE_MESSAGES = [protocol.make(k, "x", **f) for kinds in EXAMPLES.values() for k, f in kinds.items()]
+
+
+def with_fault(message: dict, path: tuple, value) -> dict:
+    """A copy of message whose value at path is replaced by value (or left out, for MISSING)."""
+    message = copy.deepcopy(message)
+    *parent_path, key = path
+    parent = functools.reduce(lambda node, k: node[k], parent_path, message)
+    if value is not MISSING:
+        parent[key] = value
+    elif isinstance(parent, dict):
+        parent.pop(key, None)
+    else:
+        del parent[key]
+    return message
+
+
+@pytest.mark.parametrize("message", EXAMPLE_MESSAGES, ids=lambda m: m["kind"])
+def test_every_field_meets_every_wrong_value(message):
+    """Each checker of the schema, at every depth, meets a value of every other type and a missing field."""
+    for path in [*places(message), ("unknown",)]:
+        for value in WRONG:
+            _only_protocol_errors(raw(with_fault(message, path, value)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(EXAMPLE_MESSAGES), st.data())
+def test_fuzz_structured_maps(message, data):
+    """A valid message with one to three faults anywhere in it (a value replaced by anything, a field left
+    out, an unknown field added): the faults together, which the test above meets one at a time."""
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from([*places(message), ("unknown",)]))
+        message = with_fault(message, path, data.draw(st.sampled_from(WRONG) | json_like))
+    _only_protocol_errors(raw(message))

@@ -8,13 +8,11 @@ only some are authorised.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from backend.allowlist import RELOAD_SECONDS
 from k3lsp import keys
 from k3lsp.client import BackendClient, ClientOptions
 from tests.support import kimi
@@ -47,7 +45,9 @@ SCRIPT = [
     {"unit": "chatty", "turns": [kimi.turn(content=VARIED)]},  # an explanation streamed as thousands of messages
     {"unit": "*", "turns": [kimi.turn(content="no findings")]},
 ]
-DAEMON_ARGS = ["--max-tokens", "6000", "--max-open-per-client", "8"]  # the tiny tokenizer is ~1 token/char
+# The tiny tokenizer is ~1 token/char. The daemon looks at authorized/ on every check: a key added or removed
+# counts from the next message, so no test waits for the allow-list to be re-read.
+DAEMON_ARGS = ["--max-tokens", "6000", "--max-open-per-client", "8", "--keys-reload-seconds", "0"]
 
 
 @dataclass
@@ -67,11 +67,9 @@ class Keyring:
 
     def authorize(self, name: str) -> None:
         shutil.copy(self.clients[name][0], self.authorized / f"{name}.key")
-        time.sleep(RELOAD_SECONDS + 0.2)  # the daemon looks at the directory at most this often
 
     def revoke(self, name: str) -> None:
         (self.authorized / f"{name}.key").unlink()
-        time.sleep(RELOAD_SECONDS + 0.2)
 
     def wire(self, endpoint: str, name: str, **kw) -> Wire:
         """A raw DEALER with ``name``'s keys: the test sees exactly the frames on the wire."""

@@ -126,13 +126,13 @@ def test_the_cache_evicts_the_least_recently_used_beyond_its_bound(tmp_path, mon
     assert store.get("a", "r") is not None  # a is now the most recently used
     with caplog.at_level(logging.INFO, logger="k3lsp.cache"):
         store.put("e", "r", row)  # over the bound: b, the least recently used, goes
-    assert [k for k in "abcde" if store.has(k, "r")] == ["a", "c", "d", "e"]
+    assert [k for k in "abcde" if store.get(k, "r") is not None] == ["a", "c", "d", "e"]
     stats = store.stats()
     assert stats["evicted"] == 1 and stats["result_bytes"] == 4 * size <= stats["max_bytes"]
     assert "evicted the 1 least recently used results" in caplog.text
 
     store.put("huge", "r", [{"message": "x" * (5 * size)}])  # larger than the whole cache: refused
-    assert not store.has("huge", "r") and store.stats()["refused"] == 1 and store.has("e", "r")
+    assert store.get("huge", "r") is None and store.stats()["refused"] == 1 and store.get("e", "r") is not None
 
 
 def test_the_byte_bound_comes_from_the_environment(tmp_path, monkeypatch):

@@ -76,6 +76,20 @@ def test_cut_short_units_make_the_batch_audit_incomplete_and_are_audited_again(d
     assert (stats["units"], stats["cached"], stats["audited"], stats["incomplete"]) == (4, 1, 3, 3)
 
 
+def test_allow_incomplete_makes_cut_short_units_warnings_and_the_status_says_findings(daemon, tmp_path):
+    """`k3-backend demo` on random weights: every unit is cut short, which must not read as a failed run."""
+    project(tmp_path)
+    run = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, "--format", "sarif", "--allow-incomplete",
+                cache=tmp_path / "c", cwd=tmp_path)
+    assert run.returncode == 1, run.stderr  # the finding of the complete unit, nothing else
+    invocation = valid_sarif(run.stdout)["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is True
+    notes = invocation["toolExecutionNotifications"]
+    levels = {n["message"]["text"].split(": the audit")[0]: n["level"] for n in notes}
+    assert levels == {"a.c: truncated": "warning", "b.c: asks": "warning", "b.c: looping": "warning"}
+    assert "k3lsp audit: warning: a.c: truncated: the audit was cut short (length)" in run.stderr
+
+
 async def test_the_editor_warns_about_a_cut_short_unit_and_audits_it_again(daemon, tmp_path):
     root = project(tmp_path)
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:

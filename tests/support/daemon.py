@@ -51,11 +51,12 @@ class Daemon:
 @contextlib.contextmanager
 def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
             ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None,
-            trust: bool = True, store: Path | bool = False) -> Iterator[Daemon]:
+            trust: bool = True, until: str = launch.READY, store: Path | bool = False) -> Iterator[Daemon]:
     """Run `k3-backend serve --model MODEL --bind ENDPOINT --trace-file T [--script FILE] *args` for the block,
     in ``cwd``, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code)
-    unless `trust` is false. ``store``: the daemon's result store file, True for a fresh one of its own, False
-    for none (the tests' default)."""
+    unless `trust` is false; from its ready line on, or from its listening line (still loading) when ``until``
+    is launch.LISTENING. ``store``: the daemon's result store file, True for a fresh one of its own, False for
+    none (the tests' default)."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
         traces = Path(tmp) / "traces.jsonl"
         cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
@@ -68,7 +69,8 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd)
+                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd,
+                                              line=until)
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:

@@ -8,6 +8,9 @@ A scripted turn is the text generated after the generation prompt, so its shape 
   think channel the model opens itself, bare response text, then the calls with JSON bodies.
 
 Either way it ends with the end of the message; the engine's forcing adds the stop token.
+
+`answer_tokens` gives the same from the other side: the token ids the checkpoint's own renderer gives an
+assistant turn, an oracle that does not depend on how this module writes turns.
 """
 
 import json
@@ -51,3 +54,18 @@ def finding(**overrides) -> dict:
     """A valid report_finding argument map."""
     return {"cwe": 787, "severity": "high", "title": "Out-of-bounds write", "message": "n is not checked",
             "start_line": 2, "end_line": 3, "trace": [{"line": 1, "note": "n comes from the caller"}]} | overrides
+
+
+def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], effort: str, content: str = "",
+                  calls: list[dict] | None = None, reasoning: str = "") -> list[int]:
+    """The tokens the model generates for an assistant turn (reasoning, content, then tool calls), as the
+    renderer renders that turn after the generation prompt (the stop token last)."""
+    from backend import prompts  # here: the turns above serve tests whose process never loads mlx
+
+    prompt = prompts.template(tokenizer, messages, tools, add_generation_prompt=True, effort=effort)
+    calls = [prompts.ToolCall(c["name"], c["arguments"], i) for i, c in enumerate(calls or [], 1)]
+    turn = prompts.assistant_message(content, calls, reasoning)
+    full = prompts.template(tokenizer, [*messages, turn], tools, add_generation_prompt=False, effort=effort)
+    if full[: len(prompt)] != prompt:
+        raise ValueError("the chat template does not render an assistant turn as an extension of the prompt")
+    return full[len(prompt):]

@@ -7,7 +7,7 @@
 
 export const STATUS_NOTIFICATION = "k3lsp/status";
 
-export const BACKEND_STATES = ["disconnected", "connecting", "connected", "down", "unauthorized"] as const;
+export const BACKEND_STATES = ["disconnected", "connecting", "loading", "connected", "down", "unauthorized"] as const;
 export type BackendState = (typeof BACKEND_STATES)[number];
 
 /** Params of the `k3lsp/status` notification. */
@@ -16,6 +16,8 @@ export interface BackendStatus {
   queued: number;
   running: number;
   message?: string;
+  /** With state `loading`: how much of the model the daemon has read, 0..100 (absent when it did not say). */
+  percent?: number;
 }
 
 /** What the status bar item shows. `error` selects the error background colour. */
@@ -46,7 +48,16 @@ export function parseStatus(params: unknown): BackendStatus {
   if (p.message !== undefined && p.message !== null && typeof p.message !== "string") {
     throw new Error(`k3lsp/status: message must be a string, got ${JSON.stringify(p.message)}`);
   }
-  return { state: p.state as BackendState, queued: p.queued, running: p.running, message: p.message ?? undefined };
+  if (p.percent !== undefined && p.percent !== null && !(isCount(p.percent) && p.percent <= 100)) {
+    throw new Error(`k3lsp/status: percent must be 0..100, got ${JSON.stringify(p.percent)}`);
+  }
+  return {
+    state: p.state as BackendState,
+    queued: p.queued,
+    running: p.running,
+    message: p.message ?? undefined,
+    percent: p.percent ?? undefined,
+  };
 }
 
 /** `3 running, 1 queued` for the tooltip; the status bar itself says `auditing 4`. */
@@ -85,6 +96,15 @@ export function statusView(status: BackendStatus): StatusView {
       return {
         text: "$(sync~spin) k3: connecting",
         tooltip: tooltip(`Connecting to the k3 audit backend${work ? ` (${work})` : ""}.`, status.message),
+        error: false,
+      };
+    case "loading":
+      return {
+        text: `$(sync~spin) k3: backend loading${status.percent === undefined ? "" : ` (${status.percent} %)`}`,
+        tooltip: tooltip(
+          `The k3 audit backend is loading its model; audits wait for it${work ? ` (${work})` : ""}.`,
+          status.message,
+        ),
         error: false,
       };
     case "down":
@@ -157,6 +177,13 @@ export function summarizeStatus(result: unknown): string {
   if (!backend) {
     const why = typeof r.error === "string" ? r.error : "no answer";
     return `k3 backend at endpoint ${endpoint} is unreachable: ${why}`;
+  }
+  const loading = record(backend.loading);
+  if (backend.state === "loading" && loading) {
+    return (
+      `k3 backend: endpoint ${endpoint}, model ${String(backend.model)}, loading ` +
+      `(${String(loading.percent)} %, ${String(loading.stage)}, ${String(loading.seconds)} s so far)`
+    ).slice(0, 400);
   }
   const line =
     `k3 backend: endpoint ${endpoint}, model ${String(backend.model)}, ranks ${String(backend.ranks)}, ` +

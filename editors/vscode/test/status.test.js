@@ -30,6 +30,21 @@ test("not connected yet and connecting say so, with the server's reason", () => 
   assert.equal(v.error, false);
 });
 
+test("loading shows how much of the model the backend has read; a bad percent is refused", () => {
+  const v = view({ state: "loading", queued: 1, running: 0, percent: 42, message: "backend loading (42 %)" });
+  assert.equal(v.text, "$(sync~spin) k3: backend loading (42 %)");
+  assert.equal(v.error, false);
+  assert.match(v.tooltip, /loading its model; audits wait for it \(1 queued\)/);
+  assert.equal(view({ state: "loading", queued: 0, running: 0 }).text, "$(sync~spin) k3: backend loading");
+  assert.throws(() => status.parseStatus({ state: "loading", queued: 0, running: 0, percent: 101 }), /percent/);
+  assert.throws(() => status.parseStatus({ state: "loading", queued: 0, running: 0, percent: "42" }), /percent/);
+  const line = status.summarizeStatus({
+    endpoint: "ipc:///run/k3.sock",
+    backend: { state: "loading", model: "tiny", loading: { percent: 42, stage: "weights", seconds: 9.5 } },
+  });
+  assert.equal(line, "k3 backend: endpoint ipc:///run/k3.sock, model tiny, loading (42 %, weights, 9.5 s so far)");
+});
+
 test("down and unauthorized are errors and carry the server's message", () => {
   const down = view({ state: "down", queued: 1, running: 0, message: "tcp://10.0.0.2:5555 unreachable" });
   assert.equal(down.text, "$(error) k3: backend unreachable");

@@ -178,6 +178,9 @@ local function status_text(status)
     return 'k3: not connected'
   elseif status.state == 'connecting' then
     return 'k3: connecting'
+  elseif status.state == 'loading' then
+    local pct = tonumber(status.percent)
+    return pct and string.format('k3: backend loading (%d %%)', pct) or 'k3: backend loading'
   elseif status.state == 'down' then
     return 'k3: backend unreachable'
   elseif status.state == 'unauthorized' then

@@ -1,0 +1,35 @@
+"""README.md and docs/lsp.md list the server's settings with the defaults the code has (k3lsp/options.py)."""
+
+import json
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from k3lsp import options
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULTS = {f.name: f.default for f in fields(options.Options)}
+
+
+def documented(doc: str) -> dict[str, str]:
+    """key -> default cell of the table whose header is | key | default | meaning |."""
+    table = (REPO / doc).read_text().split("| key | default | meaning |")[1].split("\n\n")[0]
+    return dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", table, flags=re.M))
+
+
+def shown(value) -> str:
+    return f"`{json.dumps(list(value))}`" if isinstance(value, tuple) else f"`{json.dumps(value).strip(chr(34))}`"
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/lsp.md"])
+def test_every_setting_is_documented_with_its_default(doc):
+    table = documented(doc)
+    assert set(table) == set(options._PARSERS)
+    for key, (name, _) in options._PARSERS.items():
+        default = DEFAULTS[name]
+        if key == "endpoint" or default == "":  # computed per user / no value: said in words
+            continue
+        cell = table[key].strip()
+        assert cell in (shown(default), str(default)), (key, cell, default)
