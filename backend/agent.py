@@ -34,12 +34,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from backend import channels, engine, prompts
+from backend import channels, prompts
 from backend.engine import GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
 from k3lsp import protocol
 from k3lsp.bounds import FindingBounds
+from k3lsp.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +55,8 @@ Record = Callable[[dict], None]  # record(session): a finished conversation, for
 Admit = Callable[[], contextlib.AbstractAsyncContextManager]  # admit(): held while one generation runs
 
 
-class AgentError(Exception):
-    """The request cannot go on; ``code`` is the protocol error code the client receives."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+class AgentError(CodedError):
+    """The request cannot go on; ``code`` is the error code the client receives."""
 
 
 @dataclass
@@ -264,18 +261,18 @@ class Agent:
                         await self.send("text", text=response)
                 if event.finish is not None:
                     if event.finish == "error":
-                        code = (event.stats or {}).get("code") or engine.FAILED
-                        if code == engine.TOO_LONG and n > 0:  # the conversation outgrew the context
+                        code = (event.stats or {}).get("code") or ErrorCode.FAILED
+                        if code == ErrorCode.TOO_LONG and n > 0:  # the conversation outgrew the context
                             return Generation("length", event.stats or {}, [])
                         why = (event.stats or {}).get("error", "engine error")
-                        raise AgentError(code, f"generation failed: {why}" if code != engine.TOO_LONG else why)
+                        raise AgentError(code, f"generation failed: {why}" if code != ErrorCode.TOO_LONG else why)
                     if event.finish == "cancelled":
-                        raise AgentError("shutdown", "the daemon cancelled the generation")
+                        raise AgentError(ErrorCode.SHUTDOWN, "the daemon cancelled the generation")
                     response = reader.finish()
                     if prose and response:
                         await self.send("text", text=response)
                     return Generation(event.finish, event.stats or {}, list(event.tokens or []))
-        raise AgentError("internal", "the generation ended without a finish event")
+        raise AgentError(ErrorCode.INTERNAL, "the generation ended without a finish event")
 
     async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
         """The text the model gets back for one call of its turn."""

@@ -51,6 +51,7 @@ from backend.scheduler import Scheduler
 from backend.script import Script
 from backend.store import ResultStore
 from k3lsp import __version__, local, protocol
+from k3lsp.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -235,26 +236,28 @@ class Daemon:
         user = self.user_of(frames)
         if self._gate is not None and not self._gate.names(route):  # kept an id of its own (a hand-made handshake)
             log.warning("refused a message from a connection that chose its own routing id %s", route.hex())
-            await self._bad(route, UNKNOWN_ID, "bad_request", "clients may not choose their routing id")
+            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, "clients may not choose their routing id")
             return
         if not self._allowed(user):
             await self._unauthorized(route, user, frames[-1].bytes)
             return
         if len(frames) != 2:
-            await self._bad(route, UNKNOWN_ID, "bad_request", f"expected one frame per message, got {len(frames) - 1}")
+            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST,
+                            f"expected one frame per message, got {len(frames) - 1}")
             return
         self._track_fd(frames[1], route)
         try:
             raw = protocol.unpack(frames[1].bytes)
         except protocol.ProtocolError as exc:
-            await self._bad(route, UNKNOWN_ID, "bad_request", str(exc))
+            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, str(exc))
             return
         msg_id = _readable_id(raw)
         try:
             msg = protocol.validate(raw, "to_daemon")
         except protocol.ProtocolError as exc:
             version = raw.get("v") if isinstance(raw, dict) else None
-            code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
+            other_version = isinstance(version, int) and version != protocol.VERSION
+            code = ErrorCode.VERSION if other_version else ErrorCode.BAD_REQUEST
             await self._refuse(self.peer_of(frames), route, raw, msg_id, code, str(exc))
             return
         await self._dispatch(self.peer_of(frames), route, msg, user)
@@ -281,7 +284,8 @@ class Daemon:
         ended = self._stop_route(route, "unauthorized")  # each ends with its own error unauthorized
         msg_id = _id_of(frame)
         if msg_id not in ended:
-            await self._send(route, protocol.error(msg_id, "unauthorized", "this client's key is not authorized"))
+            await self._send(route, protocol.error(msg_id, ErrorCode.UNAUTHORIZED,
+                                                   "this client's key is not authorized"))
 
     async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
         self._counts["bad_frames"] += 1
@@ -316,16 +320,16 @@ class Daemon:
     async def _start(self, peer: bytes, route: bytes, msg: dict, user: str) -> None:
         msg_id = msg["id"]
         if (peer, msg_id) in self._jobs:  # the id is ambiguous now: the open request ends with this error
-            await self._refuse(peer, route, msg, msg_id, "duplicate", f"request {msg_id!r} was already open")
+            await self._refuse(peer, route, msg, msg_id, ErrorCode.DUPLICATE, f"request {msg_id!r} was already open")
             return
         # Counted per User-Id: opening more connections does not raise one client's share.
         open_now = sum(1 for job in self._jobs.values() if job.user == user)
         if open_now >= self.config.max_open_per_client:
             await self._send(route, protocol.error(
-                msg_id, "busy", f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
+                msg_id, ErrorCode.BUSY, f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
             return
         if self._stopping.is_set():
-            await self._send(route, protocol.error(msg_id, "shutdown", "the daemon is shutting down"))
+            await self._send(route, protocol.error(msg_id, ErrorCode.SHUTDOWN, "the daemon is shutting down"))
             return
         job = Job(peer, route, msg_id, msg["kind"], user)
         self._jobs[(peer, msg_id)] = job
@@ -343,11 +347,11 @@ class Daemon:
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
             if job.reason == "shutdown":
-                terminal = protocol.error(job.id, "shutdown", "the daemon is shutting down")
+                terminal = protocol.error(job.id, ErrorCode.SHUTDOWN, "the daemon is shutting down")
             elif job.reason == "failure" and self.failure:
                 terminal = protocol.error(job.id, *self.failure)
             elif job.reason == "unauthorized":
-                terminal = protocol.error(job.id, "unauthorized", "this client's key is no longer authorized")
+                terminal = protocol.error(job.id, ErrorCode.UNAUTHORIZED, "this client's key is no longer authorized")
             elif job.reason == "refused":
                 terminal = protocol.error(job.id, *job.refusal)
             else:
@@ -356,7 +360,7 @@ class Daemon:
             terminal = protocol.error(job.id, exc.code, str(exc))
         except Exception as exc:
             log.exception("request %s failed", job.id)
-            terminal = protocol.error(job.id, "internal", f"{type(exc).__name__}: {exc}")
+            terminal = protocol.error(job.id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             del self._jobs[(job.peer, job.id)]
             for future in job.tools.values():
@@ -368,7 +372,7 @@ class Daemon:
                 delivered = await self._send(job.route, terminal)
             except protocol.ProtocolError as exc:
                 log.error("cannot encode the end of request %s: %s", job.id, exc)
-                delivered = await self._send(job.route, protocol.error(job.id, "internal",
+                delivered = await self._send(job.route, protocol.error(job.id, ErrorCode.INTERNAL,
                                                                        f"cannot encode reply: {exc}"))
         except zmq.ZMQError as exc:  # e.g. ETERM: the socket is closing at shutdown; the job is over anyway
             log.info("could not send the end of request %s: %s", job.id, exc)

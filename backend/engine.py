@@ -44,13 +44,10 @@ from backend import dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
+from k3lsp.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
-# Request-level error codes (k3lsp/protocol.py): what the client is told, and whether retrying can help.
-TOO_LONG = "too_long"  # refused before any work: the prompt is longer than max_prompt_tokens
-FAILED = "failed"  # a step of this request raised (on this rank or another); retrying fails the same way
-INTERNAL = "internal"  # the request itself was malformed: a fault of the daemon's code
 DECODE_PROGRESS_EVERY = 32  # generated tokens between two decode progress events
 
 
@@ -92,7 +89,9 @@ class GenEvent:
     text: str  # newly detokenized text since the last event (may be "")
     finish: str | None = None  # None while running; "stop", "length", "loop", "cancelled", "error"
     # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step, prefill_chunks;
-    # with finish "error" also "error" (what was wrong) and "code" (TOO_LONG, FAILED or INTERNAL)
+    # with finish "error" also "error" (what was wrong) and "code": TOO_LONG (refused before any work, the prompt
+    # is longer than max_prompt_tokens), FAILED (a step of it raised, on this rank or another) or INTERNAL (the
+    # request itself was malformed: a fault of the daemon's code), all ErrorCode members
     stats: dict | None = None
     progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
     # on finish: every token id generated, the stop token included (what the prompt cache stored after the
@@ -250,7 +249,7 @@ class Engine:
         try:
             problem = self._check(req)
         except TypeError as e:  # fields of the wrong type altogether
-            problem = (INTERNAL, f"malformed request: {e}")
+            problem = (ErrorCode.INTERNAL, f"malformed request: {e}")
         if problem:
             self._rejected.append(self._finish_queued(req, "error", *problem))
             return
@@ -276,7 +275,7 @@ class Engine:
 
     def fail(self, rid: int, error: str) -> None:
         """Finish ``rid`` with "error" (code FAILED) at the next step: another rank failed it."""
-        self._ends[rid] = ("error", FAILED, error)
+        self._ends[rid] = ("error", ErrorCode.FAILED, error)
 
     def release(self, rid: int) -> None:
         """The conversation ``rid`` belonged to is over: its continuation entry is worth nothing now."""
@@ -294,9 +293,9 @@ class Engine:
         every request fails (and is reported by ``outcome()``) and the BatchGenerator starts empty."""
         self._gen = self._new_generator()
         self._ends.clear()
-        events = [self._finish_queued(req, "error", FAILED, error) for _, _, req in sorted(self._queue)]
+        events = [self._finish_queued(req, "error", ErrorCode.FAILED, error) for _, _, req in sorted(self._queue)]
         self._queue.clear()
-        events += [self._finish(live, "error", FAILED, error) for live in list(self._live.values())]
+        events += [self._finish(live, "error", ErrorCode.FAILED, error) for live in list(self._live.values())]
         self._failed.update((event.rid, error) for event in events)
         return events
 
@@ -347,19 +346,19 @@ class Engine:
         """(code, why) a request cannot run, or None."""
         tokens = [*req.prompt, *(req.forced or [])]
         if not req.prompt:
-            return INTERNAL, "empty prompt"
+            return ErrorCode.INTERNAL, "empty prompt"
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in tokens):
-            return INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
+            return ErrorCode.INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
-            return INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
+            return ErrorCode.INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
         if not isinstance(req.seed, int) or not isinstance(req.priority, int):
-            return INTERNAL, f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
+            return ErrorCode.INTERNAL, f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
         if not (req.temp >= 0 and 0 <= req.top_p <= 1):
-            return INTERNAL, f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
+            return ErrorCode.INTERNAL, f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):
-            return INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
+            return ErrorCode.INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
         if len(req.prompt) > self.max_prompt_tokens:
-            return TOO_LONG, (f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
+            return ErrorCode.TOO_LONG, (f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
                               f"{self.max_prompt_tokens} (--max-prompt-tokens)")
         return None
 
@@ -411,7 +410,7 @@ class Engine:
             except Exception as e:  # one bad request must not stop the others
                 log.exception("request %s could not be admitted", req.rid)
                 self._failed[req.rid] = f"{type(e).__name__}: {e}"
-                events.append(self._finish_queued(req, "error", FAILED, self._failed[req.rid]))
+                events.append(self._finish_queued(req, "error", ErrorCode.FAILED, self._failed[req.rid]))
         for entry in waiting:
             heapq.heappush(self._queue, entry)
         return events
@@ -547,7 +546,7 @@ class Engine:
             log.exception("request %s failed in %s", live.req.rid, where, exc_info=e)
         error = f"{where} failed: {type(e).__name__}: {e}"[:500]
         self._failed[live.req.rid] = error
-        return self._finish(live, "error", FAILED, error)
+        return self._finish(live, "error", ErrorCode.FAILED, error)
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
         live.generated.append(r.token)

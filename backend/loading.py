@@ -26,6 +26,8 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from k3lsp.protocol import CodedError, ErrorCode
+
 LOADING, READY, FAILED = "loading", "ready", "failed"
 PROGRESS_EVERY = 2.0  # seconds between the progress messages of a request waiting for the load
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.")
@@ -179,10 +181,11 @@ def load(path: Path, group: mx.distributed.Group | None, tokenizer_config: dict,
     return model, tokenizer
 
 
-class StillLoading(Exception):
+class StillLoading(CodedError):
     """A request waited ``load_wait`` seconds and the model is still loading (error code ``loading``)."""
 
-    code = "loading"
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.LOADING, message)
 
 
 async def wait_loaded(loaded: asyncio.Event, progress: LoadProgress, bound: float,

@@ -35,7 +35,7 @@ from backend.launch import LISTENING, READY
 from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
 from k3lsp import keys, local, sanitize
-from k3lsp.protocol import EFFORTS
+from k3lsp.protocol import EFFORTS, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     loop = asyncio.get_running_loop()
 
     def fail(message: str) -> None:  # from the engine thread or the watchdog
-        loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"a rank of the pair failed: {message}")
+        loop.call_soon_threadsafe(daemon.fail, ErrorCode.RANK_FAILURE, f"a rank of the pair failed: {message}")
         _exit_after(FAILURE_GRACE, f"k3-backend serve: a rank of the pair failed: {message}")
 
     def terminate() -> None:
@@ -313,10 +313,10 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
             loop.call_soon_threadsafe(serve_loaded, engine)
         except LoadError as exc:  # the same on every rank, most likely: exit 1, as a follower does
             progress.failed(str(exc))
-            loop.call_soon_threadsafe(daemon.fail, "load_failed", str(exc))
+            loop.call_soon_threadsafe(daemon.fail, ErrorCode.LOAD_FAILED, str(exc))
         except Exception as exc:
             progress.failed(f"cannot reach the other ranks: {exc}")
-            loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"cannot reach the other ranks: {exc}")
+            loop.call_soon_threadsafe(daemon.fail, ErrorCode.RANK_FAILURE, f"cannot reach the other ranks: {exc}")
         finally:
             mx_clear_streams()
 
@@ -326,7 +326,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     await daemon.serve()
     if results is not None:
         results.close()
-    if daemon.failure is not None and daemon.failure[0] == "load_failed":
+    if daemon.failure is not None and daemon.failure[0] == ErrorCode.LOAD_FAILED:
         print(f"k3-backend serve: {daemon.failure[1]}", file=sys.stderr)
         return 1
     if daemon.failure is not None:

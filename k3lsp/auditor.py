@@ -31,32 +31,38 @@ from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
+from k3lsp.protocol import CodedError, CodeKind, ErrorCode, kind_of
 from k3lsp.resultkey import ResultKey
 from k3lsp.slots import PrioritySlots
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
 
-# Codes that say the daemon as a whole cannot serve us now (as opposed to one request failing): the editor
-# shows one message, keeps cached findings and retries later. Among them `loading` (the daemon is still reading
-# its model and a request waited longer than it allows) and `load_failed` (it could not load its model and exits).
-CONNECTION_CODES = protocol.TRANSIENT_CODES | protocol.SETUP_CODES
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
 COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
-class BackendUnavailable(Exception):
-    """The daemon cannot be used right now; ``code`` is the BackendError code, the message is for people."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+class BackendUnavailable(CodedError):
+    """The daemon cannot be used right now (``code``: a transient or set-up :class:`ErrorCode`)."""
 
 
 class _Transient(BackendUnavailable):
-    """A transient error of one attempt (``code`` in protocol.TRANSIENT_CODES): worth another, later."""
+    """A transient error of one attempt (``code`` of kind CodeKind.TRANSIENT): worth another, later."""
+
+
+def retried(code: str) -> bool:
+    """Whether a request that ended with ``code`` is sent again later (with backoff and a bound)."""
+    return kind_of(code) is CodeKind.TRANSIENT
+
+
+def concerns_daemon(code: str) -> bool:
+    """Whether ``code`` says the daemon as a whole cannot serve us now (as opposed to one request failing): the
+    editor shows one message, keeps cached findings and retries later. Among them ``loading`` (the daemon is
+    still reading its model and a request waited longer than it allows) and ``load_failed`` (it could not load
+    its model and exits)."""
+    return kind_of(code) is not CodeKind.REQUEST
 
 
 @dataclass(frozen=True)
@@ -163,9 +169,9 @@ def _count(value: object) -> int:
 
 
 def state_for(code: str) -> str:
-    if code == "loading":
-        return "loading"
-    return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+    """The backend state an editor shows when ``code`` makes the daemon unusable (ErrorCode.state)."""
+    known = ErrorCode.of(code)
+    return known.state if known else "down"
 
 
 def _serving(welcome: dict) -> str:
@@ -456,13 +462,13 @@ class Auditor:
             self.counters.cancelled += 1
             raise
         except BackendUnavailable as exc:
-            if exc.code in protocol.TRANSIENT_CODES:
+            if retried(exc.code):
                 raise _Transient(exc.code, str(exc)) from None
             raise
         except BackendError as exc:
             return self._failed(unit, exc.code, str(exc))
         except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
-            return self._failed(unit, "protocol", str(exc))
+            return self._failed(unit, ErrorCode.PROTOCOL, str(exc))
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict, effort: str) -> UnitResult:
@@ -483,13 +489,13 @@ class Auditor:
     def _failed(self, unit: Unit, code: str, message: str) -> UnitResult | None:
         """One request failed: a transient reason is retried, a set-up one ends the whole audit, any other
         fails this unit only (a unit too long to audit is remembered and never sent again)."""
-        if code in protocol.TRANSIENT_CODES:
+        if retried(code):
             raise _Transient(code, message)
         self.counters.failed += 1
-        if code in CONNECTION_CODES:
+        if concerns_daemon(code):
             raise self._unavailable(code, message)
         log.warning("audit of %s failed (%s): %s", unit.name, code, message)
-        if code == "too_long":
+        if code == ErrorCode.TOO_LONG:
             self.counters.refused += 1
             self._refused[self._refusal_key(unit)] = refusal = sanitize.line(message)
             return UnitResult(unit, [], cached=False, refusal=refusal)
@@ -526,11 +532,11 @@ class Auditor:
                 if message["kind"] == "text":
                     yield message["text"]
                 elif message["kind"] == "error":  # an explanation is asked for by a person: not retried
-                    if message["code"] in CONNECTION_CODES:
+                    if concerns_daemon(message["code"]):
                         raise self._unavailable(message["code"], message["message"])
                     raise BackendError(message["code"], message["message"])
                 elif message["kind"] == "cancelled":  # the daemon's decision, not our task's cancellation
-                    raise BackendError("cancelled", "the audit daemon cancelled the explanation")
+                    raise BackendError(ErrorCode.CANCELLED, "the audit daemon cancelled the explanation")
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""

@@ -31,6 +31,7 @@ from k3lsp.auditor import (
 )
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options
+from k3lsp.protocol import ErrorCode
 from k3lsp.spread import Spread
 from k3lsp.units import Unit
 
@@ -179,7 +180,7 @@ class Pool:
                 units, failure = spread.left(), spread.failure or failure
                 if not units:
                     return
-            raise failure or BackendUnavailable("down", "no daemon is left to audit on")
+            raise failure or BackendUnavailable(ErrorCode.DOWN, "no daemon is left to audit on")
         finally:
             results.put_nowait(_END)
 

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from backend.engine import FAILED, TOO_LONG, Engine, EngineArgs, GenRequest
+from backend.engine import Engine, EngineArgs, GenRequest
+from k3lsp.protocol import ErrorCode
 from tests.support.engine import drain
 
 rids = itertools.count(1)
@@ -72,7 +73,7 @@ def test_a_prompt_over_the_limit_is_refused_before_any_work(engine):
     engine.submit(big)
     engine.submit(ok)
     out = drain(engine)
-    assert out[big.rid].finish == "error" and out[big.rid].stats["code"] == TOO_LONG
+    assert out[big.rid].finish == "error" and out[big.rid].stats["code"] == ErrorCode.TOO_LONG
     assert "4001 tokens" in out[big.rid].stats["error"] and "4000" in out[big.rid].stats["error"]
     assert out[big.rid].stats["prefill_chunks"] == 0 and out[big.rid].events == 1
     assert out[ok.rid].text == "fine"
@@ -90,7 +91,7 @@ def test_a_request_whose_prefill_fails_fails_alone(engine):
     for r in [reqs[0], bad, *reqs[1:]]:
         engine.submit(r)
     out = drain(engine)
-    assert out[bad.rid].finish == "error" and out[bad.rid].stats["code"] == FAILED
+    assert out[bad.rid].finish == "error" and out[bad.rid].stats["code"] == ErrorCode.FAILED
     assert "injected prefill failure" in out[bad.rid].stats["error"]
     assert [out[r.rid].text for r in reqs] == [f"answer {i}" for i in range(3)]
     assert engine.outcome().failed.keys() == {bad.rid}
