@@ -35,9 +35,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from backend import channels, prompts
-from backend.engine import GenRequest
+from backend.engine import EngineArgs, GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
+from backend.settings import flag
 from k3lsp import protocol
 from k3lsp.bounds import FindingBounds
 from k3lsp.protocol import CodedError, ErrorCode
@@ -63,12 +64,16 @@ class AgentError(CodedError):
 class AgentConfig:
     """Per-request limits, sampling and thinking, from the serve flags."""
 
-    max_tokens: int | None = None  # when set (--max-tokens), the budget at every effort
-    max_tool_rounds: int = 4  # continuations after tool results
-    deadline: float = 600.0  # seconds for a whole request
-    temp: float = 1.0
-    top_p: float = 0.95
-    thinking_effort: str = "low"  # for requests that name none
+    max_tokens: int | None = field(default=None, metadata=flag(  # when set, the budget at every effort
+        "generated tokens per request, all tool rounds, at every thinking effort (default: the effort's own "
+        "budget, see --effort-tokens)", type=int))
+    max_tool_rounds: int = field(default=4, metadata=flag("continuations after tool results"))
+    deadline: float = field(default=600.0, metadata=flag("seconds per request"))
+    temp: float = field(default=EngineArgs.temp, metadata=flag("sampling temperature (0: the likeliest token)"))
+    top_p: float = field(default=EngineArgs.top_p, metadata=flag("sample among the likeliest tokens that together "
+                                                                  "have this probability"))
+    thinking_effort: str = field(default="low", metadata=flag(  # for requests that name none
+        "how long the model thinks when a request does not say (default %(default)s)", choices=protocol.EFFORTS))
     budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
 
     def budget(self, effort: str, requested: int | None = None) -> int:

@@ -43,12 +43,14 @@ from zmq.utils.monitor import recv_monitor_message
 from backend import auth
 from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
 from backend.disconnects import FdRoutes
+from backend.engine import EngineArgs
 from backend.fairshare import FairShare
 from backend.gate import Gate
 from backend.loading import LoadProgress, ModelInfo, StillLoading, wait_loaded
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
+from backend.settings import flag
 from backend.store import ResultStore
 from k3lsp import __version__, local, protocol
 from k3lsp.protocol import ErrorCode
@@ -64,15 +66,19 @@ MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload
 class DaemonConfig:
     """Socket and per-client limits (the serve flags)."""
 
-    bind: str = field(default_factory=local.default_endpoint)
-    max_open_per_client: int = 16
-    slots: int = 8  # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
-    interactive_reserve: int = 1  # of those, what background requests leave free (the engine's own reserve)
-    tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
+    bind: str = field(default_factory=local.default_endpoint, metadata=flag(
+        "ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// endpoint needs keys "
+        "or --insecure; tcp port 0 picks a free port"))
+    max_open_per_client: int = field(default=16, metadata=flag("open requests per client"))
+    # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
+    slots: int = EngineArgs.max_concurrency
+    interactive_reserve: int = EngineArgs.interactive_reserve  # of those, what background requests leave free
+    tool_timeout: float = field(default=60.0, metadata=flag("seconds an editor has to answer a tool call"))
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
-    load_wait: float = 600.0  # seconds a request that arrives while the model loads waits for it
+    load_wait: float = field(default=600.0, metadata=flag(
+        "seconds a request that arrives while the model loads waits for it (error loading after)"))
     security: auth.Security = field(default_factory=auth.Security)
 
 

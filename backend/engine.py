@@ -44,6 +44,7 @@ from backend import dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
+from backend.settings import flag
 from k3lsp.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -57,16 +58,23 @@ class EngineArgs:
     max_tokens: int = 1024
     temp: float = 1.0
     top_p: float = 0.95
-    prefill_step_size: int = 2048  # the prefill chunk of a prompt up to prefill_context tokens
+    prefill_step_size: int = field(default=2048, metadata=flag(  # the chunk of a prompt up to prefill_context tokens
+        "prefill chunk (smaller for long prompts)"))
     prefill_context: int = prefill.SAFE_PREFILL_CONTEXT  # beyond, the chunk shrinks with the prompt
-    max_concurrency: int = 8  # requests admitted at once (reading or decoding)
+    max_concurrency: int = field(default=8, metadata=flag("requests admitted at once (reading or decoding)"))
     interactive_reserve: int = 1  # slots background requests leave free, so an edit starts at once
-    prompt_cache_size: int = 16  # stored prefixes
-    prompt_cache_bytes: int = 0  # bytes they may hold; 0: memory.prompt_cache_bytes (the smallest of all ranks)
-    max_prompt_tokens: int = 0  # longest prompt admitted; 0: the model's context length less max_tokens
+    prompt_cache_size: int = field(default=16, metadata=flag("stored prompt prefixes (prompt cache entries)"))
+    prompt_cache_bytes: int = field(default=0, metadata=flag(  # 0: memory.prompt_cache_bytes
+        "bytes the prompt cache may hold per rank; default: half the memory left after the weights (the headroom "
+        "`doctor` reports), the smallest of all ranks"))
+    max_prompt_tokens: int = field(default=0, metadata=flag(  # 0: the model's context length less max_tokens
+        "longer prompts are refused (error too_long) before any work; default: the model's context length less "
+        "the largest token budget (--max-tokens, or the max effort's)"))
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
-    trust_remote_code: bool = False  # run Python shipped with the checkpoint (the release's tokenizer class)
+    trust_remote_code: bool = field(default=False, metadata=flag(
+        "run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); without it such a "
+        "checkpoint is refused"))
 
 
 @dataclass

@@ -30,11 +30,13 @@ from typing import TextIO
 from backend import auth, exitstatus, store
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
+from backend.engine import EngineArgs
 from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import LISTENING, READY
 from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
-from k3lsp import keys, local, sanitize
+from backend.settings import add_flags, from_args
+from k3lsp import keys, sanitize
 from k3lsp.protocol import EFFORTS, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -45,37 +47,17 @@ STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collecti
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The settings of the config dataclasses are generated from their fields (backend/settings.py), with the
+    fields' defaults; the rest are this command's own."""
     p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
-    p.add_argument("--bind", default=local.default_endpoint(),
-                   help="ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// "
-                        "endpoint needs keys or --insecure; tcp port 0 picks a free port")
-    p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
-    p.add_argument("--max-tokens", type=int, help="generated tokens per request, all tool rounds, at every thinking "
-                   "effort (default: the effort's own budget, see --effort-tokens)")
-    p.add_argument("--thinking-effort", choices=EFFORTS, default="low",
-                   help="how long the model thinks when a request does not say (default %(default)s)")
+    add_flags(p, DaemonConfig)
+    add_flags(p, EngineArgs)
+    add_flags(p, AgentConfig)
     p.add_argument("--effort-tokens", action="append", default=[], metavar="EFFORT=N",
                    help="generated tokens per request at one effort (repeatable; defaults "
                         + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items()) + ")")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); "
-                        "without it such a checkpoint is refused")
     p.add_argument("--trace-file", type=Path,
                    help="append every finished conversation to this JSON-lines file (fidelity record --traces)")
-    p.add_argument("--temp", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-concurrency", type=int, default=8, help="requests admitted at once (reading or decoding)")
-    p.add_argument("--max-prompt-tokens", type=int, default=0,
-                   help="longer prompts are refused (error too_long) before any work; default: the model's "
-                        "context length less the largest token budget (--max-tokens, or the max effort's)")
-    p.add_argument("--prompt-cache-size", type=int, default=16, help="stored prompt prefixes (prompt cache entries)")
-    p.add_argument("--prompt-cache-bytes", type=int, default=0,
-                   help="bytes the prompt cache may hold per rank; default: half the memory left after the "
-                        "weights (the headroom `doctor` reports), the smallest of all ranks")
-    p.add_argument("--max-open-per-client", type=int, default=16, help="open requests per client")
-    p.add_argument("--max-tool-rounds", type=int, default=4, help="continuations after tool results")
-    p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
-    p.add_argument("--deadline", type=float, default=600.0, help="seconds per request")
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
     p.add_argument("--store", type=Path, default=store.default_path(),
                    help="sqlite file of complete audits answered again to every authorised client (default: "
@@ -84,19 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="results kept in the store, in bytes; the least recently used go first (default %(default)s)")
     p.add_argument("--no-store", dest="store", action="store_const", const=None,
                    help="keep no results: every audit request is generated")
-    p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
-    p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
-    p.add_argument("--keys-reload-seconds", type=float, default=auth.Security.keys_reload_seconds,
-                   help="look at --authorized-keys at most this often: how long a removed key may still be served")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow a plain tcp socket (no encryption, no authentication): every local user, and "
-                        "beyond loopback everyone on the network, can connect or pose as the daemon")
+    add_flags(p, auth.Security)
     p.add_argument("--rank-timeout", type=float, default=300.0,
                    help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
     p.add_argument("--rank-tick", type=float, default=5.0,
                    help="under mlx.launch: seconds between rank 0's liveness steps while idle")
-    p.add_argument("--load-wait", type=float, default=600.0,
-                   help="seconds a request that arrives while the model loads waits for it (error loading after)")
     p.add_argument("--load-pace", type=float, default=0.0,
                    help="pause this long after each layer read while loading: only to watch the loading state of a "
                         "tiny checkpoint (demos, tests); 0 in real use")
@@ -160,7 +134,7 @@ def _check(args: argparse.Namespace) -> str | None:
     if args.rank_timeout <= 0 or args.rank_tick <= 0 or args.load_wait <= 0 or args.load_pace < 0:
         return "--rank-timeout, --rank-tick and --load-wait must be > 0, --load-pace >= 0"
     try:  # before the model load, which takes minutes on the real model
-        auth.check(args.bind, _security(args))
+        auth.check(args.bind, from_args(auth.Security, args))
     except (auth.InsecureBindError, keys.KeyFileError) as exc:
         return str(exc)
     return None
@@ -179,22 +153,13 @@ def effort_budgets(items: list[str]) -> dict[str, int]:
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
-    return AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds, deadline=args.deadline,
-                       temp=args.temp, top_p=args.top_p, thinking_effort=args.thinking_effort,
-                       budgets=effort_budgets(args.effort_tokens))
-
-
-def _security(args: argparse.Namespace) -> auth.Security:
-    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure,
-                         keys_reload_seconds=args.keys_reload_seconds)
+    return from_args(AgentConfig, args, budgets=effort_budgets(args.effort_tokens))
 
 
 async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
-    # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
     import mlx.core as mx
 
     from backend import dist
-    from backend.engine import EngineArgs
 
     rank = os.environ.get("MLX_RANK")
     # Under mlx.launch, init waits for every rank: one that never starts would block it forever.
@@ -206,11 +171,9 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
     ranks = group if group.size() > 1 else None
     if ranks is not None:
         _log_rank(group.rank(), group.size())
-    engine_args = EngineArgs(model=args.model, max_tokens=_agent_config(args).budget("max"), temp=args.temp,
-                             top_p=args.top_p, prefill_step_size=args.prefill_step_size,
-                             max_concurrency=args.max_concurrency, max_prompt_tokens=args.max_prompt_tokens,
-                             prompt_cache_size=args.prompt_cache_size, prompt_cache_bytes=args.prompt_cache_bytes,
-                             trust_remote_code=args.trust_remote_code)
+    agent = _agent_config(args)
+    engine_args = from_args(EngineArgs, args, model=args.model, max_tokens=agent.budget("max"), temp=agent.temp,
+                            top_p=agent.top_p)
     try:
         if ranks is None or group.rank() == 0:
             return await _lead(engine_args, ranks, args, script, ready)
@@ -279,11 +242,9 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     except Exception as exc:
         print(f"k3-backend serve: cannot open the result store {args.store}: {exc}", file=sys.stderr)
         return 1
-    daemon = Daemon(None, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                       slots=args.max_concurrency, interactive_reserve=engine_args.interactive_reserve,
-                                       tool_timeout=args.tool_timeout, security=_security(args),
-                                       load_wait=args.load_wait),
-                    _agent_config(args), script, record, results, loading=(info, progress))
+    config = from_args(DaemonConfig, args, slots=engine_args.max_concurrency,
+                       interactive_reserve=engine_args.interactive_reserve, security=from_args(auth.Security, args))
+    daemon = Daemon(None, config, _agent_config(args), script, record, results, loading=(info, progress))
     try:
         endpoint = daemon.bind()
     except Exception as exc:
