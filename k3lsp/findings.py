@@ -23,7 +23,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import protocol, sanitize
+from k3lsp import bounds, protocol, sanitize
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
@@ -104,27 +104,19 @@ class Finding:
 def validate(raw: Any, unit: Unit) -> Finding:
     """A finding from an untrusted map, checked against the unit it was reported for."""
     try:
-        d = protocol.validate_finding(raw)
+        d, cut = bounds.fit_lines(protocol.validate_finding(raw), unit.line_count)
     except protocol.ProtocolError as e:
         raise FindingError(str(e)) from None
-    n = unit.line_count
-    if d["end_line"] > n:
-        raise FindingError(f"lines {d['start_line']}-{d['end_line']} are outside the unit's {n} lines")
+    for why in cut:
+        log.info("dropped from a finding for %s: %s", unit.name, why)
     title = sanitize.line(d["title"])
     if not title:
         raise FindingError("title is blank")
-    trace = []
-    for step in d["trace"]:
-        if step["line"] > n:
-            log.info("dropped trace step at line %d of %s (%d lines)", step["line"], unit.name, n)
-            continue
-        trace.append(TraceStep(step["line"], sanitize.line(step["note"])))
+    trace = tuple(TraceStep(step["line"], sanitize.line(step["note"])) for step in d["trace"])
     fix = None
     if "fix" in d:
         f = d["fix"]
-        if f["end_line"] > n:
-            log.info("dropped fix for lines %d-%d of %s (%d lines)", f["start_line"], f["end_line"], unit.name, n)
-        elif sanitize.unsafe_code(f["replacement"]):
+        if sanitize.unsafe_code(f["replacement"]):
             log.warning("dropped fix for %s: control or bidi characters in its code", unit.name)
         else:
             fix = Fix(f["start_line"], f["end_line"], f["replacement"].removesuffix("\n"))
@@ -139,7 +131,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         start_line=d["start_line"],
         end_line=d["end_line"],
         confidence=d.get("confidence"),
-        trace=tuple(trace),
+        trace=trace,
         fix=fix,
         reasoning=sanitize.text(d.get("reasoning", "")).strip(),
     )
