@@ -2,11 +2,11 @@
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
-was reported for, and its text goes through `k3lsp.sanitize` (no control or bidi characters reach a
-diagnostic, hover, code-action title, terminal or report). A bad finding is dropped with a log line and
-never shown; a bad trace step or fix (a fix hiding control or bidi characters in code) is dropped from an
-otherwise good finding. Line numbers are 1-based and relative to the unit
-(line 1 = `unit.start_line`), as in the prompt.
+was reported for (`bounds.fit_lines`, the daemon's check too), and its text goes through `k3lsp.sanitize`
+(no control or bidi characters reach a diagnostic, hover, code-action title, terminal or report). A bad
+finding is dropped with a log line and never shown; a bad trace step or fix (one past the unit, or a fix
+hiding control or bidi characters in code) is dropped from an otherwise good finding. Line numbers are
+1-based and relative to the unit (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
 and suppressions survive edits above it; SARIF output reuses it as `partialFingerprints`.
@@ -305,17 +305,19 @@ def to_hover(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> 
     )
 
 
-def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
-    """The suggested fix as a WorkspaceEdit replacing whole lines, or None without a fix."""
+def fix_text_edit(finding: Finding, unit: Unit) -> lsp.TextEdit | None:
+    """The suggested fix as a file edit, or None without a fix: its whole lines (from the first column to the
+    end of the last line) replaced by the fix's code. The one place a fix's range is computed."""
     fix = finding.fix
     if fix is None:
         return None
-    lines = unit.text.split("\n")
-    edit = lsp.TextEdit(
-        range=lsp.Range(
-            start=lsp.Position(unit.file_line(fix.start_line), 0),
-            end=lsp.Position(unit.file_line(fix.end_line), utf16_len(lines[fix.end_line - 1])),
-        ),
-        new_text=fix.replacement,
-    )
-    return lsp.WorkspaceEdit(changes={uri: [edit]})
+    last = unit.text.split("\n")[fix.end_line - 1]
+    start = lsp.Position(unit.file_line(fix.start_line), 0)
+    end = lsp.Position(unit.file_line(fix.end_line), utf16_len(last))
+    return lsp.TextEdit(range=lsp.Range(start, end), new_text=fix.replacement)
+
+
+def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
+    """The suggested fix as a WorkspaceEdit (the code action's), or None without a fix."""
+    edit = fix_text_edit(finding, unit)
+    return None if edit is None else lsp.WorkspaceEdit(changes={uri: [edit]})
