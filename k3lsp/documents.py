@@ -19,18 +19,15 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from k3lsp import diffing, findings, pipeline, suppress
-from k3lsp.findings import Finding
 from k3lsp.options import Options
 from k3lsp.units import Unit
 
 
 @dataclass(frozen=True)
-class Shown:
-    """One finding on screen: the unit it belongs to is kept at its current position (shifted by edits)."""
+class Shown(pipeline.Reportable):
+    """One finding on screen, with its diagnostic: the unit it belongs to is kept at its current position
+    (shifted by edits)."""
 
-    finding: Finding
-    unit: Unit
-    fingerprint: str
     diagnostic: lsp.Diagnostic
 
     def contains(self, position: lsp.Position) -> bool:
