@@ -328,9 +328,9 @@ class FindingStream:
 
     The model's arguments are untrusted: a call that fails the protocol's finding schema, or names a line past
     the ``lines`` of the audited unit (``k3lsp.bounds.fit_lines``, the editor's check too), is dropped with a
-    log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
-    are no longer parsed as they close, only counted when the turn ends. Each finding carries the reasoning
-    written before it in the think channel.
+    log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
+    full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
+    reasoning written before it in the think channel.
     """
 
     def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
