@@ -40,7 +40,7 @@ from backend.scheduler import Scheduler
 from backend.script import Script
 from backend.settings import flag
 from k3lsp import protocol
-from k3lsp.bounds import FindingBounds
+from k3lsp.bounds import FindingBounds, fit_lines
 from k3lsp.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -328,11 +328,11 @@ def clip_reasoning(text: str) -> str:
 class FindingStream:
     """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in a tool-call section.
 
-    The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
-    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side), and
-    so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
-    are no longer parsed as they close, only counted when the turn ends. Each finding carries the reasoning
-    written before it in the think channel.
+    The model's arguments are untrusted: a call that fails the protocol's finding schema, or names a line past
+    the ``lines`` of the audited unit (``k3lsp.bounds.fit_lines``, the editor's check too), is dropped with a
+    log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
+    full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
+    reasoning written before it in the think channel.
     """
 
     def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
@@ -364,8 +364,9 @@ class FindingStream:
                 continue
             self._seen.add(call.index)
             try:
-                finding = protocol.validate_finding(call.arguments)
-                self._check_lines(finding)
+                finding, cut = fit_lines(protocol.validate_finding(call.arguments), self._lines)
+                if cut:  # the daemon sends a finding whole or not at all
+                    raise protocol.ProtocolError(cut[0])
             except protocol.ProtocolError as exc:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
@@ -381,13 +382,3 @@ class FindingStream:
                 continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)
-
-    def _check_lines(self, finding: dict) -> None:
-        """Every line a finding names (its range, trace steps, fix range) must be a line of the unit."""
-        lines = [("", finding["end_line"])] + [(f"trace[{i}].", step["line"])
-                                               for i, step in enumerate(finding["trace"])]
-        if "fix" in finding:
-            lines.append(("fix.", finding["fix"]["end_line"]))
-        for where, line in lines:  # start lines are >= 1 and <= their end lines (the schema checked that)
-            if line > self._lines:
-                raise protocol.ProtocolError(f"{where}line {line} is outside the unit's {self._lines} lines")

@@ -26,7 +26,7 @@ from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import findings, sanitize, suppress, units
+from k3lsp import pipeline, sanitize, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
@@ -284,11 +284,8 @@ class _Run:
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
                         "missing; not cached, a rerun audits it again"
                     )
-                accepted = findings.accept(result.findings, unit)
-                for f in findings.at_least(accepted, self.options.min_severity):
-                    reported = _reported(source, f, unit, self.baseline)
-                    if reported is not None:
-                        self.report.findings.append(reported)
+                self.report.findings += reported(source, unit, result.findings, self.options.min_severity,
+                                                 self.baseline)
         if not got:
             self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
 
@@ -298,28 +295,20 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
-def _reported(source: Source, f: findings.Finding, unit: units.Unit, baseline: suppress.Baseline) -> Reported | None:
-    line = unit.file_line(f.start_line)
-    fingerprint = findings.fingerprint(f, unit)
-    if suppress.is_suppressed(source.lines, line, f.cwe) or fingerprint in baseline:
-        return None
-    span = Span.of(findings.line_range(unit, f.start_line, f.end_line))
-    trace = tuple(Step(Span.of(findings.line_range(unit, s.line, s.line)), s.note) for s in f.trace)
-    fix = None
-    if f.fix is not None:
-        last = unit.text.split("\n")[f.fix.end_line - 1]
-        fix = Edit(
-            Span(
-                unit.file_line(f.fix.start_line) + 1,
-                1,
-                unit.file_line(f.fix.end_line) + 1,
-                findings.utf16_len(last) + 1,
-            ),
-            f.fix.replacement,
-        )
+def reported(
+    source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
+) -> list[Reported]:
+    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates."""
+    return [_row(source, r) for r in pipeline.reportable(unit, raws, source.lines, min_severity, baseline)]
+
+
+def _row(source: Source, r: pipeline.Reportable) -> Reported:
+    f, span, edit = r.finding, Span.of(r.range), r.fix
+    trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
+    fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
-        f.cwe, f.title, f.message, unit.name, fingerprint, f.confidence, trace, fix, f.reasoning,
+        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning,
     )  # fmt: skip
 
 

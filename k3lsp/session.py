@@ -153,7 +153,7 @@ class Session:
             self.message(self.baseline.error, lsp.MessageType.Error)
 
     def view(self) -> View:
-        return View(self.options.min_severity, self.baseline, self.related)
+        return View(self.options, self.baseline, self.related)
 
     # --- talking to the client ---------------------------------------------------------------------------
 
