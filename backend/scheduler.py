@@ -89,10 +89,19 @@ class Scheduler:
         self.thread: threading.Thread | None = None
         self._snapshot: dict = {}  # published by the thread after every step; read by status
         self._steps = 0
+        self.turns = 0  # turns completed (each with its exchange on a pair): `turn_now` callers watch it
+        self._poked = False
         self._started = time.monotonic()
         self._batch_peak = 0
 
     # --- event-loop side ---------------------------------------------------------------------------------
+
+    def turn_now(self) -> None:
+        """Take a turn now, even with nothing to do: on a pair its exchange finds a dead peer at once (a stop
+        signal from ``mlx.launch`` usually means one died), instead of at the next tick."""
+        with self._cond:
+            self._poked = True
+            self._cond.notify()
 
     def start(self) -> None:
         """Start the engine thread; events are delivered on the running event loop."""
@@ -189,8 +198,8 @@ class Scheduler:
             return Commands()
         with self._cond:
             if not self._pending and not self.engine.busy():
-                self._cond.wait_for(lambda: self._pending or self.engine.busy(), self._tick)
-            commands, self._pending = self._pending, Commands()
+                self._cond.wait_for(lambda: self._pending or self.engine.busy() or self._poked, self._tick)
+            commands, self._pending, self._poked = self._pending, Commands(), False
         return commands
 
     def _run(self) -> None:
@@ -233,6 +242,7 @@ class Scheduler:
             if self.engine.busy():
                 events += self._step(in_flight)
         finally:
+            self.turns += 1  # before busy_since is cleared: see serve._stop_after_a_turn
             self.busy_since = None
         self._post(events)
         return False

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -42,7 +43,7 @@ from k3lsp.protocol import EFFORTS, ErrorCode
 log = logging.getLogger(__name__)
 
 FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
-STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first
+STOP_GRACE = 10.0  # under mlx.launch a SIGTERM usually means a peer died: a turn started after it reports it first
 STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
 
 
@@ -191,6 +192,19 @@ class LoadError(RuntimeError):
     """The model could not be loaded (the message says which and why)."""
 
 
+async def _stop_after_a_turn(daemon: Daemon) -> None:
+    """Stop once the pair has taken a whole turn after the signal (its exchange fails if a peer died, and then
+    the requests end with ``rank_failure``, not ``shutdown``), or after STOP_GRACE when no turn completes."""
+    scheduler = daemon.scheduler
+    under_way = scheduler.busy_since is not None  # read first: the engine thread counts a turn, then clears it
+    after = scheduler.turns + (2 if under_way else 1)  # a turn under way may have exchanged before the peer died
+    scheduler.turn_now()
+    deadline = time.monotonic() + STOP_GRACE
+    while scheduler.turns < after and daemon.failure is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    daemon.stop()
+
+
 def _load(engine_args, group, args: argparse.Namespace, progress=None):
     """Load the model (this rank's shard) and compile its kernels; LoadError if that fails."""
     from backend import dist
@@ -221,12 +235,14 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
         loop.call_soon_threadsafe(daemon.fail, ErrorCode.RANK_FAILURE, f"a rank of the pair failed: {message}")
         _exit_after(FAILURE_GRACE, f"k3-backend serve: a rank of the pair failed: {message}")
 
+    stopping: list[asyncio.Task] = []  # held: the loop keeps only weak references to tasks
+
     def terminate() -> None:
         if group is None or daemon.scheduler is None:
             daemon.stop()
             return
-        loop.call_later(STOP_GRACE, daemon.stop)
         _exit_after(STOP_BOUND, f"k3-backend serve: the pair did not stop within {STOP_BOUND:g} s")
+        stopping.append(loop.create_task(_stop_after_a_turn(daemon)))
 
     try:  # what can be known from the checkpoint's files is checked before binding: a refusal comes at once
         dist.check_trust(args.model, args.trust_remote_code)

@@ -12,6 +12,7 @@ import sys
 import time
 
 from tests.pair.test_serve_pair import ARGS, SCRIPT, script_args
+from tests.support import kimi
 from tests.support import pair as p
 from tests.support.daemon import Wire, audit_fields
 from tests.support.pair import REPO, free_port_block, launched, wait_gone
@@ -38,6 +39,28 @@ async def test_killing_rank_1_fails_open_requests_and_rank_0_exits(tiny_model, t
         pair.launcher.wait(30)
         log = pair.log_text()
     assert re.search(r"rank 0 exited with code 3", log), log[-3000:]
+
+
+async def test_a_stop_signal_racing_the_peer_death_still_says_rank_failure(tiny_model, tmp_path):
+    """mlx.launch sends rank 0 SIGTERM as soon as rank 1 dies, often before rank 0's engine has noticed: here the
+    request waits for its editor's tool result (the engine idle, the next tick 60 s away) and the signal follows
+    the kill at once. Rank 0 takes a turn on the signal, its exchange finds the dead peer, and the request ends
+    with rank_failure, not shutdown (a fixed grace before stopping said shutdown)."""
+    script = [{"unit": "asks", "turns": [kimi.turn(("read_lines", {"path": "src/f.c", "start": 1, "end": 2}))]}]
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    with launched(["--model", str(tiny_model), *ARGS, "--rank-tick", "60", "--script", str(path)]) as pair:
+        pids = pair.rank_pids()
+        async with Wire(pair.endpoint, timeout=120) as wire:
+            await wire.send("audit", "asks", **audit_fields("asks"))
+            for _ in range(1000):  # bounded by the wire's timeout per message
+                if (await wire.next_for("asks"))["kind"] == "tool_request":
+                    break
+            os.kill(pids[1], signal.SIGKILL)
+            os.kill(pids[0], signal.SIGTERM)
+            msgs = await wire.finish("asks")
+        assert msgs[-1]["kind"] == "error" and msgs[-1]["code"] == "rank_failure", msgs[-1]
+        assert wait_gone([pids[0]], 30), "rank 0 is still running"
 
 
 async def test_rank_1_dying_while_idle_ends_rank_0(tiny_model, tmp_path):
