@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from tests.support import kimi
@@ -61,20 +62,43 @@ SLOT_FINDING = kimi.finding(
 
 COPY_WHY = "src and n both come from the caller; buf holds 16 bytes and nothing compares n with that."
 
-SCRIPT = [
-    {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING), reasoning=COPY_WHY)]},
-    {"unit": "get_slot", "turns": [kimi.turn(("report_finding", SLOT_FINDING))]},
-    {"unit": "slow_unit", "turns": [{"repeat": LONG_PERIOD, "tokens": 3000}]},
-    {
-        "unit": "leaky",
-        "turns": [
-            kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
-            kimi.turn(("read_lines", {"path": "demo.c", "start": 1, "end": 2})),
-            kimi.turn(content="nothing to report"),
-        ],
+
+@functools.cache
+def _script() -> list[dict]:
+    """The daemon's --script: model turns, written with the checkpoint's tokenizer code (transformers)."""
+    return [
+        {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING), reasoning=COPY_WHY)]},
+        {"unit": "get_slot", "turns": [kimi.turn(("report_finding", SLOT_FINDING))]},
+        {"unit": "slow_unit", "turns": [{"repeat": LONG_PERIOD, "tokens": 3000}]},
+        {
+            "unit": "leaky",
+            "turns": [
+                kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
+                kimi.turn(("read_lines", {"path": "demo.c", "start": 1, "end": 2})),
+                kimi.turn(content="nothing to report"),
+            ],
+        },
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
+def __getattr__(name: str) -> object:
+    """``SCRIPT`` is built on first use, so the logic tier imports this module where the backend is not installed."""
+    if name == "SCRIPT":
+        return _script()
+    raise AttributeError(name)
+
+
+# The same answers from the fake auditor (tests/support/fake_auditor.py), for the tier without a daemon.
+FAKE = {
+    "units": {
+        "copy_msg": {"findings": [COPY_FINDING | {"reasoning": COPY_WHY}]},
+        "get_slot": {"findings": [SLOT_FINDING]},
+        "slow_unit": {"hold": True},
     },
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+    "explain": ["n is copied ", "without a bound."],
+}
+
 DAEMON_ARGS = ["--max-tokens", "4000"]
 
 
