@@ -13,7 +13,6 @@ import json
 import pytest
 
 from k3lsp import cli, tools, units
-from tests.batch.test_sarif import valid_sarif
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
@@ -51,6 +50,8 @@ def workspace(tmp_path):
 
 
 def test_the_batch_audit_keeps_its_exit_codes_and_writes_sarif(daemon, tmp_path):
+    from tests.batch.test_sarif import valid_sarif  # its corpus is model turns: transformers, like the daemon
+
     workspace(tmp_path)
     args = ("--endpoint", daemon.endpoint)
     result = k3lsp("audit", "ws", *args, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
