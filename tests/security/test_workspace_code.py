@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import tools
+from k3lsp import sandbox
 from tests.support import kimi
 from tests.support.batch import k3lsp_env
 from tests.support.daemon import serving
@@ -63,7 +63,7 @@ def test_the_grep_child_imports_nothing_from_the_workspace(repo, tmp_path, monke
     marker = tmp_path / "marker"
     plant(repo, marker, "k3lsp")
     monkeypatch.chdir(repo)  # the language server runs in the workspace
-    ok, text = tools.run_tool(repo, "grep", {"pattern": "return n"})
+    ok, text = sandbox.run_tool(repo, "grep", {"pattern": "return n"})
     assert not marker.exists(), marker.read_text()
     assert ok and "src/grepper.c:3:" in text, text
 
