@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from lsprotocol import types as lsp
+
 from tests.support import kimi
 
 DEMO_C = """\
@@ -100,6 +102,24 @@ FAKE = {
 }
 
 DAEMON_ARGS = ["--max-tokens", "4000"]
+
+
+def lines_and_codes(diagnostics: list[lsp.Diagnostic]) -> list[tuple[int, str]]:
+    return sorted((d.range.start.line, d.code) for d in diagnostics)
+
+
+def demo_copy_diagnostic(diagnostics: list[lsp.Diagnostic]) -> lsp.Diagnostic:
+    """Check demo.c's two findings as the editor shows them (lines, codes, the memcpy's range from after the tab to
+    the end of its line, severity, its trace as related locations) and return the memcpy's, for more checks."""
+    assert lines_and_codes(diagnostics) == [
+        (COPY_MSG_LINE, "CWE-787"), (GET_SLOT_LINE, "CWE-129")
+    ], diagnostics
+    copy = next(d for d in diagnostics if d.code == "CWE-787")
+    line = DEMO_C.split("\n")[COPY_MSG_LINE]
+    assert copy.range == lsp.Range(lsp.Position(COPY_MSG_LINE, 1), lsp.Position(COPY_MSG_LINE, len(line)))
+    assert copy.source == "k3-audit" and copy.severity == lsp.DiagnosticSeverity.Error
+    assert [r.location.range.start.line for r in copy.related_information] == [6, 8]
+    return copy
 
 
 def workspace(tmp: Path) -> Path:

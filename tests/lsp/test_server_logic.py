@@ -25,10 +25,6 @@ def root(tmp_path):
     return scripted.workspace(tmp_path)
 
 
-def codes(diagnostics):
-    return sorted((d.range.start.line, d.code) for d in diagnostics)
-
-
 def calls(status: dict, op: str) -> list[dict]:
     return [c for c in status["backend"]["calls"] if c["op"] == op]
 
@@ -65,13 +61,7 @@ async def test_save_publishes_findings_with_ranges_codes_and_trace(fake, root, t
         ed.save(uri)
         diags = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
         status = await ed.status()
-    assert codes(diags) == [(scripted.COPY_MSG_LINE, "CWE-787"), (scripted.GET_SLOT_LINE, "CWE-129")]
-    copy = next(d for d in diags if d.code == "CWE-787")
-    line = scripted.DEMO_C.split("\n")[scripted.COPY_MSG_LINE]
-    assert copy.range.start == lsp.Position(scripted.COPY_MSG_LINE, 1)  # after the tab
-    assert copy.range.end == lsp.Position(scripted.COPY_MSG_LINE, len(line))
-    assert copy.source == "k3-audit" and copy.severity == lsp.DiagnosticSeverity.Error
-    assert [r.location.range.start.line for r in copy.related_information] == [6, 8]
+    scripted.demo_copy_diagnostic(diags)
     assert status["diagnostics"] == ("pull" if profile == "pull" else "push")
     (audit,) = calls(status, "audit")
     assert audit["units"] == ["copy_msg", "get_slot"] and audit["path"] == "demo.c" and audit["root"] == str(root)
@@ -185,14 +175,7 @@ async def test_cancelling_the_progress_cancels_the_audit(fake, root, tmp_path, p
     async with editor(root, profile=profile, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("slow.c")
         ed.save(uri)
-
-        def audit_token():
-            for token, values in ed.client.progress_reports.items():
-                if any(isinstance(v, lsp.WorkDoneProgressBegin) and v.title == "k3 audit slow.c" for v in values):
-                    return token
-            return None
-
-        token = await ed.wait_for(audit_token)
+        token = await ed.wait_for(lambda: ed.progress_token("k3 audit slow.c"))
         reports = ed.client.progress_reports[token]
         await ed.wait_for(lambda: len(reports) > 1)
         assert reports[0].cancellable and reports[0].message == "0/1"
@@ -293,6 +276,4 @@ async def test_workspace_audit_honours_the_settings_at_background_priority(fake,
     audits = calls(status, "audit")
     assert sorted(a["path"] for a in audits) == ["demo.c", "leaky.c", "sub/extra.c", "sub/latin1.c"]
     assert {(a["priority"], a["effort"]) for a in audits} == {("background", "max")}
-    begins = [v.title for vs in ed.client.progress_reports.values() for v in vs
-              if isinstance(v, lsp.WorkDoneProgressBegin)]
-    assert "k3 audit workspace" in begins
+    assert ed.progress_token("k3 audit workspace") is not None

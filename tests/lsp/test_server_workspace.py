@@ -20,14 +20,7 @@ async def test_cancelling_the_progress_cancels_the_backend_request(daemon, tmp_p
         uri = ed.open("slow.c")
         ed.save(uri)
         await ed.wait_for_status(lambda c: c["sent"] == 1)
-
-        def audit_token():
-            for token, values in ed.client.progress_reports.items():
-                if any(isinstance(v, lsp.WorkDoneProgressBegin) and v.title == "k3 audit slow.c" for v in values):
-                    return token
-            return None
-
-        token = await ed.wait_for(audit_token)
+        token = await ed.wait_for(lambda: ed.progress_token("k3 audit slow.c"))
         begin = ed.client.progress_reports[token][0]
         assert begin.cancellable and begin.message == "0/1"
         ed.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))

@@ -131,6 +131,13 @@ class Editor:
 
         return await asyncio.wait_for(poll(), timeout)
 
+    def progress_token(self, title: str) -> Any:
+        """The token of the work-done progress the server began under ``title``; None until it begins."""
+        for token, values in self.client.progress_reports.items():
+            if any(isinstance(v, lsp.WorkDoneProgressBegin) and v.title == title for v in values):
+                return token
+        return None
+
     async def wait_for(self, condition: Callable[[], Any], timeout: float = WAIT) -> Any:
         async def poll() -> Any:
             while not (value := condition()):
