@@ -10,6 +10,7 @@ by fixture, so that no test can forget its own; ``logic`` marks every test on th
 fixture); ``fuzz`` marks every hypothesis test.
 """
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 TIERS = {"daemon": ("backend", "fidelity"), "pair": ("pair",), "editors": ("editors",)}  # marker -> test directories
 CHECKPOINT_FIXTURES = {"tiny_model", "jinja_model", "checkpoint", "pruned_model"}  # each needs mlx
 FAKE_FIXTURE = "fake"  # tests/lsp/conftest.py: the language server on the fake auditor
+# Where mlx is not installed (the editor side alone), the directories whose every test needs it are not collected.
+MLX = importlib.util.find_spec("mlx") is not None
+collect_ignore = [] if MLX else [*TIERS["daemon"], *TIERS["pair"]]
+
+
+def pytest_report_header() -> str | None:
+    if not MLX:
+        return f"mlx is not installed: tests/{{{','.join(collect_ignore)}}} not collected (the daemon and pair tiers)"
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

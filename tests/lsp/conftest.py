@@ -1,12 +1,13 @@
 """Fixtures for the editor-side tests: the demo corpus in examples/, a scripted daemon per test module, and the
-fake auditor's script (the ``logic`` tier). Nothing here imports the backend until a daemon is asked for: the
-logic tier runs where mlx is not installed."""
+fake auditor's script (the ``logic`` tier). Nothing here needs mlx or transformers until a daemon is asked for:
+the logic tier runs where the backend is not installed."""
 
 from pathlib import Path
 
 import pytest
 
 from tests.lsp import scripted
+from tests.support.daemon import module_daemon
 from tests.support.fake_auditor import FakeScript
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -21,13 +22,8 @@ def example_text(name: str) -> str:
     return (EXAMPLES / name).read_text()
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    """A real `k3-backend serve` on the tiny checkpoint answering with tests/lsp/scripted.py's findings."""
-    from tests.support.daemon import serving
-
-    with serving(tiny_model, script=scripted.SCRIPT, args=scripted.DAEMON_ARGS) as d:
-        yield d
+# A real `k3-backend serve` on the tiny checkpoint answering with tests/lsp/scripted.py's findings.
+daemon = module_daemon(lambda: scripted.SCRIPT, scripted.DAEMON_ARGS)
 
 
 @pytest.fixture

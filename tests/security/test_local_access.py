@@ -28,8 +28,8 @@ import zmq
 from backend import launch
 from k3lsp import local, options, protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
-from tests.security.conftest import LONG, SCRIPT
-from tests.support.daemon import REPO, Wire, audit_fields, serving
+from tests.security.conftest import LONG, script
+from tests.support.daemon import REPO, Wire, audit_fields, module_daemon
 
 NOBODY = 65534
 
@@ -125,10 +125,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "6000", "--max-open-per-client", "4"]) as d:
-        yield d
+daemon = module_daemon(script, ["--max-tokens", "6000", "--max-open-per-client", "4"])
 
 
 # --- the default endpoint --------------------------------------------------------------------------------------
@@ -145,9 +142,9 @@ def test_daemon_and_clients_default_to_one_private_ipc_socket(tiny_model, tmp_pa
 
     src = tmp_path / "ok.c"
     src.write_text("int ok(int n)\n{\n\treturn n;\n}\n")
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    proc, endpoint = launch.start(["--model", str(tiny_model), "--script", str(script), "--trust-remote-code"],
+    script_file = tmp_path / "script.json"
+    script_file.write_text(json.dumps(script()))
+    proc, endpoint = launch.start(["--model", str(tiny_model), "--script", str(script_file), "--trust-remote-code"],
                                   cwd=REPO, stderr=subprocess.DEVNULL)  # no --bind
     try:
         assert endpoint == default

@@ -21,10 +21,14 @@ from tests.support.batch import k3lsp_env
 from tests.support.daemon import serving
 
 GREPPER_C = "static int grepper(int n)\n{\n\treturn n + 1;\n}\n"
-SCRIPT = [
-    {"unit": "grepper", "turns": [kimi.turn(("grep", {"pattern": "return"})), kimi.turn(content="nothing")]},
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+
+
+def script() -> list[dict]:
+    return [
+        {"unit": "grepper", "turns": [kimi.turn(("grep", {"pattern": "return"})), kimi.turn(content="nothing")]},
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
 
 
 def plant(repo: Path, marker: Path, *packages: str) -> None:
@@ -49,7 +53,7 @@ def daemon(tiny_model, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("daemon-cwd")
     marker = cwd.parent / "daemon-marker"
     plant(cwd, marker, "backend", "k3lsp")
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512"], cwd=cwd) as d:
+    with serving(tiny_model, script=script(), args=["--max-tokens", "512"], cwd=cwd) as d:
         yield d, marker
 
 
