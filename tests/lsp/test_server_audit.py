@@ -4,11 +4,13 @@ daemon: test_server_logic.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from lsprotocol import types as lsp
 
 from tests.lsp import scripted
-from tests.support.lsp import editor
+from tests.support.lsp import WAIT, editor
 
 
 @pytest.fixture
@@ -25,6 +27,10 @@ async def test_save_publishes_findings_with_ranges_codes_and_trace(daemon, root,
         copy = scripted.demo_copy_diagnostic(diags)
         assert copy.code_description.href == "https://cwe.mitre.org/data/definitions/787.html"
         assert len(copy.data["fingerprint"]) == 32
+        # The model's confidence and fix came through the engine too (hover formats, on the fake: test_server_clients)
+        at = lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri), position=copy.range.start)
+        hover = (await asyncio.wait_for(ed.client.text_document_hover_async(at), WAIT)).contents.value
+        assert "confidence 90%" in hover and "min_t(int, n, sizeof(m->buf))" in hover, hover
         status = await ed.status()
         assert status["counters"]["sent"] == 2 and status["counters"]["audited"] == 2
 

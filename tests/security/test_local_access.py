@@ -14,7 +14,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from k3lsp import local, options, protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from tests.security.conftest import LONG, script
 from tests.support.daemon import REPO, Wire, audit_fields, module_daemon
+from tests.support.pair import free_port_block
 
 NOBODY = 65534
 
@@ -119,11 +119,6 @@ def impostor(endpoints: list[str], seconds: float) -> list[str]:
     return received
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 daemon = module_daemon(script, ["--max-tokens", "6000", "--max-open-per-client", "4"])
 
@@ -199,7 +194,7 @@ async def test_a_daemon_of_another_user_gets_nothing_from_the_client(shared_tmp,
     squatted = shared_tmp / "run"  # e.g. /tmp/runtime-<uid> taken by someone else before the user's first login
     squatted.mkdir(mode=0o700)
     os.chown(squatted, NOBODY, NOBODY)
-    ipc, tcp = f"ipc://{squatted}/k3lsp/daemon.sock", f"tcp://127.0.0.1:{free_port()}"
+    ipc, tcp = f"ipc://{squatted}/k3lsp/daemon.sock", f"tcp://127.0.0.1:{free_port_block(1)}"
     fake = OtherUser(impostor, [ipc, tcp], 6.0)
     await asyncio.sleep(1.0)  # the fake daemon is listening
     refusals = {}
