@@ -98,7 +98,6 @@ async def k3_concurrent(endpoint: str, rep: int) -> tuple[float, list[float]]:
 # --- mlx_lm.server -------------------------------------------------------------------------------------------
 
 
-
 def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port_block(1)
     with open(log, "wb") as err:

@@ -78,7 +78,6 @@ UNINIT = kimi.finding(
 MEMCPY_WHY = "n is the caller's and data holds 64 bytes; the copy is not bounded by it."
 
 
-
 def script() -> list[dict]:
     """Built when a daemon starts, not at import: typed tool calls need transformers (the backend's)."""
     return [

@@ -131,4 +131,3 @@ async def test_diagnostics_shift_with_lines_inserted_above_and_drop_when_their_f
     assert (
         "unchecked index" in (await asyncio.wait_for(ed.client.text_document_hover_async(hover), WAIT)).contents.value
     )
-

@@ -119,7 +119,6 @@ def impostor(endpoints: list[str], seconds: float) -> list[str]:
     return received
 
 
-
 daemon = module_daemon(script, ["--max-tokens", "6000", "--max-open-per-client", "4"])
 
 

@@ -30,7 +30,6 @@ def script() -> list[dict]:
     ]
 
 
-
 def plant(repo: Path, marker: Path, *packages: str) -> None:
     """Hostile packages in ``repo`` that leave ``marker`` behind if anything imports them."""
     for name in packages:
