@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import zmq
 import zmq.asyncio
 
@@ -86,6 +85,7 @@ def module_daemon(script: Callable[[], list[dict]], args: Sequence[str] = ()) ->
     """A module-scoped ``daemon`` fixture (assign it to ``daemon`` in the module): `serving` the tiny checkpoint
     with ``script()`` and ``args``. The script is built when the daemon starts, not at import: typed tool calls
     are written with the checkpoint's tokenizer code (transformers), which the tiers without the backend lack."""
+    import pytest  # here: bench/ scripts use this module without the dev extra
 
     @pytest.fixture(scope="module")
     def daemon(tiny_model) -> Iterator[Daemon]:
