@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from tests.support.daemon import Wire, serving, stop  # noqa: E402
+from tests.support.pair import free_port_block  # noqa: E402
 
 TOKENS = 32
 SEQUENTIAL, CONCURRENT, WARMUP, REPEATS = 20, 8, 2, 3
@@ -98,14 +98,8 @@ async def k3_concurrent(endpoint: str, rep: int) -> tuple[float, list[float]]:
 # --- mlx_lm.server -------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+    port = free_port_block(1)
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model), "--host", "127.0.0.1",
                                  "--port", str(port), "--trust-remote-code"], stdout=subprocess.DEVNULL, stderr=err)

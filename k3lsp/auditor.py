@@ -4,7 +4,7 @@ The expensive thing is the model, so this module's job is to ask it as little as
 content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
 daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
 others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
-answered from the workspace through the sandbox in ``k3lsp.tools``. Only complete audits are cached: one
+answered from the workspace through the sandbox in ``k3lsp.sandbox``. Only complete audits are cached: one
 the daemon cut short (deadline, token or tool-round budget, loop guard) is shown with what it found,
 reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
 "no findings".
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from k3lsp import loading, protocol, resultkey, sanitize, tools
+from k3lsp import loading, protocol, resultkey, sandbox, sanitize
 from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
@@ -511,10 +511,10 @@ class Auditor:
             ok, text = False, f"{request['tool']}: no workspace folder holds this file, so no workspace tools"
         else:
             try:
-                call = asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
-                ok, text = await asyncio.wait_for(call, tools.TOOL_SECONDS)
+                call = asyncio.to_thread(sandbox.run_tool, root, request["tool"], request["args"])
+                ok, text = await asyncio.wait_for(call, sandbox.TOOL_SECONDS)
             except TimeoutError:  # the model (and the audit) must not wait for ever; the thread ends on its own
-                ok, text = False, f"{request['tool']}: no answer within {tools.TOOL_SECONDS:g} s; ask for less"
+                ok, text = False, f"{request['tool']}: no answer within {sandbox.TOOL_SECONDS:g} s; ask for less"
         if self._on_tool is not None:
             self._on_tool(request, ok, text)
         return ok, text

@@ -26,7 +26,7 @@ def _endpoints(args: argparse.Namespace) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from k3lsp.report import BackendStatus, print_status
+    from k3lsp.terminal import BackendStatus, print_status
 
     async def ask(endpoint: str) -> BackendStatus:
         options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout, server_key=args.server_key,
@@ -69,7 +69,7 @@ def _audit(args: argparse.Namespace) -> int:
 def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
-    from k3lsp import batch, options, report
+    from k3lsp import batch, options, terminal
     from k3lsp.auditor import DEFAULT_CONCURRENCY
 
     settings = {"minSeverity": args.min_severity, "thinkingEffort": args.thinking_effort,
@@ -95,7 +95,7 @@ def _audit_run(args: argparse.Namespace) -> int:
         return await batch.audit_paths([Path(p) for p in args.paths], opts, endpoints=endpoints, jobs=jobs,
                                        stop=stop, on_progress=on_progress, allow_incomplete=args.allow_incomplete)
 
-    with report.progress_bar(sys.stderr.isatty()) as on_progress:
+    with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         result = asyncio.run(run(on_progress))
     status = result.exit_status()
     batch.print_problems(result)

@@ -13,21 +13,23 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from k3lsp import actions, findings, options, sanitize, suppress, units
-from k3lsp.auditor import BackendState, BackendUnavailable, describe
+from k3lsp.auditor import BackendState, BackendUnavailable, Lookup, Progress, UnitResult, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.documents import Document, View, notices, present
+from k3lsp.options import Options
 from k3lsp.pool import Pool
+from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +66,49 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
     return findings.HoverStyle(markdown=markdown, shows_diagnostic=shows)
 
 
+class AuditService(Protocol):
+    """What the session asks of its auditor: ``k3lsp.pool.Pool`` (the daemons of the ``endpoint`` setting) in
+    production. Written down so that another auditor (the LSP logic tests' fake, which runs without a daemon)
+    is held to the same methods, and ``tests/lsp/test_logic_fake.py`` compares both with this."""
+
+    @property
+    def state(self) -> BackendState: ...
+
+    async def reconfigure(self, options: Options) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive",
+                     force: bool = False) -> Lookup: ...
+
+    def audit_uncached(
+        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        fresh: bool = False, on_progress: Progress | None = None,
+    ) -> AsyncIterator[UnitResult]: ...
+
+    def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]: ...
+
+    async def status(self) -> dict: ...
+
+
+class AuditorFactory(Protocol):
+    """Builds the session's auditor from the settings and the cache; ``Pool`` itself is one."""
+
+    def __call__(
+        self, options: Options, cache: ResultCache, *,
+        on_state: Callable[[BackendState], None] | None = None,
+        on_tool: Callable[[dict, bool, str], None] | None = None,
+    ) -> AuditService: ...
+
+
 class Session:
-    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None):
+    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None, auditor: AuditorFactory = Pool):
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
-        self.auditor = Pool(self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used)
+        self.auditor: AuditService = auditor(
+            self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used
+        )
         self.docs: dict[str, Document] = {}
         self.pull = False
         self.related = True

@@ -23,28 +23,33 @@ LONG = " ".join(f"w{i}" for i in range(40)) + " "
 SECRET = "SECRET_TOKEN_77"
 VARIED = " ".join(f"t{i}" for i in range(1000))  # long text without a short period (the loop guard stays quiet)
 
-SCRIPT = [
-    {"unit": "holder", "turns": [kimi.turn(("read_lines", {"path": "src/f.c", "start": 1, "end": 2}))]},
-    {"unit": "long", "turns": [{"repeat": LONG, "tokens": 3000}]},
-    {"unit": "liar", "turns": [kimi.turn(
-        ("report_finding", kimi.finding()),  # the only valid one
-        ("report_finding", kimi.finding(start_line=2, end_line=99)),  # past the unit's 4 lines
-        ("report_finding", kimi.finding(cwe="CWE-787")),
-        ("report_finding", kimi.finding(cwe=0)),
-        ("report_finding", kimi.finding(severity="urgent")),
-        ("report_finding", kimi.finding(title=VARIED[:250])),  # over the 200-character title limit
-        ("report_finding", kimi.finding(trace=[{"line": 1, "note": VARIED[:2100]}])),  # over the 2000-char note
-    )]},
-    {"unit": "escaper", "turns": [
-        kimi.turn(("read_lines", {"path": "/etc/passwd", "start": 1, "end": 5})),
-        kimi.turn(("read_lines", {"path": "link_out.c", "start": 1, "end": 5})),
-        kimi.turn(("read_lines", {"path": "dir_out/secret.c", "start": 1, "end": 5})),
-        kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
-        kimi.turn(content="nothing to report"),
-    ]},
-    {"unit": "chatty", "turns": [kimi.turn(content=VARIED)]},  # an explanation streamed as thousands of messages
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+
+def script() -> list[dict]:
+    """The units' scripted answers; built when a daemon starts (typed tool calls need the backend's transformers)."""
+    return [
+        {"unit": "holder", "turns": [kimi.turn(("read_lines", {"path": "src/f.c", "start": 1, "end": 2}))]},
+        {"unit": "long", "turns": [{"repeat": LONG, "tokens": 3000}]},
+        {"unit": "liar", "turns": [kimi.turn(
+            ("report_finding", kimi.finding()),  # the only valid one
+            ("report_finding", kimi.finding(start_line=2, end_line=99)),  # past the unit's 4 lines
+            ("report_finding", kimi.finding(cwe="CWE-787")),
+            ("report_finding", kimi.finding(cwe=0)),
+            ("report_finding", kimi.finding(severity="urgent")),
+            ("report_finding", kimi.finding(title=VARIED[:250])),  # over the 200-character title limit
+            ("report_finding", kimi.finding(trace=[{"line": 1, "note": VARIED[:2100]}])),  # over the 2000-char note
+        )]},
+        {"unit": "escaper", "turns": [
+            kimi.turn(("read_lines", {"path": "/etc/passwd", "start": 1, "end": 5})),
+            kimi.turn(("read_lines", {"path": "link_out.c", "start": 1, "end": 5})),
+            kimi.turn(("read_lines", {"path": "dir_out/secret.c", "start": 1, "end": 5})),
+            kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
+            kimi.turn(content="nothing to report"),
+        ]},
+        {"unit": "chatty", "turns": [kimi.turn(content=VARIED)]},  # an explanation streamed as thousands of messages
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
 # The tiny tokenizer is ~1 token/char. The daemon looks at authorized/ on every check: a key added or removed
 # counts from the next message, so no test waits for the allow-list to be re-read.
 DAEMON_ARGS = ["--max-tokens", "6000", "--max-open-per-client", "8", "--keys-reload-seconds", "0"]
@@ -106,5 +111,5 @@ def keyring(tmp_path_factory) -> Keyring:
 @pytest.fixture(scope="package")
 def curve_daemon(tiny_model, keyring):
     args = [*DAEMON_ARGS, "--server-key", str(keyring.server_secret), "--authorized-keys", str(keyring.authorized)]
-    with serving(tiny_model, script=SCRIPT, args=args) as d:
+    with serving(tiny_model, script=script(), args=args) as d:
         yield d

@@ -20,7 +20,7 @@ from k3lsp.auditor import Auditor
 from k3lsp.options import Options
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
-from tests.support.daemon import Wire, audit_fields, serving
+from tests.support.daemon import Wire, audit_fields, module_daemon
 from tests.support.peer import WELCOME, peer, reply
 
 SMALL = {"cwe": 787, "severity": "low", "title": "t", "message": "", "start_line": 1, "end_line": 1}
@@ -29,11 +29,8 @@ SIX_LINES = "int f(char *p, int n)\n{\n\tp[n] = 0;\n\tp[n + 1] = 0;\n\treturn n;
 UNIT = units.split(SIX_LINES)[0]
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    script = [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}]
-    with serving(tiny_model, script=script, args=["--max-tokens", "20000"]) as d:
-        yield d
+daemon = module_daemon(lambda: [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}],
+                       ["--max-tokens", "20000"])
 
 
 async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(daemon):

@@ -16,14 +16,13 @@ import asyncio
 import json
 import re
 
-import pytest
 from lsprotocol import types as lsp
 
 from k3lsp import sanitize
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
-from tests.support.batch import k3lsp, run_k3lsp
-from tests.support.daemon import serving
+from tests.support.batch import k3lsp, project, run_k3lsp
+from tests.support.daemon import module_daemon
 from tests.support.lsp import WAIT, editor
 from tests.support.peer import WELCOME, peer, reply
 
@@ -40,13 +39,20 @@ HOSTILE_FINDING = kimi.finding(
 GARBLED = (kimi.opening() + kimi.OPEN_TOOLS
            + '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>'
            '{"title": "' + OSC_TITLE + '" oops<|close|>json<|sep|><|close|>call<|sep|>' + kimi.CLOSE_TOOLS + kimi.END)
-SCRIPT = [
-    {"unit": "hostile", "turns": [kimi.turn(("report_finding", HOSTILE_FINDING))]},
-    {"unit": "garbled", "turns": [GARBLED]},  # an invalid call: the daemon logs its text
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
 HOSTILE_C = "int hostile(char *buf, int n)\n{\n\tbuf[n] = 0;\n\treturn n;\n}\n"
 GARBLED_C = "int garbled(int n)\n{\n\treturn n;\n}\n"
+PROJECT = {"hostile.c": HOSTILE_C, "garbled.c": GARBLED_C}
+
+
+def script() -> list[dict]:
+    return [
+        {"unit": "hostile", "turns": [kimi.turn(("report_finding", HOSTILE_FINDING))]},
+        {"unit": "garbled", "turns": [GARBLED]},  # an invalid call: the daemon logs its text
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
+daemon = module_daemon(script)
 
 _RAW = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{sanitize.BIDI_CONTROLS}]")
 
@@ -56,22 +62,8 @@ def raw_controls(text: str) -> list[str]:
     return _RAW.findall(text)
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=SCRIPT) as d:
-        yield d
-
-
-def project(tmp_path):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "hostile.c").write_text(HOSTILE_C)
-    (root / "garbled.c").write_text(GARBLED_C)
-    return root
-
-
 def test_the_audit_prints_model_text_as_text_and_the_daemon_logs_it_so(daemon, tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     result = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, cache=tmp_path / "c", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert raw_controls(result.stdout) == [] and raw_controls(result.stderr) == []
@@ -82,7 +74,7 @@ def test_the_audit_prints_model_text_as_text_and_the_daemon_logs_it_so(daemon, t
 
 
 def test_json_and_sarif_escape_what_they_carry_and_drop_a_trojan_source_fix(daemon, tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     common = ("audit", "proj/hostile.c", "--endpoint", daemon.endpoint)
     as_json = k3lsp(*common, "--json", cache=tmp_path / "c", cwd=tmp_path)
     as_sarif = k3lsp(*common, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
@@ -143,7 +135,7 @@ async def test_status_shows_daemon_strings_as_data_not_markup_or_commands(tmp_pa
 
 
 async def test_the_audit_prints_daemon_errors_as_text(tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     (tmp_path / "proj" / "hostile.c").unlink()
     async with peer(HostileDaemon()) as endpoint:
         code, out, err = await run_k3lsp("audit", "proj", "--endpoint", endpoint, cache=tmp_path / "c", cwd=tmp_path)
@@ -152,7 +144,7 @@ async def test_the_audit_prints_daemon_errors_as_text(tmp_path):
 
 
 async def test_the_editor_gets_no_control_or_bidi_characters_from_the_model_or_the_daemon(tmp_path):
-    root = project(tmp_path)
+    root = project(tmp_path, PROJECT)
     async with peer(HostileDaemon()) as endpoint, editor(root, settings={"endpoint": endpoint},
                                                           cache_dir=tmp_path / "c") as ed:
         uri = ed.open("hostile.c")

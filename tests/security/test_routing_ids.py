@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from k3lsp import keys
-from tests.security.conftest import DAEMON_ARGS, SCRIPT
+from tests.security.conftest import DAEMON_ARGS, script
 from tests.support.daemon import Wire, serving
 
 # The first ids a ROUTER generates when it is the process's 1st, 2nd or 3rd caller of libzmq's generate_random()
@@ -45,7 +45,7 @@ async def collide(endpoint: str, **curve) -> list[str]:
 def plain_daemon(tiny_model, request):
     """The default private ipc socket, and a plain tcp socket on loopback (--insecure)."""
     tcp = request.param == "tcp"
-    with serving(tiny_model, script=SCRIPT, args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
+    with serving(tiny_model, script=script(), args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
                  bind="tcp://127.0.0.1:0" if tcp else None) as d:
         yield d
 
@@ -53,7 +53,7 @@ def plain_daemon(tiny_model, request):
 @pytest.fixture
 def curve_only_daemon(tiny_model, keyring):
     args = [*DAEMON_ARGS, "--server-key", str(keyring.server_secret), "--authorized-keys", str(keyring.authorized)]
-    with serving(tiny_model, script=SCRIPT, args=args) as d:
+    with serving(tiny_model, script=script(), args=args) as d:
         yield d
 
 

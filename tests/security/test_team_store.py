@@ -34,9 +34,21 @@ int third(int a, int b)
 \treturn a / b;
 }
 """
-SCRIPT = [{"unit": "*", "turns": [kimi.turn(("report_finding", kimi.finding(start_line=1, end_line=2)),
-                                            reasoning="the caller decides n")]}]
+
+
+def script() -> list[dict]:
+    return [{"unit": "*", "turns": [kimi.turn(("report_finding", kimi.finding(start_line=1, end_line=2)),
+                                              reasoning="the caller decides n")]}]
+
+
 TIMEOUT = 120
+
+
+def daemon_args(team: Keyring) -> list[str]:
+    """CURVE with the team's keys; the allow-list re-read on every check, so a revoked key counts from its next
+    message (by default the daemon's view may be a second old, and the revoked key's audit would be answered)."""
+    return ["--max-tokens", "400", "--server-key", str(team.server_secret), "--authorized-keys", str(team.authorized),
+            "--keys-reload-seconds", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +64,7 @@ def store_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def team_daemon(tiny_model, team, store_file):
-    args = ["--max-tokens", "400", "--server-key", str(team.server_secret), "--authorized-keys", str(team.authorized)]
-    with serving(tiny_model, script=SCRIPT, args=args, store=store_file) as d:
+    with serving(tiny_model, script=script(), args=daemon_args(team), store=store_file) as d:
         yield d
 
 
@@ -134,8 +145,7 @@ async def test_a_re_audit_is_fresh_and_the_store_survives_a_restart_private(tiny
 
     assert stat.S_IMODE(store_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(store_file.parent.stat().st_mode) == 0o700
-    args = ["--max-tokens", "400", "--server-key", str(team.server_secret), "--authorized-keys", str(team.authorized)]
-    with serving(tiny_model, script=SCRIPT, args=args, store=store_file) as again:
+    with serving(tiny_model, script=script(), args=daemon_args(team), store=store_file) as again:
         alice = auditor(again.endpoint, team, "alice", tmp_path / "new-cache")
         try:
             after = await asyncio.wait_for(audit_file(alice), TIMEOUT)

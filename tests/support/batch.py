@@ -14,6 +14,15 @@ from k3lsp.cache import FILE_NAME, ResultCache
 TIMEOUT = 180
 
 
+def project(tmp_path: Path, files: dict[str, str]) -> Path:
+    """``tmp_path/proj`` holding ``files`` (name -> text): what `k3lsp audit proj` run in ``tmp_path`` audits."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
 def k3lsp_env(cache: Path) -> dict[str, str]:
     """The test process's environment with a private result cache."""
     return os.environ | {"K3LSP_CACHE_DIR": str(cache)}

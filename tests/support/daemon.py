@@ -5,6 +5,8 @@ fresh 0700 directory, like the default one), waits (bounded) for its ready line,
 endpoint, and stops the process by PID at the end (SIGTERM, then SIGKILL if it does not exit). LSP, CLI and
 editor tests reuse it with their own scripts; `bind=` gives another endpoint (plain tcp needs --insecure).
 
+`module_daemon(script, args)` makes the common fixture of that: one scripted daemon for a test module.
+
 `Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire. Many
 coroutines may wait on one Wire for different requests: one of them at a time reads the socket and keeps
 what it reads for the others, who look there before they read.
@@ -17,7 +19,7 @@ import contextlib
 import json
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,20 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
             yield Daemon(endpoint, proc, log, traces)
         finally:
             stop(proc)
+
+
+def module_daemon(script: Callable[[], list[dict]], args: Sequence[str] = ()) -> Callable:
+    """A module-scoped ``daemon`` fixture (assign it to ``daemon`` in the module): `serving` the tiny checkpoint
+    with ``script()`` and ``args``. The script is built when the daemon starts, not at import: typed tool calls
+    are written with the checkpoint's tokenizer code (transformers), which the tiers without the backend lack."""
+    import pytest  # here: bench/ scripts use this module without the dev extra
+
+    @pytest.fixture(scope="module")
+    def daemon(tiny_model) -> Iterator[Daemon]:
+        with serving(tiny_model, script=script(), args=list(args)) as d:
+            yield d
+
+    return daemon
 
 
 class Wire:

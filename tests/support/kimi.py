@@ -15,8 +15,6 @@ assistant turn, an oracle that does not depend on how this module writes turns.
 
 import json
 
-from backend.tokenization_kimi import call as typed_call
-
 DIALECTS = ("k3", "jinja")
 OPEN_TOOLS, CLOSE_TOOLS = "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"
 OPEN_THINK, CLOSE_THINK = "<|open|>think<|sep|>", "<|close|>think<|sep|>"
@@ -27,6 +25,8 @@ END = "<|close|>message<|sep|>"
 def call(name: str, arguments: dict, index: int = 1, dialect: str = "k3") -> str:
     """One tool call: typed arguments (k3) or a JSON object body (jinja)."""
     if dialect == "k3":
+        from backend.tokenization_kimi import call as typed_call  # here: transformers, only where turns are made
+
         return typed_call({"name": name, "arguments": arguments}, index)
     body = json.dumps(arguments, ensure_ascii=False)
     return (f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"<|sep|>{body}'

@@ -246,7 +246,7 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
     request = json.dumps({"root": str(root), "pattern": pattern, "path": path, "seconds": SEARCH_SECONDS})
-    command = isolated.python_command("k3lsp.tools")
+    command = isolated.python_command("k3lsp.sandbox")
     try:
         child = subprocess.run(command, input=request, capture_output=True, text=True, timeout=GREP_SECONDS)
     except subprocess.TimeoutExpired:  # run() has killed it
