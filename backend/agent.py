@@ -64,16 +64,26 @@ class AgentError(CodedError):
 class AgentConfig:
     """Per-request limits, sampling and thinking, from the serve flags."""
 
-    max_tokens: int | None = field(default=None, metadata=flag(  # when set, the budget at every effort
-        "generated tokens per request, all tool rounds, at every thinking effort (default: the effort's own "
-        "budget, see --effort-tokens)", type=int))
+    max_tokens: int | None = field(
+        default=None,
+        metadata=flag(  # when set, the budget at every effort
+            "generated tokens per request, all tool rounds, at every thinking effort (default: the effort's own "
+            "budget, see --effort-tokens)",
+            type=int,
+        ),
+    )
     max_tool_rounds: int = field(default=4, metadata=flag("continuations after tool results"))
     deadline: float = field(default=600.0, metadata=flag("seconds per request"))
     temp: float = field(default=EngineArgs.temp, metadata=flag("sampling temperature (0: the likeliest token)"))
-    top_p: float = field(default=EngineArgs.top_p, metadata=flag("sample among the likeliest tokens that together "
-                                                                  "have this probability"))
-    thinking_effort: str = field(default="low", metadata=flag(  # for requests that name none
-        "how long the model thinks when a request does not say (default %(default)s)", choices=protocol.EFFORTS))
+    top_p: float = field(
+        default=EngineArgs.top_p, metadata=flag("sample among the likeliest tokens that together have this probability")
+    )
+    thinking_effort: str = field(
+        default="low",
+        metadata=flag(  # for requests that name none
+            "how long the model thinks when a request does not say (default %(default)s)", choices=protocol.EFFORTS
+        ),
+    )
     budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
 
     def budget(self, effort: str, requested: int | None = None) -> int:
@@ -165,20 +175,41 @@ class Agent:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
         specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
-                                          context=req["context"], first_line=req.get("first_line"))
-        return await self._run(Conversation(messages, prompts.AUDIT_TOOLS, effort, specials), req["unit"],
-                               self.config.budget(effort, req.get("max_tokens")), prose=False,
-                               lines=len(req["code"].splitlines()) or 1)
+        messages = prompts.audit_messages(
+            path=req["path"],
+            unit=req["unit"],
+            code=req["code"],
+            specials=specials,
+            context=req["context"],
+            first_line=req.get("first_line"),
+        )
+        return await self._run(
+            Conversation(messages, prompts.AUDIT_TOOLS, effort, specials),
+            req["unit"],
+            self.config.budget(effort, req.get("max_tokens")),
+            prose=False,
+            lines=len(req["code"].splitlines()) or 1,
+        )
 
     async def explain(self, req: dict) -> dict:
         """Stream an explanation of one finding (its response channel) as ``text``; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
         specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
-                                            finding=req["finding"], context=req["context"])
-        return await self._run(Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials), req["unit"],
-                               self.config.budget(effort), prose=True, lines=len(req["code"].splitlines()) or 1)
+        messages = prompts.explain_messages(
+            path=req["path"],
+            unit=req["unit"],
+            code=req["code"],
+            specials=specials,
+            finding=req["finding"],
+            context=req["context"],
+        )
+        return await self._run(
+            Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials),
+            req["unit"],
+            self.config.budget(effort),
+            prose=True,
+            lines=len(req["code"].splitlines()) or 1,
+        )
 
     async def _run(self, conv: Conversation, unit: str, budget: int, prose: bool, lines: int) -> dict:
         started = time.monotonic()
@@ -195,11 +226,11 @@ class Agent:
             self.record({"id": unit, "tools": conv.tools, "thinking_effort": conv.effort, "messages": conv.messages})
         return vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
 
-    async def _rounds(self, conv: Conversation, unit: str, budget: int, stats: Stats, prose: bool,
-                      lines: int) -> str:
+    async def _rounds(self, conv: Conversation, unit: str, budget: int, stats: Stats, prose: bool, lines: int) -> str:
         allowed = {t["function"]["name"] for t in conv.tools}
-        rendered = await asyncio.to_thread(_locked, prompts.render, self.tokenizer, conv.messages, conv.tools,
-                                           conv.effort)
+        rendered = await asyncio.to_thread(
+            _locked, prompts.render, self.tokenizer, conv.messages, conv.tools, conv.effort
+        )
         conv.prompt, conv.segments = rendered.tokens, rendered.segments
         markers = channels.Markers.of(self.tokenizer)
         bounds = FindingBounds()  # one unit's findings over all rounds
@@ -225,10 +256,10 @@ class Agent:
             if n == self.config.max_tool_rounds:  # no round left to read the results in
                 break
             results = [await self._tool_result(call, allowed, stats) for call in turn.calls]
-            tool_messages = [prompts.tool_message(c, r, conv.specials)
-                             for c, r in zip(turn.calls, results, strict=True)]
-            conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens,
-                                                  tool_messages)
+            tool_messages = [
+                prompts.tool_message(c, r, conv.specials) for c, r in zip(turn.calls, results, strict=True)
+            ]
+            conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens, tool_messages)
             conv.messages.extend(tool_messages)
         return "budget"
 
@@ -244,14 +275,31 @@ class Agent:
         if turn.think_calls:
             log.info("ignored %d tool call(s) written inside the think channel", turn.think_calls)
 
-    async def _generate(self, conv: Conversation, unit: str, n: int, budget: int, reader: channels.Reader,
-                        findings: FindingStream, prose: bool) -> Generation:
+    async def _generate(
+        self,
+        conv: Conversation,
+        unit: str,
+        n: int,
+        budget: int,
+        reader: channels.Reader,
+        findings: FindingStream,
+        prose: bool,
+    ) -> Generation:
         if budget <= 0:
             return Generation("length", {}, [])
         rid = self.scheduler.new_rid()
-        req = GenRequest(rid=rid, prompt=conv.prompt, segments=conv.segments, max_tokens=budget,
-                         temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
-                         forced=self.script.forced(self.tokenizer, unit, n), fault=self.script.fault(unit, n))
+        req = GenRequest(
+            rid=rid,
+            prompt=conv.prompt,
+            segments=conv.segments,
+            max_tokens=budget,
+            temp=self.config.temp,
+            top_p=self.config.top_p,
+            seed=rid,
+            priority=self.priority,
+            forced=self.script.forced(self.tokenizer, unit, n),
+            fault=self.script.fault(unit, n),
+        )
         self.last_rid = rid
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
@@ -299,12 +347,14 @@ def _continued(tokenizer, conv: Conversation, generated: list[int], tool_message
     re-rendered instead: correct, but a prompt-cache miss and the renderer's view of the history.
     """
     try:
-        suffix = prompts.continuation(tokenizer, conv.messages[:-1], conv.messages[-1], tool_messages, conv.tools,
-                                      conv.effort)
+        suffix = prompts.continuation(
+            tokenizer, conv.messages[:-1], conv.messages[-1], tool_messages, conv.tools, conv.effort
+        )
     except prompts.ContinuationError as exc:
         log.warning("%s: re-rendering the whole conversation", exc)
-        return prompts.template(tokenizer, [*conv.messages, *tool_messages], conv.tools, add_generation_prompt=True,
-                                effort=conv.effort)
+        return prompts.template(
+            tokenizer, [*conv.messages, *tool_messages], conv.tools, add_generation_prompt=True, effort=conv.effort
+        )
     return [*conv.prompt, *generated, *suffix]
 
 
@@ -322,7 +372,7 @@ def clip_reasoning(text: str) -> str:
     text = text.strip()
     if len(text) <= protocol.MAX_REASONING_CHARS:
         return text
-    return "…" + text[-(protocol.MAX_REASONING_CHARS - 1):].lstrip()
+    return "…" + text[-(protocol.MAX_REASONING_CHARS - 1) :].lstrip()
 
 
 class FindingStream:

@@ -28,15 +28,29 @@ from k3lsp import keys, local
 class Security:
     """How the daemon's socket is secured: keys for CURVE, or ``insecure`` for a plain tcp socket."""
 
-    server_secret: Path | None = field(default=None, metadata=flag(
-        "the daemon's secret key file (k3-backend keys init): CurveZMQ on", name="--server-key", type=Path))
-    authorized_dir: Path | None = field(default=None, metadata=flag(
-        "directory of authorized client *.key files (re-read live)", name="--authorized-keys", type=Path))
-    insecure: bool = field(default=False, metadata=flag(
-        "allow a plain tcp socket (no encryption, no authentication): every local user, and beyond loopback "
-        "everyone on the network, can connect or pose as the daemon"))
-    keys_reload_seconds: float = field(default=RELOAD_SECONDS, metadata=flag(  # how stale the allow-list may be
-        "look at --authorized-keys at most this often: how long a removed key may still be served"))
+    server_secret: Path | None = field(
+        default=None,
+        metadata=flag(
+            "the daemon's secret key file (k3-backend keys init): CurveZMQ on", name="--server-key", type=Path
+        ),
+    )
+    authorized_dir: Path | None = field(
+        default=None,
+        metadata=flag("directory of authorized client *.key files (re-read live)", name="--authorized-keys", type=Path),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=flag(
+            "allow a plain tcp socket (no encryption, no authentication): every local user, and beyond loopback "
+            "everyone on the network, can connect or pose as the daemon"
+        ),
+    )
+    keys_reload_seconds: float = field(
+        default=RELOAD_SECONDS,
+        metadata=flag(  # how stale the allow-list may be
+            "look at --authorized-keys at most this often: how long a removed key may still be served"
+        ),
+    )
 
 
 class InsecureBindError(Exception):

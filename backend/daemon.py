@@ -66,9 +66,13 @@ MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload
 class DaemonConfig:
     """Socket and per-client limits (the serve flags)."""
 
-    bind: str = field(default_factory=local.default_endpoint, metadata=flag(
-        "ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// endpoint needs keys "
-        "or --insecure; tcp port 0 picks a free port"))
+    bind: str = field(
+        default_factory=local.default_endpoint,
+        metadata=flag(
+            "ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// endpoint needs keys "
+            "or --insecure; tcp port 0 picks a free port"
+        ),
+    )
     max_open_per_client: int = field(default=16, metadata=flag("open requests per client"))
     # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
     slots: int = EngineArgs.max_concurrency
@@ -77,8 +81,10 @@ class DaemonConfig:
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
-    load_wait: float = field(default=600.0, metadata=flag(
-        "seconds a request that arrives while the model loads waits for it (error loading after)"))
+    load_wait: float = field(
+        default=600.0,
+        metadata=flag("seconds a request that arrives while the model loads waits for it (error loading after)"),
+    )
     security: auth.Security = field(default_factory=auth.Security)
 
 
@@ -108,9 +114,17 @@ class Job:
 class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
-    def __init__(self, scheduler: Scheduler | None, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None, record: Record | None = None, store: ResultStore | None = None, *,
-                 loading: tuple[ModelInfo, LoadProgress] | None = None):
+    def __init__(
+        self,
+        scheduler: Scheduler | None,
+        config: DaemonConfig,
+        agent_config: AgentConfig,
+        script: Script | None = None,
+        record: Record | None = None,
+        store: ResultStore | None = None,
+        *,
+        loading: tuple[ModelInfo, LoadProgress] | None = None,
+    ):
         """``scheduler`` None: the model is still loading (``loading`` says what it is and how far); requests
         wait for `attach` (bounded by ``load_wait``) while hello, ping and status are answered at once."""
         self.scheduler = scheduler
@@ -191,8 +205,11 @@ class Daemon:
         if self._sock is None:
             self.bind()
         monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch(monitor)),
-                 asyncio.create_task(self._sweep_revoked())]
+        tasks = [
+            asyncio.create_task(self._receive()),
+            asyncio.create_task(self._watch(monitor)),
+            asyncio.create_task(self._sweep_revoked()),
+        ]
         try:
             await self._stopping.wait()
         finally:
@@ -248,8 +265,9 @@ class Daemon:
             await self._unauthorized(route, user, frames[-1].bytes)
             return
         if len(frames) != 2:
-            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST,
-                            f"expected one frame per message, got {len(frames) - 1}")
+            await self._bad(
+                route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, f"expected one frame per message, got {len(frames) - 1}"
+            )
             return
         self._track_fd(frames[1], route)
         try:
@@ -290,8 +308,9 @@ class Daemon:
         ended = self._stop_route(route, "unauthorized")  # each ends with its own error unauthorized
         msg_id = _id_of(frame)
         if msg_id not in ended:
-            await self._send(route, protocol.error(msg_id, ErrorCode.UNAUTHORIZED,
-                                                   "this client's key is not authorized"))
+            await self._send(
+                route, protocol.error(msg_id, ErrorCode.UNAUTHORIZED, "this client's key is not authorized")
+            )
 
     async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
         self._counts["bad_frames"] += 1
@@ -331,8 +350,14 @@ class Daemon:
         # Counted per User-Id: opening more connections does not raise one client's share.
         open_now = sum(1 for job in self._jobs.values() if job.user == user)
         if open_now >= self.config.max_open_per_client:
-            await self._send(route, protocol.error(
-                msg_id, ErrorCode.BUSY, f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
+            await self._send(
+                route,
+                protocol.error(
+                    msg_id,
+                    ErrorCode.BUSY,
+                    f"{open_now} requests already open (limit {self.config.max_open_per_client})",
+                ),
+            )
             return
         if self._stopping.is_set():
             await self._send(route, protocol.error(msg_id, ErrorCode.SHUTDOWN, "the daemon is shutting down"))
@@ -347,8 +372,12 @@ class Daemon:
     async def _run_job(self, job: Job, msg: dict) -> None:
         """Run a request and send its one terminal message; the only place a job ends."""
         try:
-            await wait_loaded(self._loaded, self.progress, self.config.load_wait,
-                              lambda detail: self._job_send(job, "progress", stage="loading", detail=detail))
+            await wait_loaded(
+                self._loaded,
+                self.progress,
+                self.config.load_wait,
+                lambda detail: self._job_send(job, "progress", stage="loading", detail=detail),
+            )
             stats = await self._answer(job, msg)
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
@@ -378,8 +407,9 @@ class Daemon:
                 delivered = await self._send(job.route, terminal)
             except protocol.ProtocolError as exc:
                 log.error("cannot encode the end of request %s: %s", job.id, exc)
-                delivered = await self._send(job.route, protocol.error(job.id, ErrorCode.INTERNAL,
-                                                                       f"cannot encode reply: {exc}"))
+                delivered = await self._send(
+                    job.route, protocol.error(job.id, ErrorCode.INTERNAL, f"cannot encode reply: {exc}")
+                )
         except zmq.ZMQError as exc:  # e.g. ETERM: the socket is closing at shutdown; the job is over anyway
             log.info("could not send the end of request %s: %s", job.id, exc)
             return
@@ -393,10 +423,17 @@ class Daemon:
 
         async def run(send: Send) -> dict:
             """The model's loop; each of its generations waits for this client's fair turn in the engine."""
-            agent = Agent(self.scheduler, self.agent_config, send=send,
-                          ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                          priority=priority, tally=self.tally, record=self.record,
-                          admit=lambda: self.fair.slot(job.user, priority))
+            agent = Agent(
+                self.scheduler,
+                self.agent_config,
+                send=send,
+                ask_tool=lambda tool, args: self._ask_tool(job, tool, args),
+                script=self.script,
+                priority=priority,
+                tally=self.tally,
+                record=self.record,
+                admit=lambda: self.fair.slot(job.user, priority),
+            )
             return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
 
         def send(kind: str, **fields: Any) -> Awaitable[None]:
@@ -509,15 +546,25 @@ class Daemon:
         # The prompt limit comes from the loaded model's context length: a client says hello again once loaded.
         prompt_limit = {} if self.scheduler is None else {"max_prompt_tokens": self.scheduler.engine.max_prompt_tokens}
         return {
-            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
-            "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
+            "protocol": protocol.VERSION,
+            "server": __version__,
+            "model": info.model_id,
+            **fingerprint,
+            "experts": info.experts,
+            "ranks": info.ranks,
+            "state": self.progress.state,
+            **loading,
             "limits": {
-                "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
+                "max_frame_bytes": protocol.MAX_FRAME_BYTES,
+                "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,
                 "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
-                "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
-                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION, **prompt_limit,
+                "max_tool_rounds": self.agent_config.max_tool_rounds,
+                "tool_timeout": self.config.tool_timeout,
+                "deadline": self.agent_config.deadline,
+                "prompt_version": PROMPT_VERSION,
+                **prompt_limit,
             },
         }
 
@@ -525,19 +572,38 @@ class Daemon:
         info = self.info
         shared = {"store": self.store.stats() if self.store is not None else None, "queues": self.queues(asker)}
         if self.scheduler is None:
-            return {"model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
-                    "loading": self.progress.snapshot(), "open_requests": len(self._jobs),
-                    "uptime": round(time.monotonic() - self._started, 1), **self._counts, **shared}
+            return {
+                "model": info.model_id,
+                "experts": info.experts,
+                "ranks": info.ranks,
+                "state": self.progress.state,
+                "loading": self.progress.snapshot(),
+                "open_requests": len(self._jobs),
+                "uptime": round(time.monotonic() - self._started, 1),
+                **self._counts,
+                **shared,
+            }
         s = self.scheduler.stats()
         return {
-            "model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
-            "open_requests": len(self._jobs), "clients": len({p for p, _ in self._jobs}),
-            "queued": s.get("queued", 0) + s.get("waiting", 0), "active": s.get("active", 0),
-            "batch_size": s.get("decoding", 0), "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
-            "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2), "steps_per_s": s["steps_per_s"],
-            "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
-            "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
-            **vars(self.tally), **self._counts, "engine": s,
+            "model": info.model_id,
+            "experts": info.experts,
+            "ranks": info.ranks,
+            "state": self.progress.state,
+            "open_requests": len(self._jobs),
+            "clients": len({p for p, _ in self._jobs}),
+            "queued": s.get("queued", 0) + s.get("waiting", 0),
+            "active": s.get("active", 0),
+            "batch_size": s.get("decoding", 0),
+            "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
+            "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2),
+            "steps_per_s": s["steps_per_s"],
+            "loop_rate": s.get("loop_rate", 0.0),
+            "stop_rate": s.get("stop_share", 0.0),
+            "generations": s.get("generations", 0),
+            "uptime": round(time.monotonic() - self._started, 1),
+            **vars(self.tally),
+            **self._counts,
+            "engine": s,
             **shared,
         }
 

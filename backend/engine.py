@@ -58,23 +58,39 @@ class EngineArgs:
     max_tokens: int = 1024
     temp: float = 1.0
     top_p: float = 0.95
-    prefill_step_size: int = field(default=2048, metadata=flag(  # the chunk of a prompt up to prefill_context tokens
-        "prefill chunk (smaller for long prompts)"))
+    prefill_step_size: int = field(
+        default=2048,
+        metadata=flag(  # the chunk of a prompt up to prefill_context tokens
+            "prefill chunk (smaller for long prompts)"
+        ),
+    )
     prefill_context: int = prefill.SAFE_PREFILL_CONTEXT  # beyond, the chunk shrinks with the prompt
     max_concurrency: int = field(default=8, metadata=flag("requests admitted at once (reading or decoding)"))
     interactive_reserve: int = 1  # slots background requests leave free, so an edit starts at once
     prompt_cache_size: int = field(default=16, metadata=flag("stored prompt prefixes (prompt cache entries)"))
-    prompt_cache_bytes: int = field(default=0, metadata=flag(  # 0: memory.prompt_cache_bytes
-        "bytes the prompt cache may hold per rank; default: half the memory left after the weights (the headroom "
-        "`doctor` reports), the smallest of all ranks"))
-    max_prompt_tokens: int = field(default=0, metadata=flag(  # 0: the model's context length less max_tokens
-        "longer prompts are refused (error too_long) before any work; default: the model's context length less "
-        "the largest token budget (--max-tokens, or the max effort's)"))
+    prompt_cache_bytes: int = field(
+        default=0,
+        metadata=flag(  # 0: memory.prompt_cache_bytes
+            "bytes the prompt cache may hold per rank; default: half the memory left after the weights (the headroom "
+            "`doctor` reports), the smallest of all ranks"
+        ),
+    )
+    max_prompt_tokens: int = field(
+        default=0,
+        metadata=flag(  # 0: the model's context length less max_tokens
+            "longer prompts are refused (error too_long) before any work; default: the model's context length less "
+            "the largest token budget (--max-tokens, or the max effort's)"
+        ),
+    )
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
-    trust_remote_code: bool = field(default=False, metadata=flag(
-        "run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); without it such a "
-        "checkpoint is refused"))
+    trust_remote_code: bool = field(
+        default=False,
+        metadata=flag(
+            "run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); without it such a "
+            "checkpoint is refused"
+        ),
+    )
 
 
 @dataclass
@@ -177,9 +193,14 @@ class _Live:
     batch_peak: int = 0
 
     def stats(self) -> dict:
-        return {"prompt_tokens": len(self.req.prompt), "cached_tokens": self.cached,
-                "generated_tokens": len(self.generated), "batch_size_peak": self.batch_peak,
-                "prefill_step": self.chunk, "prefill_chunks": self.chunks}
+        return {
+            "prompt_tokens": len(self.req.prompt),
+            "cached_tokens": self.cached,
+            "generated_tokens": len(self.generated),
+            "batch_size_peak": self.batch_peak,
+            "prefill_step": self.chunk,
+            "prefill_chunks": self.chunks,
+        }
 
 
 @dataclass
@@ -337,14 +358,24 @@ class Engine:
         n = self._n
         reading = sum(live.reading is not None for live in self._live.values())
         return {
-            "active": len(self._live), "decoding": len(self._live) - reading, "prefilling": reading,
-            "queued": len(self._queue), "prompt_tokens": n.prompt_tokens, "cached_tokens": n.cached_tokens,
-            "prefilled_tokens": n.prefilled_tokens, "tokens_generated": n.generated_tokens, "steps": n.steps,
+            "active": len(self._live),
+            "decoding": len(self._live) - reading,
+            "prefilling": reading,
+            "queued": len(self._queue),
+            "prompt_tokens": n.prompt_tokens,
+            "cached_tokens": n.cached_tokens,
+            "prefilled_tokens": n.prefilled_tokens,
+            "tokens_generated": n.generated_tokens,
+            "steps": n.steps,
             "tokens_per_s": n.generated_tokens / n.busy_seconds if n.busy_seconds else 0.0,
-            "batch_size_peak": n.batch_peak, "loops": n.finishes.counts["loop"],
-            "stop_tokens": n.finishes.counts["stop"], "prompt_cache_entries": len(self._cache),
-            "prompt_cache_bytes": self._cache.nbytes, "prompt_cache_limit_bytes": self.prompt_cache_bytes,
-            "prompt_cache": self._cache.kinds(), "max_prompt_tokens": self.max_prompt_tokens,
+            "batch_size_peak": n.batch_peak,
+            "loops": n.finishes.counts["loop"],
+            "stop_tokens": n.finishes.counts["stop"],
+            "prompt_cache_entries": len(self._cache),
+            "prompt_cache_bytes": self._cache.nbytes,
+            "prompt_cache_limit_bytes": self.prompt_cache_bytes,
+            "prompt_cache": self._cache.kinds(),
+            "max_prompt_tokens": self.max_prompt_tokens,
             **n.finishes.summary(),
         }
 
@@ -366,8 +397,10 @@ class Engine:
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):
             return ErrorCode.INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
         if len(req.prompt) > self.max_prompt_tokens:
-            return ErrorCode.TOO_LONG, (f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
-                              f"{self.max_prompt_tokens} (--max-prompt-tokens)")
+            return ErrorCode.TOO_LONG, (
+                f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
+                f"{self.max_prompt_tokens} (--max-prompt-tokens)"
+            )
         return None
 
     def _apply_ends(self) -> list[GenEvent]:
@@ -388,13 +421,20 @@ class Engine:
         events += [self._finish(self._live[rid], *ends[rid]) for rid in running]
         return events
 
-    def _finish_queued(self, req: GenRequest, reason: str, code: str | None = None,
-                       error: str | None = None) -> GenEvent:
+    def _finish_queued(
+        self, req: GenRequest, reason: str, code: str | None = None, error: str | None = None
+    ) -> GenEvent:
         """End a request that was never admitted."""
         self._n.finishes.add(reason)
         prompt_tokens = len(req.prompt) if isinstance(req.prompt, list) else 0
-        stats = {"prompt_tokens": prompt_tokens, "cached_tokens": 0, "generated_tokens": 0,
-                 "batch_size_peak": 0, "prefill_step": 0, "prefill_chunks": 0}
+        stats = {
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": 0,
+            "generated_tokens": 0,
+            "batch_size_peak": 0,
+            "prefill_step": 0,
+            "prefill_chunks": 0,
+        }
         return GenEvent(req.rid, "", reason, stats | _error(code, error))
 
     def _admit(self) -> list[GenEvent]:
@@ -447,8 +487,14 @@ class Engine:
         reading = prefill.Reading(prompt, cache, cached, end, chunk, stops, req.fault)
         processors = [forcing(req.forced, self.eos)] if req.forced is not None else []
         self._live[req.rid] = _Live(
-            req, cached, reading, chunk, seeded_sampler(req.temp, req.top_p, req.seed), processors,
-            self.tokenizer.detokenizer, LoopDetector(self.args.loop_span, self.args.loop_max_period),
+            req,
+            cached,
+            reading,
+            chunk,
+            seeded_sampler(req.temp, req.top_p, req.seed),
+            processors,
+            self.tokenizer.detokenizer,
+            LoopDetector(self.args.loop_span, self.args.loop_max_period),
         )
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += cached
@@ -505,8 +551,11 @@ class Engine:
         """Hand a read prompt to the BatchGenerator, its last token still to feed."""
         reading, req = live.reading, live.req
         (uid,) = self._gen.insert_segments(
-            [[reading.prompt[reading.end:]]], max_tokens=[req.max_tokens], caches=[reading.cache],
-            all_tokens=[reading.prompt[: reading.end]], samplers=[live.sampler],
+            [[reading.prompt[reading.end :]]],
+            max_tokens=[req.max_tokens],
+            caches=[reading.cache],
+            all_tokens=[reading.prompt[: reading.end]],
+            samplers=[live.sampler],
             logits_processors=[live.processors],
         )
         live.uid, live.reading = uid, None
@@ -577,8 +626,9 @@ class Engine:
             progress = ("decode", generated, live.req.max_tokens)
         return GenEvent(live.req.rid, detok.last_segment, progress=progress)
 
-    def _finish(self, live: _Live, reason: str, code: str | None = None, error: str | None = None,
-                text: str = "", cache=None) -> GenEvent:
+    def _finish(
+        self, live: _Live, reason: str, code: str | None = None, error: str | None = None, text: str = "", cache=None
+    ) -> GenEvent:
         """End a live request: forget it, count it, and keep its cache (prompt + generation)."""
         rid = live.req.rid
         del self._live[rid]

@@ -37,8 +37,10 @@ class FairShare:
         self._holding: Counter[str] = Counter()  # identity -> slots held
         self._levels: Counter[int] = Counter()  # priority level -> slots held
         # priority -> identity -> its waiting requests, oldest first; identity order = least recently served first
-        self._waiting: dict[int, OrderedDict[str, deque[asyncio.Future]]] = {INTERACTIVE: OrderedDict(),
-                                                                             BACKGROUND: OrderedDict()}
+        self._waiting: dict[int, OrderedDict[str, deque[asyncio.Future]]] = {
+            INTERACTIVE: OrderedDict(),
+            BACKGROUND: OrderedDict(),
+        }
 
     @contextlib.asynccontextmanager
     async def slot(self, identity: str, priority: int) -> AsyncIterator[None]:

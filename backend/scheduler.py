@@ -72,8 +72,15 @@ def local_exchange(commands: Commands, outcome: Outcome) -> tuple[Commands, list
 class Scheduler:
     """Owns the Engine in one thread; ``stream(req)`` yields its GenEvents on the event loop."""
 
-    def __init__(self, engine: Engine, exchange: Exchange = local_exchange, *, leader: bool = True,
-                 tick: float | None = None, on_failure: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        exchange: Exchange = local_exchange,
+        *,
+        leader: bool = True,
+        tick: float | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ):
         """``tick``: when idle, run an empty turn this often (rank 0 of a pair: a dead peer is found while idle)."""
         self.engine = engine
         self._exchange = exchange
@@ -174,8 +181,9 @@ class Scheduler:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         with self._cond:
             waiting = len(self._pending.submits)
-        snap.update(steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting,
-                    batch_peak=self._batch_peak)
+        snap.update(
+            steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting, batch_peak=self._batch_peak
+        )
         link = getattr(self._exchange, "__self__", None)
         if hasattr(link, "stats"):
             snap["link"] = link.stats()

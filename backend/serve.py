@@ -54,27 +54,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_flags(p, DaemonConfig)
     add_flags(p, EngineArgs)
     add_flags(p, AgentConfig)
-    p.add_argument("--effort-tokens", action="append", default=[], metavar="EFFORT=N",
-                   help="generated tokens per request at one effort (repeatable; defaults "
-                        + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items()) + ")")
-    p.add_argument("--trace-file", type=Path,
-                   help="append every finished conversation to this JSON-lines file (fidelity record --traces)")
+    p.add_argument(
+        "--effort-tokens",
+        action="append",
+        default=[],
+        metavar="EFFORT=N",
+        help="generated tokens per request at one effort (repeatable; defaults "
+        + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--trace-file",
+        type=Path,
+        help="append every finished conversation to this JSON-lines file (fidelity record --traces)",
+    )
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
-    p.add_argument("--store", type=Path, default=store.default_path(),
-                   help="sqlite file of complete audits answered again to every authorised client (default: "
-                        f"${store.ENV_PATH}, else %(default)s; its folder is made 0700, the file 0600)")
-    p.add_argument("--store-max-bytes", type=int, default=store.DEFAULT_MAX_BYTES,
-                   help="results kept in the store, in bytes; the least recently used go first (default %(default)s)")
-    p.add_argument("--no-store", dest="store", action="store_const", const=None,
-                   help="keep no results: every audit request is generated")
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=store.default_path(),
+        help="sqlite file of complete audits answered again to every authorised client (default: "
+        f"${store.ENV_PATH}, else %(default)s; its folder is made 0700, the file 0600)",
+    )
+    p.add_argument(
+        "--store-max-bytes",
+        type=int,
+        default=store.DEFAULT_MAX_BYTES,
+        help="results kept in the store, in bytes; the least recently used go first (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-store",
+        dest="store",
+        action="store_const",
+        const=None,
+        help="keep no results: every audit request is generated",
+    )
     add_flags(p, auth.Security)
-    p.add_argument("--rank-timeout", type=float, default=300.0,
-                   help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
-    p.add_argument("--rank-tick", type=float, default=5.0,
-                   help="under mlx.launch: seconds between rank 0's liveness steps while idle")
-    p.add_argument("--load-pace", type=float, default=0.0,
-                   help="pause this long after each layer read while loading: only to watch the loading state of a "
-                        "tiny checkpoint (demos, tests); 0 in real use")
+    p.add_argument(
+        "--rank-timeout",
+        type=float,
+        default=300.0,
+        help="under mlx.launch: seconds one step may take on all ranks before the pair is failed",
+    )
+    p.add_argument(
+        "--rank-tick",
+        type=float,
+        default=5.0,
+        help="under mlx.launch: seconds between rank 0's liveness steps while idle",
+    )
+    p.add_argument(
+        "--load-pace",
+        type=float,
+        default=0.0,
+        help="pause this long after each layer read while loading: only to watch the loading state of a "
+        "tiny checkpoint (demos, tests); 0 in real use",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,8 +151,14 @@ def _reserve_stdio() -> TextIO:
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
-    names = ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "prompt_cache_size",
-             "store_max_bytes")
+    names = (
+        "prefill_step_size",
+        "max_tokens",
+        "max_concurrency",
+        "max_open_per_client",
+        "prompt_cache_size",
+        "store_max_bytes",
+    )
     for name in names:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
@@ -147,8 +187,9 @@ def effort_budgets(items: list[str]) -> dict[str, int]:
     for item in items:
         effort, _, n = item.partition("=")
         if effort not in EFFORTS or not n.isdigit() or int(n) < 1:
-            raise ValueError(f"--effort-tokens wants EFFORT=N with EFFORT in {', '.join(EFFORTS)} and N >= 1, "
-                             f"got {item!r}")
+            raise ValueError(
+                f"--effort-tokens wants EFFORT=N with EFFORT in {', '.join(EFFORTS)} and N >= 1, got {item!r}"
+            )
         budgets[effort] = int(n)
     return budgets
 
@@ -164,17 +205,24 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
 
     rank = os.environ.get("MLX_RANK")
     # Under mlx.launch, init waits for every rank: one that never starts would block it forever.
-    bounded = contextlib.nullcontext() if rank is None else dist.deadline(
-        args.rank_timeout, f"k3-backend serve: rank {rank}: the ranks did not all connect within "
-        f"{args.rank_timeout:g} s (run k3-backend doctor under the same launch command)")
+    bounded = (
+        contextlib.nullcontext()
+        if rank is None
+        else dist.deadline(
+            args.rank_timeout,
+            f"k3-backend serve: rank {rank}: the ranks did not all connect within "
+            f"{args.rank_timeout:g} s (run k3-backend doctor under the same launch command)",
+        )
+    )
     with bounded:
         group = mx.distributed.init()
     ranks = group if group.size() > 1 else None
     if ranks is not None:
         _log_rank(group.rank(), group.size())
     agent = _agent_config(args)
-    engine_args = from_args(EngineArgs, args, model=args.model, max_tokens=agent.budget("max"), temp=agent.temp,
-                            top_p=agent.top_p)
+    engine_args = from_args(
+        EngineArgs, args, model=args.model, max_tokens=agent.budget("max"), temp=agent.temp, top_p=agent.top_p
+    )
     try:
         if ranks is None or group.rank() == 0:
             return await _lead(engine_args, ranks, args, script, ready)
@@ -211,8 +259,9 @@ def _load(engine_args, group, args: argparse.Namespace, progress=None):
     from backend.engine import Engine
 
     try:
-        model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code,
-                                           progress=progress, pace=args.load_pace)
+        model, tokenizer = dist.load_model(
+            args.model, group, trust_remote_code=args.trust_remote_code, progress=progress, pace=args.load_pace
+        )
         engine = Engine(engine_args, model, tokenizer, group=group)
         if progress is not None:
             progress.enter("warm-up")
@@ -253,13 +302,21 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     progress = loading.LoadProgress()
     record = TraceFile(args.trace_file) if args.trace_file else None
     try:
-        results = None if args.store is None else store.ResultStore(args.store, args.store_max_bytes, script=script,
-                                                                    prompt_version=PROMPT_VERSION)
+        results = (
+            None
+            if args.store is None
+            else store.ResultStore(args.store, args.store_max_bytes, script=script, prompt_version=PROMPT_VERSION)
+        )
     except Exception as exc:
         print(f"k3-backend serve: cannot open the result store {args.store}: {exc}", file=sys.stderr)
         return 1
-    config = from_args(DaemonConfig, args, slots=engine_args.max_concurrency,
-                       interactive_reserve=engine_args.interactive_reserve, security=from_args(auth.Security, args))
+    config = from_args(
+        DaemonConfig,
+        args,
+        slots=engine_args.max_concurrency,
+        interactive_reserve=engine_args.interactive_reserve,
+        security=from_args(auth.Security, args),
+    )
     daemon = Daemon(None, config, _agent_config(args), script, record, results, loading=(info, progress))
     try:
         endpoint = daemon.bind()

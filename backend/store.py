@@ -46,8 +46,16 @@ FILE_NAME = "store.sqlite3"
 ENV_PATH = "K3_BACKEND_STORE"
 STORE = "k3-backend-store"  # the result key's daemon part: every result here is this daemon's own
 # Work that a stored answer did not cost: zeroed in its stats (what the stored audit cost stays in `stored`).
-SPENT = ("prompt_tokens", "cached_tokens", "generated_tokens", "reasoning_tokens", "response_tokens", "tool_calls",
-         "rounds", "batch_size_peak")
+SPENT = (
+    "prompt_tokens",
+    "cached_tokens",
+    "generated_tokens",
+    "reasoning_tokens",
+    "response_tokens",
+    "tool_calls",
+    "rounds",
+    "batch_size_peak",
+)
 
 Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
 
@@ -72,8 +80,9 @@ class ResultStore:
         self.kept = 0  # complete audits stored
         self.fresh = 0  # requests that asked for a fresh audit
 
-    async def answer(self, req: dict, effort: str, fingerprint: str, send: Send,
-                     run: Callable[[Send], Awaitable[dict]]) -> dict:
+    async def answer(
+        self, req: dict, effort: str, fingerprint: str, send: Send, run: Callable[[Send], Awaitable[dict]]
+    ) -> dict:
         """The ``done`` stats of one audit request: from the store (its findings sent through ``send``) or from
         ``run(send)``, whose findings are recorded on their way out and stored if the audit was complete.
         ``fingerprint`` is the loaded checkpoint's: given per request, as a hub model has none before it loads."""
@@ -109,14 +118,22 @@ class ResultStore:
         return hashlib.sha256(f"{fingerprint}\0scripted\0{self._script!r}".encode()).hexdigest()
 
     def _lookup(self, unit: str, key: ResultKey, effort: str) -> CachedResult | None:
-        return next((hit for digest in key.answering(effort) if (hit := self._cache.get(unit, digest)) is not None),
-                    None)
+        return next(
+            (hit for digest in key.answering(effort) if (hit := self._cache.get(unit, digest)) is not None), None
+        )
 
     def stats(self) -> dict:
         """What ``status`` shows: sizes and counters, never a key, a path inside a workspace or any code."""
         cache = self._cache.stats()
-        return {"entries": cache["entries"], "bytes": cache["result_bytes"], "max_bytes": cache["max_bytes"],
-                "evicted": cache["evicted"], "answered": self.answered, "kept": self.kept, "fresh": self.fresh}
+        return {
+            "entries": cache["entries"],
+            "bytes": cache["result_bytes"],
+            "max_bytes": cache["max_bytes"],
+            "evicted": cache["evicted"],
+            "answered": self.answered,
+            "kept": self.kept,
+            "fresh": self.fresh,
+        }
 
     def close(self) -> None:
         self._cache.close()
@@ -125,7 +142,13 @@ class ResultStore:
 def stored_stats(stats: dict, seconds: float) -> dict:
     """The stats of an answer from the store: nothing was generated for it; what the stored audit cost is kept
     under ``stored``."""
-    return stats | dict.fromkeys(SPENT, 0) | {
-        "turns": [], "seconds": round(seconds, 4), "from_store": True,
-        "stored": {name: stats.get(name, 0) for name in ("prompt_tokens", "generated_tokens", "seconds")},
-    }
+    return (
+        stats
+        | dict.fromkeys(SPENT, 0)
+        | {
+            "turns": [],
+            "seconds": round(seconds, 4),
+            "from_store": True,
+            "stored": {name: stats.get(name, 0) for name in ("prompt_tokens", "generated_tokens", "seconds")},
+        }
+    )

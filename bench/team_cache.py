@@ -42,8 +42,17 @@ from k3lsp.options import Options  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 
-SCRIPT = [{"unit": "*", "turns": [kimi.turn(("report_finding", kimi.finding(start_line=1, end_line=2)),
-                                            reasoning="the caller decides n and nothing bounds it")]}]
+SCRIPT = [
+    {
+        "unit": "*",
+        "turns": [
+            kimi.turn(
+                ("report_finding", kimi.finding(start_line=1, end_line=2)),
+                reasoning="the caller decides n and nothing bounds it",
+            )
+        ],
+    }
+]
 
 
 def write_repository(root: Path, files: int, person: int, edits: int) -> int:
@@ -53,8 +62,9 @@ def write_repository(root: Path, files: int, person: int, edits: int) -> int:
     src.mkdir(parents=True)
     for f in range(files):
         edited = {(person * edits + k) % (3 * files) for k in range(edits)} if person else set()
-        body = "\n".join(f"int f{f}_{i}(int n)\n{{\n\treturn n * {i} + {f}{' + 1' * (3 * f + i in edited)};\n}}\n"
-                         for i in range(3))
+        body = "\n".join(
+            f"int f{f}_{i}(int n)\n{{\n\treturn n * {i} + {f}{' + 1' * (3 * f + i in edited)};\n}}\n" for i in range(3)
+        )
         (src / f"m{f:02d}.c").write_text(body)
     return 3 * files
 
@@ -66,8 +76,9 @@ def generated(cache_file: Path) -> int:
     return int(rows[0] or 0)
 
 
-def team_audit(checkouts: list[Path], endpoint: str, people: dict[str, Path], server_public: Path, work: Path,
-               units: int) -> tuple[int, float, list[int]]:
+def team_audit(
+    checkouts: list[Path], endpoint: str, people: dict[str, Path], server_public: Path, work: Path, units: int
+) -> tuple[int, float, list[int]]:
     """Each person audits their checkout with an empty cache of their own; (generated tokens, seconds, per person)."""
     per_person = []
     tic = time.perf_counter()
@@ -87,11 +98,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--people", type=int, default=5)
     parser.add_argument("--files", type=int, default=8, help="C files of three functions each")
-    parser.add_argument("--edits", type=int, default=1,
-                        help="functions each person after the first has changed in their own checkout")
+    parser.add_argument(
+        "--edits", type=int, default=1, help="functions each person after the first has changed in their own checkout"
+    )
     args = parser.parse_args()
-    print(f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
-          f"load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     with tempfile.TemporaryDirectory(prefix="k3team-") as tmp:
         tmp = Path(tmp)
         model = make_tiny(tmp / "tiny")
@@ -104,15 +118,22 @@ def main() -> int:
             public, secret = keys.init_keypair(tmp / "clients", f"person{i}")
             (tmp / "daemon" / "authorized" / f"person{i}.key").write_bytes(public.read_bytes())
             people[f"person{i}"] = secret
-        curve = ["--server-key", str(tmp / "daemon" / "server.key_secret"),
-                 "--authorized-keys", str(tmp / "daemon" / "authorized")]
-        print(f"{args.people} people, one repository of {units} units, each person with an empty editor cache "
-              f"and, after the first, {args.edits} function(s) of their own changed")
+        curve = [
+            "--server-key",
+            str(tmp / "daemon" / "server.key_secret"),
+            "--authorized-keys",
+            str(tmp / "daemon" / "authorized"),
+        ]
+        print(
+            f"{args.people} people, one repository of {units} units, each person with an empty editor cache "
+            f"and, after the first, {args.edits} function(s) of their own changed"
+        )
         figures = {}
         for label, store in (("without the store", False), ("with the store", True)):
             with serving(model, script=SCRIPT, args=curve, store=store) as daemon:
-                tokens, seconds, per_person = team_audit(checkouts, daemon.endpoint, people,
-                                                         tmp / "daemon" / "server.key", tmp / label, units)
+                tokens, seconds, per_person = team_audit(
+                    checkouts, daemon.endpoint, people, tmp / "daemon" / "server.key", tmp / label, units
+                )
             figures[label] = tokens
             print(f"  {label}: {tokens} generated tokens in {seconds:.1f} s (per person: {per_person})")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

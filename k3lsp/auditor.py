@@ -301,8 +301,9 @@ class Auditor:
             if self._state != "loading":  # an audit found the daemon gone meanwhile
                 return
             if loading.is_loading(status):
-                self._set_state("loading", loading.describe(status.get("loading")),
-                                loading.percent(status.get("loading")))
+                self._set_state(
+                    "loading", loading.describe(status.get("loading")), loading.percent(status.get("loading"))
+                )
                 continue
             self._connected = False  # loaded: a fresh hello, whose welcome describes the model being served
             with contextlib.suppress(BackendUnavailable):  # _hello has reported it
@@ -333,8 +334,14 @@ class Auditor:
         """What this daemon's results are cached under; None before its first welcome or when it has none."""
         return self._result_key
 
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False,
-                     also: Sequence[ResultKey] = ()) -> Lookup:
+    async def lookup(
+        self,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        force: bool = False,
+        also: Sequence[ResultKey] = (),
+    ) -> Lookup:
         """Split units into cached results and units to audit at ``priority`` (its thinking effort, or a higher
         one, answers); ``force`` (re-audit) treats everything as a miss. ``also``: the result keys of other
         configured daemons whose results answer too (the same checkpoint and prompt version; ``k3lsp.pool``).
@@ -349,9 +356,16 @@ class Auditor:
                 raise
             down = exc
         effort = self.options.effort(priority)
-        keys = [] if force or self._result_key is None else [
-            key for rk in (self._result_key, *also) if rk.same_answers(self._result_key) for key in rk.answering(effort)
-        ]
+        keys = (
+            []
+            if force or self._result_key is None
+            else [
+                key
+                for rk in (self._result_key, *also)
+                if rk.same_answers(self._result_key)
+                for key in rk.answering(effort)
+            ]
+        )
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
@@ -368,7 +382,12 @@ class Auditor:
         return Lookup(hits, misses, down)
 
     async def audit(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
         on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
@@ -383,8 +402,14 @@ class Auditor:
                 yield result
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
-        fresh: bool = False, on_progress: Progress | None = None,
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Send units to the daemon (bounded, by priority) and yield their results as they finish.
 
@@ -393,8 +418,9 @@ class Auditor:
         progress messages (prefill, decode) per unit. Raises BackendUnavailable once the daemon cannot be used;
         leaving early or cancelling the caller cancels the requests on the daemon.
         """
-        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority, fresh, on_progress))
-                 for unit in units]
+        tasks = [
+            asyncio.ensure_future(self._audit_one(root, path, unit, priority, fresh, on_progress)) for unit in units
+        ]
         try:
             for next_done in asyncio.as_completed(tasks):
                 result = await next_done
@@ -405,8 +431,9 @@ class Auditor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str,
-                         fresh: bool, on_progress: Progress | None) -> UnitResult | None:
+    async def _audit_one(
+        self, root: Path | None, path: str, unit: Unit, priority: str, fresh: bool, on_progress: Progress | None
+    ) -> UnitResult | None:
         """One unit, retried after a transient error (RETRY_DELAYS), never after a request-level one."""
         async with self._slots.hold(priority):
             for delay in (*RETRY_DELAYS, None):
@@ -420,8 +447,9 @@ class Auditor:
                     await asyncio.sleep(delay)
         return None
 
-    async def _request(self, root: Path | None, path: str, unit: Unit, priority: str, fresh: bool,
-                       on_progress: Progress | None) -> UnitResult | None:
+    async def _request(
+        self, root: Path | None, path: str, unit: Unit, priority: str, fresh: bool, on_progress: Progress | None
+    ) -> UnitResult | None:
         fields = {
             "path": path,
             "unit": unit.name,
@@ -524,8 +552,14 @@ class Auditor:
     async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
         await self.connect()
-        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding,
-                  "thinking_effort": self.options.effort("interactive")}
+        fields = {
+            "path": path,
+            "unit": unit.name,
+            "code": unit.text,
+            "context": unit.context,
+            "finding": finding,
+            "thinking_effort": self.options.effort("interactive"),
+        }
         stream = self._client.stream("explain", fields, tools=lambda req: self._tool(root, req))
         async with contextlib.aclosing(stream) as messages:
             async for message in messages:

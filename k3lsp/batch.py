@@ -246,9 +246,7 @@ class _Run:
 
     def _done(self, item: Work, failure: Exception | None) -> None:
         if failure is not None:
-            self.report.errors.append(
-                f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}"
-            )
+            self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}")
         self._progress("")
 
     def _progress(self, note: str) -> None:
@@ -264,8 +262,13 @@ class _Run:
     async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
         source, unit = item.source, item.unit
         got = False
-        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background",
-                               on_progress=lambda u, msg: self._progress(describe(u, msg)))
+        stream = auditor.audit(
+            self.report.root,
+            source.rel,
+            [unit],
+            priority="background",
+            on_progress=lambda u, msg: self._progress(describe(u, msg)),
+        )
         async with contextlib.aclosing(stream) as results:
             async for result in results:
                 got = True
@@ -284,8 +287,9 @@ class _Run:
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
                         "missing; not cached, a rerun audits it again"
                     )
-                self.report.findings += reported(source, unit, result.findings, self.options.min_severity,
-                                                 self.baseline)
+                self.report.findings += reported(
+                    source, unit, result.findings, self.options.min_severity, self.baseline
+                )
         if not got:
             self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
 

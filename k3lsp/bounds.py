@@ -37,11 +37,12 @@ def fit_lines(finding: dict, lines: int) -> tuple[dict, list[str]]:
     Raises ProtocolError when its own range is outside the unit (nothing of it can be shown). Start lines
     need no check: the schema keeps them >= 1 and <= their end lines."""
     if finding["end_line"] > lines:
-        raise ProtocolError(
-            f"lines {finding['start_line']}-{finding['end_line']} are outside the unit's {lines} lines"
-        )
-    cut = [f"trace[{i}].line {step['line']} is outside the unit's {lines} lines"
-           for i, step in enumerate(finding["trace"]) if step["line"] > lines]
+        raise ProtocolError(f"lines {finding['start_line']}-{finding['end_line']} are outside the unit's {lines} lines")
+    cut = [
+        f"trace[{i}].line {step['line']} is outside the unit's {lines} lines"
+        for i, step in enumerate(finding["trace"])
+        if step["line"] > lines
+    ]
     fitted = finding | {"trace": [step for step in finding["trace"] if step["line"] <= lines]}
     fix = finding.get("fix")
     if fix is not None and fix["end_line"] > lines:

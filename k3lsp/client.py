@@ -192,8 +192,9 @@ class BackendClient:
             "hello", self.options.connect_timeout, client=self.options.client_name, version=__version__
         )
         if reply["kind"] != "welcome":
-            raise BackendError(reply.get("code", ErrorCode.PROTOCOL),
-                               reply.get("message", f"unexpected {reply['kind']}"))
+            raise BackendError(
+                reply.get("code", ErrorCode.PROTOCOL), reply.get("message", f"unexpected {reply['kind']}")
+            )
         if reply["protocol"] != protocol.VERSION:
             raise BackendError(
                 ErrorCode.VERSION,

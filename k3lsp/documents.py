@@ -130,8 +130,12 @@ def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[
     """The findings to show for a text: what the findings pipeline reports for the results of its units."""
     lines = text.split("\n")
     return [
-        Shown(r.finding, r.unit, r.fingerprint,
-              findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information))
+        Shown(
+            r.finding,
+            r.unit,
+            r.fingerprint,
+            findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information),
+        )
         for unit in units
         for r in pipeline.reportable(unit, results.get(unit.key, ()), lines, view.options.min_severity, view.baseline)
     ]
@@ -139,5 +143,6 @@ def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[
 
 def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:
     """A "too long to audit" note on the first line of every unit the daemon refused."""
-    return [Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units
-            if unit.key in refusals]
+    return [
+        Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units if unit.key in refusals
+    ]

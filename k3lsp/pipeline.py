@@ -46,6 +46,7 @@ class Reportable:
         """Its suggested fix as an edit of whole lines, or None without a fix."""
         return findings.fix_text_edit(self.finding, self.unit)
 
+
 def reportable(
     unit: Unit,
     raws: Iterable[Any],

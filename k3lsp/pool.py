@@ -58,8 +58,10 @@ class Pool:
         self._spreads: set[Spread] = set()  # running audits: their units not yet on a daemon count as queued
 
     def _auditors(self, options: Options) -> dict[str, Auditor]:
-        return {e: Auditor(options.only(e), self.cache, on_state=lambda _: self._notify(), on_tool=self._on_tool)
-                for e in options.endpoints}
+        return {
+            e: Auditor(options.only(e), self.cache, on_state=lambda _: self._notify(), on_tool=self._on_tool)
+            for e in options.endpoints
+        }
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -141,8 +143,14 @@ class Pool:
         return await first.lookup(units, priority=priority, force=force, also=also)
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
-        fresh: bool = False, on_progress: Progress | None = None,
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """``Auditor.audit_uncached`` over the daemons: background units spread over all reachable ones,
         interactive ones on the first, moving on when it fails. Raises BackendUnavailable when no daemon is
@@ -211,4 +219,3 @@ class Pool:
         if len(self.auditors) > 1:
             out["endpoints"] = states
         return out
-

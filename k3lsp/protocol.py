@@ -305,8 +305,12 @@ TO_CLIENT: dict[str, Schema] = {
         "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
         "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds
     },
-    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "total": (integer(0), False),
-                 "detail": (NAME, False)},
+    "progress": {
+        "stage": (string(64), True),
+        "tokens": (integer(0), False),
+        "total": (integer(0), False),
+        "detail": (NAME, False),
+    },
     "finding": {"finding": (finding, True)},
     "tool_request": {
         "call": (string(MAX_ID_CHARS, nonempty=True), True),

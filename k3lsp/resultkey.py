@@ -52,7 +52,7 @@ class ResultKey:
 
     def answering(self, effort: str) -> list[str]:
         """The keys whose results answer a request at ``effort``: its own first, then those of higher efforts."""
-        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort):]]
+        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort) :]]
 
 
 def for_welcome(welcome: dict, *, daemon: str | None) -> ResultKey | None:

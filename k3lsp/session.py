@@ -78,12 +78,17 @@ class AuditService(Protocol):
 
     async def close(self) -> None: ...
 
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive",
-                     force: bool = False) -> Lookup: ...
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup: ...
 
     def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
-        fresh: bool = False, on_progress: Progress | None = None,
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]: ...
 
     def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]: ...
@@ -95,7 +100,10 @@ class AuditorFactory(Protocol):
     """Builds the session's auditor from the settings and the cache; ``Pool`` itself is one."""
 
     def __call__(
-        self, options: Options, cache: ResultCache, *,
+        self,
+        options: Options,
+        cache: ResultCache,
+        *,
         on_state: Callable[[BackendState], None] | None = None,
         on_tool: Callable[[dict, bool, str], None] | None = None,
     ) -> AuditService: ...
@@ -426,8 +434,9 @@ class Session:
         incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete,
-                                                   fresh=line is not None)
+            done, error = await self._audit_misses(
+                doc, root, found.misses, priority, done, incomplete, fresh=line is not None
+            )
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
@@ -437,12 +446,24 @@ class Session:
                 "missing. Not cached: audited again on the next save.",
                 lsp.MessageType.Warning,
             )
-        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error,
-                "incomplete": len(incomplete)}
+        return {
+            "units": len(todo),
+            "done": done,
+            "findings": len(doc.shown),
+            "error": error,
+            "incomplete": len(incomplete),
+        }
 
     async def _audit_misses(
-        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int,
-        incomplete: list[str], *, fresh: bool = False,
+        self,
+        doc: Document,
+        root: Path | None,
+        misses: list[units.Unit],
+        priority: str,
+        done: int,
+        incomplete: list[str],
+        *,
+        fresh: bool = False,
     ) -> tuple[int, str | None]:
         """Audit what the cache did not have, with cancellable progress (``fresh``: a re-audit, which the
         daemon's result store does not answer); returns (units done, error) and adds each unit whose audit was

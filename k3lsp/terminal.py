@@ -39,8 +39,14 @@ def _queues(value: object) -> str | None:
     """``you 5/0/2, client-1a2b3c4d 190/188/2``: each client's requests open, waiting for a turn and running."""
     if not isinstance(value, dict):
         return None
-    return ", ".join(f"{who} {q.get('open')}/{q.get('waiting')}/{q.get('running')}" for who, q in value.items()
-                     if isinstance(q, dict)) or "none"
+    return (
+        ", ".join(
+            f"{who} {q.get('open')}/{q.get('waiting')}/{q.get('running')}"
+            for who, q in value.items()
+            if isinstance(q, dict)
+        )
+        or "none"
+    )
 
 
 # (row label, where the value is, how to show it): what an auditor checks before trusting the findings.
@@ -89,8 +95,13 @@ def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Calla
     if not enabled:
         yield lambda done, total, note="": None
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[note]}"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=None, note="")
 

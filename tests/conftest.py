@@ -30,8 +30,9 @@ PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
 
 # CI runs the same examples on every run (a failure there reproduces) and tolerates a loaded machine;
 # elsewhere each run draws new ones. HYPOTHESIS_PROFILE picks one by name.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 

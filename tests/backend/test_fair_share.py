@@ -27,11 +27,23 @@ def team(tmp_path_factory) -> Keyring:
 
 
 async def test_a_small_audit_finishes_before_a_big_one_started_first_is_a_quarter_done(tiny_model, team):
-    args = ["--max-concurrency", "2", "--max-open-per-client", str(BIG + 10), "--max-tokens", "200",
-            "--server-key", str(team.server_secret), "--authorized-keys", str(team.authorized)]
+    args = [
+        "--max-concurrency",
+        "2",
+        "--max-open-per-client",
+        str(BIG + 10),
+        "--max-tokens",
+        "200",
+        "--server-key",
+        str(team.server_secret),
+        "--authorized-keys",
+        str(team.authorized),
+    ]
     with serving(tiny_model, script=SCRIPT, args=args) as daemon:
-        async with team.wire(daemon.endpoint, "alice", timeout=120) as alice, \
-                team.wire(daemon.endpoint, "bob", timeout=120) as bob:
+        async with (
+            team.wire(daemon.endpoint, "alice", timeout=120) as alice,
+            team.wire(daemon.endpoint, "bob", timeout=120) as bob,
+        ):
             for i in range(BIG):
                 await alice.send("audit", f"a{i}", **unit(f"a{i}", i))
             done = []
@@ -82,12 +94,23 @@ async def test_slots_go_interactive_first_then_to_whoever_holds_fewest_then_roun
     await asyncio.sleep(0)
     go = asyncio.Event()
     go.set()
-    waiting = [asyncio.ensure_future(request(who, pri, go)) for who, pri in
-               [("alice", BACKGROUND), ("alice", BACKGROUND), ("alice", BACKGROUND), ("bob", BACKGROUND),
-                ("bob", BACKGROUND), ("carol", INTERACTIVE)]]
+    waiting = [
+        asyncio.ensure_future(request(who, pri, go))
+        for who, pri in [
+            ("alice", BACKGROUND),
+            ("alice", BACKGROUND),
+            ("alice", BACKGROUND),
+            ("bob", BACKGROUND),
+            ("bob", BACKGROUND),
+            ("carol", INTERACTIVE),
+        ]
+    ]
     await asyncio.sleep(0)
-    assert fair.depths() == {"alice": {"waiting": 3, "running": 1}, "bob": {"waiting": 2, "running": 0},
-                             "carol": {"waiting": 1, "running": 0}}
+    assert fair.depths() == {
+        "alice": {"waiting": 3, "running": 1},
+        "bob": {"waiting": 2, "running": 0},
+        "carol": {"waiting": 1, "running": 0},
+    }
     first.set()
     await asyncio.gather(holder, *waiting)
     assert order == ["alice", "carol", "alice", "bob", "alice", "bob", "alice"]

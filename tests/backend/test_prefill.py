@@ -16,8 +16,16 @@ rids = itertools.count(1)
 @pytest.fixture(scope="module")
 def engine(tiny_model):
     # base chunk 512, safe up to 1024 tokens of context: a 3000-token prompt is read in chunks of 256
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, prefill_step_size=512, prefill_context=1024,
-                          max_prompt_tokens=4000, trust_remote_code=True))
+    e = Engine(
+        EngineArgs(
+            model=str(tiny_model),
+            max_tokens=64,
+            prefill_step_size=512,
+            prefill_context=1024,
+            max_prompt_tokens=4000,
+            trust_remote_code=True,
+        )
+    )
     e.warmup()
     return e
 
@@ -29,8 +37,9 @@ def prompt(engine: Engine, n: int, salt: str) -> list[int]:
 
 
 def request(tokens, forced, **kw) -> GenRequest:
-    return GenRequest(next(rids), tokens, kw.pop("segments", []), kw.pop("max_tokens", 64), 1.0, 0.95,
-                      seed=7, forced=forced, **kw)
+    return GenRequest(
+        next(rids), tokens, kw.pop("segments", []), kw.pop("max_tokens", 64), 1.0, 0.95, seed=7, forced=forced, **kw
+    )
 
 
 def test_a_long_prompt_beside_a_short_one_leaves_the_short_ones_chunk_alone(engine):

@@ -32,13 +32,31 @@ def test_unset_flags_build_the_configs_defaults():
     assert from_args(DaemonConfig, args, security=auth.Security()) == DaemonConfig()
     engine = from_args(EngineArgs, args, model="m")
     assert engine == EngineArgs(model="m")
-    assert (DaemonConfig().slots, DaemonConfig().interactive_reserve) == (engine.max_concurrency,
-                                                                          engine.interactive_reserve)
+    assert (DaemonConfig().slots, DaemonConfig().interactive_reserve) == (
+        engine.max_concurrency,
+        engine.interactive_reserve,
+    )
 
 
 def test_set_flags_reach_the_configs():
-    args = parser().parse_args(["--model", "m", "--max-concurrency", "3", "--temp", "0.5", "--thinking-effort", "high",
-                                "--server-key", "s.key_secret", "--tool-timeout", "7", "--max-tokens", "9"])
+    args = parser().parse_args(
+        [
+            "--model",
+            "m",
+            "--max-concurrency",
+            "3",
+            "--temp",
+            "0.5",
+            "--thinking-effort",
+            "high",
+            "--server-key",
+            "s.key_secret",
+            "--tool-timeout",
+            "7",
+            "--max-tokens",
+            "9",
+        ]
+    )
     agent = from_args(AgentConfig, args)
     assert (agent.temp, agent.thinking_effort, agent.max_tokens) == (0.5, "high", 9)
     assert from_args(EngineArgs, args, model="m").max_concurrency == 3
@@ -65,7 +83,7 @@ def test_every_documented_serve_flag_exists():
 
 
 def test_documented_defaults_are_the_flags_defaults():
-    """"(`serve --max-concurrency`, 8)", "`serve --prompt-cache-size` entries (16)" anywhere; "`--x` (default N)"
+    """ "(`serve --max-concurrency`, 8)", "`serve --prompt-cache-size` entries (16)" anywhere; "`--x` (default N)"
     in the daemon's own pages, where a bare flag is serve's."""
     given = []
     for doc in DOCS:

@@ -105,7 +105,6 @@ async def test_leaving_a_stream_early_cancels_it_on_the_daemon():
     assert "cancel" in seen
 
 
-
 async def test_close_does_not_raise_when_a_background_task_died():
     async def welcome_only(sock, ident, msg):
         if msg["kind"] == "hello":

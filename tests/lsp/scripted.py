@@ -111,9 +111,7 @@ def lines_and_codes(diagnostics: list[lsp.Diagnostic]) -> list[tuple[int, str]]:
 def demo_copy_diagnostic(diagnostics: list[lsp.Diagnostic]) -> lsp.Diagnostic:
     """Check demo.c's two findings as the editor shows them (lines, codes, the memcpy's range from after the tab to
     the end of its line, severity, its trace as related locations) and return the memcpy's, for more checks."""
-    assert lines_and_codes(diagnostics) == [
-        (COPY_MSG_LINE, "CWE-787"), (GET_SLOT_LINE, "CWE-129")
-    ], diagnostics
+    assert lines_and_codes(diagnostics) == [(COPY_MSG_LINE, "CWE-787"), (GET_SLOT_LINE, "CWE-129")], diagnostics
     copy = next(d for d in diagnostics if d.code == "CWE-787")
     line = DEMO_C.split("\n")[COPY_MSG_LINE]
     assert copy.range == lsp.Range(lsp.Position(COPY_MSG_LINE, 1), lsp.Position(COPY_MSG_LINE, len(line)))

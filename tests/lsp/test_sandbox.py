@@ -220,8 +220,15 @@ def test_a_workspace_at_the_home_folder_keeps_keys_and_other_secrets_out_of_reac
     (home / "work" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY----- stolen_key\n")
     (home / "work" / "server.pem").write_text("-----BEGIN PRIVATE KEY----- stolen_key\n")
     (home / "work" / "main.c").write_text("int main(void) { return 0; }\n")
-    secrets = ["conf/k3lsp/keys/alice.key_secret", "conf/k3lsp/keys/alice.key", "conf/k3-backend/keys/server.key",
-               "caches/k3lsp/notes.c", "Library/Keychains/login.txt", "work/id_ed25519", "work/server.pem"]
+    secrets = [
+        "conf/k3lsp/keys/alice.key_secret",
+        "conf/k3lsp/keys/alice.key",
+        "conf/k3-backend/keys/server.key",
+        "caches/k3lsp/notes.c",
+        "Library/Keychains/login.txt",
+        "work/id_ed25519",
+        "work/server.pem",
+    ]
     for path in secrets:
         ok, text = sandbox.run_tool(home, "read_lines", {"path": path, "start": 1, "end": 3})
         assert not ok and "secrets are not available" in text, (path, text)

@@ -76,8 +76,9 @@ async def test_thinking_effort_is_low_on_save_high_for_the_workspace_unless_set(
     async with editor(root, settings=settings, cache_dir=tmp_path / "c2") as ed:
         ed.save(ed.open("chosen.c"))
         await ed.wait_for_status(lambda c: c["audited"] == 1)
-    efforts = {name: [s["thinking_effort"] for s in daemon.sessions(f"effort_{name}")]
-               for name in ("saved", "whole", "chosen")}
+    efforts = {
+        name: [s["thinking_effort"] for s in daemon.sessions(f"effort_{name}")] for name in ("saved", "whole", "chosen")
+    }
     assert efforts == {"saved": ["low"], "whole": ["high"], "chosen": ["max"]}
 
 

@@ -18,8 +18,10 @@ async def test_one_daemon_killed_mid_audit_the_audit_completes_on_the_other(tiny
     root = scripted.workspace(tmp_path)
     (root / "mixed.c").write_text(MIXED_C)
     script = [SLOWER, *scripted.SCRIPT]
-    with serving(tiny_model, script=script, args=scripted.DAEMON_ARGS, store=True) as first, \
-            serving(tiny_model, script=script, args=scripted.DAEMON_ARGS, store=True) as second:
+    with (
+        serving(tiny_model, script=script, args=scripted.DAEMON_ARGS, store=True) as first,
+        serving(tiny_model, script=script, args=scripted.DAEMON_ARGS, store=True) as second,
+    ):
         settings = {"endpoint": [first.endpoint, second.endpoint]}
         async with editor(root, settings=settings, cache_dir=tmp_path / "c") as ed:
             uri = ed.open("mixed.c")

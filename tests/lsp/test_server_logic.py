@@ -170,8 +170,10 @@ async def test_a_newer_save_cancels_the_audit_of_the_older_version(fake, root, t
 
 @pytest.mark.parametrize("profile", ["neovim", "pull"])
 async def test_cancelling_the_progress_cancels_the_audit(fake, root, tmp_path, profile):
-    fake.write(scripted.FAKE | {"units": {"slow_unit": {"hold": True, "progress": [
-        {"stage": "prefill", "tokens": 512, "total": 1399}]}}})
+    fake.write(
+        scripted.FAKE
+        | {"units": {"slow_unit": {"hold": True, "progress": [{"stage": "prefill", "tokens": 512, "total": 1399}]}}}
+    )
     async with editor(root, profile=profile, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("slow.c")
         ed.save(uri)
@@ -260,8 +262,14 @@ async def test_workspace_audit_honours_the_settings_at_background_priority(fake,
     (root / "sub" / "extra.h").write_text("int extra_h(void);\n")  # not included below
     (root / "sub" / "latin1.c").write_bytes(b"/* caf\xe9 */\nstatic int cafe(void)\n{\n\treturn 2;\n}\n")
     (root / "big.c").write_text("static int big(void)\n{\n" + "\t;\n" * 2000 + "}\n")  # over maxFileBytes
-    settings = {"include": ["**/*.c"], "exclude": ["slow.c"], "maxFileBytes": 2000, "thinkingEffort": "max",
-                "trigger": "sometimes", "colour": "blue"}  # the last two: reported, ignored
+    settings = {
+        "include": ["**/*.c"],
+        "exclude": ["slow.c"],
+        "maxFileBytes": 2000,
+        "thinkingEffort": "max",
+        "trigger": "sometimes",
+        "colour": "blue",
+    }  # the last two: reported, ignored
     async with editor(root, settings=settings, fake=fake, cache_dir=tmp_path / "c") as ed:
 
         def errors():

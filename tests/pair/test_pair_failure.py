@@ -109,16 +109,36 @@ def test_serve_with_a_rank_that_never_starts_exits(tiny_model, tmp_path):
     hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
     env = os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": "0"}  # rank 1 is never started
     tic = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model),
-                           "--bind", f"ipc://{tmp_path}/daemon.sock", "--rank-timeout", "3"], cwd=REPO, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "serve",
+            "--model",
+            str(tiny_model),
+            "--bind",
+            f"ipc://{tmp_path}/daemon.sock",
+            "--rank-timeout",
+            "3",
+        ],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "ready" not in done.stdout
     assert time.monotonic() - tic < 30
     assert "rank 0: the ranks did not all connect within 3 s" in done.stderr, done.stderr[-2000:]
 
 
-FAULT_SCRIPT = [{"unit": "boom", "turns": [{"fail": "injected prefill failure"}]}, *SCRIPT,
-                {"unit": "*", "turns": ["no findings"]}]
+FAULT_SCRIPT = [
+    {"unit": "boom", "turns": [{"fail": "injected prefill failure"}]},
+    *SCRIPT,
+    {"unit": "*", "turns": ["no findings"]},
+]
 
 
 async def test_a_deterministic_failure_fails_one_request_and_the_pair_serves_on(tiny_model, tmp_path):

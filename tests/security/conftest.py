@@ -29,22 +29,33 @@ def script() -> list[dict]:
     return [
         {"unit": "holder", "turns": [kimi.turn(("read_lines", {"path": "src/f.c", "start": 1, "end": 2}))]},
         {"unit": "long", "turns": [{"repeat": LONG, "tokens": 3000}]},
-        {"unit": "liar", "turns": [kimi.turn(
-            ("report_finding", kimi.finding()),  # the only valid one
-            ("report_finding", kimi.finding(start_line=2, end_line=99)),  # past the unit's 4 lines
-            ("report_finding", kimi.finding(cwe="CWE-787")),
-            ("report_finding", kimi.finding(cwe=0)),
-            ("report_finding", kimi.finding(severity="urgent")),
-            ("report_finding", kimi.finding(title=VARIED[:250])),  # over the 200-character title limit
-            ("report_finding", kimi.finding(trace=[{"line": 1, "note": VARIED[:2100]}])),  # over the 2000-char note
-        )]},
-        {"unit": "escaper", "turns": [
-            kimi.turn(("read_lines", {"path": "/etc/passwd", "start": 1, "end": 5})),
-            kimi.turn(("read_lines", {"path": "link_out.c", "start": 1, "end": 5})),
-            kimi.turn(("read_lines", {"path": "dir_out/secret.c", "start": 1, "end": 5})),
-            kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
-            kimi.turn(content="nothing to report"),
-        ]},
+        {
+            "unit": "liar",
+            "turns": [
+                kimi.turn(
+                    ("report_finding", kimi.finding()),  # the only valid one
+                    ("report_finding", kimi.finding(start_line=2, end_line=99)),  # past the unit's 4 lines
+                    ("report_finding", kimi.finding(cwe="CWE-787")),
+                    ("report_finding", kimi.finding(cwe=0)),
+                    ("report_finding", kimi.finding(severity="urgent")),
+                    ("report_finding", kimi.finding(title=VARIED[:250])),  # over the 200-character title limit
+                    (
+                        "report_finding",
+                        kimi.finding(trace=[{"line": 1, "note": VARIED[:2100]}]),
+                    ),  # over the 2000-char note
+                )
+            ],
+        },
+        {
+            "unit": "escaper",
+            "turns": [
+                kimi.turn(("read_lines", {"path": "/etc/passwd", "start": 1, "end": 5})),
+                kimi.turn(("read_lines", {"path": "link_out.c", "start": 1, "end": 5})),
+                kimi.turn(("read_lines", {"path": "dir_out/secret.c", "start": 1, "end": 5})),
+                kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
+                kimi.turn(content="nothing to report"),
+            ],
+        },
         {"unit": "chatty", "turns": [kimi.turn(content=VARIED)]},  # an explanation streamed as thousands of messages
         {"unit": "*", "turns": [kimi.turn(content="no findings")]},
     ]
@@ -64,8 +75,13 @@ class Keyring:
     other_server_public: Path  # a daemon key that is not the one serving
 
     def options(self, endpoint: str, client: str, *, server: Path | None = None, **kw) -> ClientOptions:
-        return ClientOptions(endpoint=endpoint, server_key=server or self.server_public,
-                             client_key=self.clients[client][1], connect_timeout=3.0, **kw)
+        return ClientOptions(
+            endpoint=endpoint,
+            server_key=server or self.server_public,
+            client_key=self.clients[client][1],
+            connect_timeout=3.0,
+            **kw,
+        )
 
     def client(self, endpoint: str, name: str, **kw) -> BackendClient:
         return BackendClient(self.options(endpoint, name, **kw))
@@ -87,8 +103,9 @@ def team_keyring(root: Path, names: tuple[str, ...]) -> Keyring:
     keys.init_server(root / "daemon")
     people = {name: keys.init_keypair(root / "clients", name) for name in names}
     daemon = root / "daemon"
-    ring = Keyring(daemon / "server.key", daemon / "server.key_secret", daemon / "authorized", people,
-                   daemon / "server.key")
+    ring = Keyring(
+        daemon / "server.key", daemon / "server.key_secret", daemon / "authorized", people, daemon / "server.key"
+    )
     for name in names:
         ring.authorize(name)
     return ring
@@ -101,8 +118,13 @@ def keyring(tmp_path_factory) -> Keyring:
     keys.init_server(root / "other")
     clients = {name: keys.init_keypair(root / "clients", name) for name in ("alice", "bob", "mallory", "late")}
     daemon = root / "daemon"
-    ring = Keyring(daemon / "server.key", daemon / "server.key_secret", daemon / "authorized", clients,
-                   root / "other" / "server.key")
+    ring = Keyring(
+        daemon / "server.key",
+        daemon / "server.key_secret",
+        daemon / "authorized",
+        clients,
+        root / "other" / "server.key",
+    )
     ring.authorize("alice")
     ring.authorize("bob")
     return ring

@@ -68,8 +68,17 @@ def test_cut_short_units_make_the_batch_audit_incomplete_and_are_audited_again(d
 def test_allow_incomplete_makes_cut_short_units_warnings_and_the_status_says_findings(daemon, tmp_path):
     """`k3-backend demo` on random weights: every unit is cut short, which must not read as a failed run."""
     project(tmp_path, PROJECT)
-    run = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, "--format", "sarif", "--allow-incomplete",
-                cache=tmp_path / "c", cwd=tmp_path)
+    run = k3lsp(
+        "audit",
+        "proj",
+        "--endpoint",
+        daemon.endpoint,
+        "--format",
+        "sarif",
+        "--allow-incomplete",
+        cache=tmp_path / "c",
+        cwd=tmp_path,
+    )
     assert run.returncode == 1, run.stderr  # the finding of the complete unit, nothing else
     invocation = valid_sarif(run.stdout)["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is True
@@ -86,8 +95,10 @@ async def test_the_editor_warns_about_a_cut_short_unit_and_audits_it_again(daemo
         summary = await ed.command("k3lsp.auditFile", uri)
         assert summary["incomplete"] == 1 and summary["error"] is None
         warnings = [m.message for m in ed.client.messages if "cut short" in m.message]
-        assert warnings == ["k3 audit of a.c was cut short for truncated (length): findings there may be missing. "
-                            "Not cached: audited again on the next save."]
+        assert warnings == [
+            "k3 audit of a.c was cut short for truncated (length): findings there may be missing. "
+            "Not cached: audited again on the next save."
+        ]
         shown = await ed.wait_diagnostics(uri, lambda d: len(d) == 1)
         assert shown[0].message.startswith("write past buf")  # what it found is shown
 

@@ -45,8 +45,12 @@ async def collide(endpoint: str, **curve) -> list[str]:
 def plain_daemon(tiny_model, request):
     """The default private ipc socket, and a plain tcp socket on loopback (--insecure)."""
     tcp = request.param == "tcp"
-    with serving(tiny_model, script=script(), args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
-                 bind="tcp://127.0.0.1:0" if tcp else None) as d:
+    with serving(
+        tiny_model,
+        script=script(),
+        args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
+        bind="tcp://127.0.0.1:0" if tcp else None,
+    ) as d:
         yield d
 
 
@@ -63,8 +67,9 @@ async def test_clients_claiming_generated_routing_ids_do_not_abort_a_plain_daemo
     assert answers == ["pong"] * len(answers)
 
 
-async def test_an_authorised_key_claiming_generated_routing_ids_does_not_abort_a_curve_daemon(curve_only_daemon,
-                                                                                               keyring):
+async def test_an_authorised_key_claiming_generated_routing_ids_does_not_abort_a_curve_daemon(
+    curve_only_daemon, keyring
+):
     public, secret = keys.load_secret(keyring.clients["alice"][1])
     answers = await collide(curve_only_daemon.endpoint, curve=(keys.load_public(keyring.server_public), public, secret))
     assert curve_only_daemon.proc.poll() is None, curve_only_daemon.log_text()[-2000:]

@@ -37,8 +37,14 @@ int third(int a, int b)
 
 
 def script() -> list[dict]:
-    return [{"unit": "*", "turns": [kimi.turn(("report_finding", kimi.finding(start_line=1, end_line=2)),
-                                              reasoning="the caller decides n")]}]
+    return [
+        {
+            "unit": "*",
+            "turns": [
+                kimi.turn(("report_finding", kimi.finding(start_line=1, end_line=2)), reasoning="the caller decides n")
+            ],
+        }
+    ]
 
 
 TIMEOUT = 120
@@ -47,8 +53,16 @@ TIMEOUT = 120
 def daemon_args(team: Keyring) -> list[str]:
     """CURVE with the team's keys; the allow-list re-read on every check, so a revoked key counts from its next
     message (by default the daemon's view may be a second old, and the revoked key's audit would be answered)."""
-    return ["--max-tokens", "400", "--server-key", str(team.server_secret), "--authorized-keys", str(team.authorized),
-            "--keys-reload-seconds", "0"]
+    return [
+        "--max-tokens",
+        "400",
+        "--server-key",
+        str(team.server_secret),
+        "--authorized-keys",
+        str(team.authorized),
+        "--keys-reload-seconds",
+        "0",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +131,9 @@ async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_
         team.revoke("carol")
         split = units.split(SOURCE)
         for i, unit in enumerate(split):
-            msgs = await carol.request("audit", f"a{i}", path="src/team.c", unit=unit.name, code=unit.text,
-                                       context=unit.context)
+            msgs = await carol.request(
+                "audit", f"a{i}", path="src/team.c", unit=unit.name, code=unit.text, context=unit.context
+            )
             assert [m["kind"] for m in msgs] == ["error"] and msgs[0]["code"] == "unauthorized"
     finally:
         carol.close()
@@ -134,8 +149,9 @@ async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_
     assert status["store"]["entries"] == 3 and status["unauthorized"] >= 3
 
 
-async def test_a_re_audit_is_fresh_and_the_store_survives_a_restart_private(tiny_model, team, store_file, tmp_path,
-                                                                          team_daemon):
+async def test_a_re_audit_is_fresh_and_the_store_survives_a_restart_private(
+    tiny_model, team, store_file, tmp_path, team_daemon
+):
     bob = auditor(team_daemon.endpoint, team, "bob", tmp_path)
     try:
         fresh = await asyncio.wait_for(audit_file(bob, fresh=True), TIMEOUT)

@@ -35,7 +35,8 @@ def plant(repo: Path, marker: Path, *packages: str) -> None:
     for name in packages:
         (repo / name).mkdir(parents=True)
         (repo / name / "__init__.py").write_text(
-            f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran {name} from the repository')\n")
+            f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran {name} from the repository')\n"
+        )
 
 
 @pytest.fixture
@@ -76,8 +77,14 @@ def test_k3lsp_audit_inside_the_repository_runs_none_of_its_code(daemon, repo, t
     marker = tmp_path / "marker"
     plant(repo, marker, "k3lsp")
     k3lsp = Path(sys.executable).with_name("k3lsp")  # the installed command, as a user runs it
-    done = subprocess.run([str(k3lsp), "audit", "src", "--endpoint", started.endpoint], cwd=repo, capture_output=True,
-                          text=True, timeout=180, env=k3lsp_env(tmp_path / "cache"))
+    done = subprocess.run(
+        [str(k3lsp), "audit", "src", "--endpoint", started.endpoint],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=k3lsp_env(tmp_path / "cache"),
+    )
     assert not marker.exists(), marker.read_text()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 audited" in done.stdout

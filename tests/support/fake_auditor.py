@@ -53,7 +53,11 @@ class FakeAuditor:
     """Scripted answers per unit name; used from the server's event loop, like ``Pool``."""
 
     def __init__(
-        self, script: Path, options: Options, cache: ResultCache, *,
+        self,
+        script: Path,
+        options: Options,
+        cache: ResultCache,
+        *,
         on_state: Callable[[BackendState], None] | None = None,
         on_tool: Callable[[dict, bool, str], None] | None = None,
     ):
@@ -126,12 +130,26 @@ class FakeAuditor:
         return Lookup(hits, misses, down)
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
-        fresh: bool = False, on_progress: Progress | None = None,
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
+        on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
-        self.calls.append({"op": "audit", "units": [u.name for u in units], "path": path,
-                           "root": None if root is None else str(root), "priority": priority, "fresh": fresh,
-                           "effort": self.options.effort(priority)})
+        self.calls.append(
+            {
+                "op": "audit",
+                "units": [u.name for u in units],
+                "path": path,
+                "root": None if root is None else str(root),
+                "priority": priority,
+                "fresh": fresh,
+                "effort": self.options.effort(priority),
+            }
+        )
         for unit in units:
             script = await self._connect()
             spec = script.get("units", {}).get(unit.name, {})
@@ -157,8 +175,9 @@ class FakeAuditor:
         if "refusal" in spec:
             self.counters.refused += 1
             return UnitResult(unit, [], cached=False, refusal=spec["refusal"])
-        result = UnitResult(unit, spec.get("findings", []), cached=False,
-                            stats={"finish_reason": spec.get("cut_short", "stop")})
+        result = UnitResult(
+            unit, spec.get("findings", []), cached=False, stats={"finish_reason": spec.get("cut_short", "stop")}
+        )
         if result.cut_short is None:
             self.cache.put(unit.key, RESULT_KEY, result.findings, result.stats)
         else:
@@ -176,8 +195,13 @@ class FakeAuditor:
             yield piece
 
     async def status(self) -> dict:
-        return {"endpoint": self.options.endpoint, "state": asdict(self.state), "counters": asdict(self.counters),
-                "welcome": None, "backend": {"calls": self.calls}}
+        return {
+            "endpoint": self.options.endpoint,
+            "state": asdict(self.state),
+            "counters": asdict(self.counters),
+            "welcome": None,
+            "backend": {"calls": self.calls},
+        }
 
 
 @dataclass(frozen=True)
