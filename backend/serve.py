@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -240,9 +241,11 @@ class LoadError(RuntimeError):
     """The model could not be loaded (the message says which and why)."""
 
 
-async def _stop_after_a_turn(daemon: Daemon) -> None:
-    """Stop once the pair has taken a whole turn after the signal (its exchange fails if a peer died, and then
-    the requests end with ``rank_failure``, not ``shutdown``), or after STOP_GRACE when no turn completes."""
+async def _stop_after_a_turn(daemon: Daemon, fail: Callable[[str], None]) -> None:
+    """Stop once the pair has taken a whole turn after the signal: its exchange fails if a peer died, and then
+    the requests end with ``rank_failure``, not ``shutdown``. A turn that is still under way after STOP_GRACE is
+    stuck in a collective with a peer that will not answer (a killed peer does not always make it fail): that
+    too is a rank failure. With no turn under way and none completed by then, a plain stop."""
     scheduler = daemon.scheduler
     under_way = scheduler.busy_since is not None  # read first: the engine thread counts a turn, then clears it
     after = scheduler.turns + (2 if under_way else 1)  # a turn under way may have exchanged before the peer died
@@ -250,6 +253,9 @@ async def _stop_after_a_turn(daemon: Daemon) -> None:
     deadline = time.monotonic() + STOP_GRACE
     while scheduler.turns < after and daemon.failure is None and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+    if daemon.failure is None and scheduler.turns < after and scheduler.busy_since is not None:
+        fail(f"a step did not complete on all ranks within {STOP_GRACE:g} s of the stop signal")
+        return
     daemon.stop()
 
 
@@ -291,7 +297,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
             daemon.stop()
             return
         _exit_after(STOP_BOUND, f"k3-backend serve: the pair did not stop within {STOP_BOUND:g} s")
-        stopping.append(loop.create_task(_stop_after_a_turn(daemon)))
+        stopping.append(loop.create_task(_stop_after_a_turn(daemon, fail)))
 
     try:  # what can be known from the checkpoint's files is checked before binding: a refusal comes at once
         dist.check_trust(args.model, args.trust_remote_code)

@@ -69,7 +69,7 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
 class AuditService(Protocol):
     """What the session asks of its auditor: ``k3lsp.pool.Pool`` (the daemons of the ``endpoint`` setting) in
     production. Written down so that another auditor (the LSP logic tests' fake, which runs without a daemon)
-    is held to the same methods, and ``tests/lsp/test_logic_fake.py`` compares both with this."""
+    is held to the same methods, and ``tests/lsp/test_server_logic.py`` compares both with this."""
 
     @property
     def state(self) -> BackendState: ...
