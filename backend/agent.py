@@ -34,12 +34,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from backend import channels, engine, prompts
-from backend.engine import GenRequest
+from backend import channels, prompts
+from backend.engine import EngineArgs, GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
+from backend.settings import flag
 from k3lsp import protocol
-from k3lsp.bounds import FindingBounds
+from k3lsp.bounds import FindingBounds, fit_lines
+from k3lsp.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +53,37 @@ EFFORT_BUDGETS = {"off": 1024, "low": 2048, "high": 8192, "max": 32768}
 Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
 AskTool = Callable[[str, dict], Awaitable[tuple[bool, str]]]  # ask_tool(tool, args) -> (ok, result)
 Record = Callable[[dict], None]  # record(session): a finished conversation, for --trace-file
+Admit = Callable[[], contextlib.AbstractAsyncContextManager]  # admit(): held while one generation runs
 
 
-class AgentError(Exception):
-    """The request cannot go on; ``code`` is the protocol error code the client receives."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+class AgentError(CodedError):
+    """The request cannot go on; ``code`` is the error code the client receives."""
 
 
 @dataclass
 class AgentConfig:
     """Per-request limits, sampling and thinking, from the serve flags."""
 
-    max_tokens: int | None = None  # when set (--max-tokens), the budget at every effort
-    max_tool_rounds: int = 4  # continuations after tool results
-    deadline: float = 600.0  # seconds for a whole request
-    temp: float = 1.0
-    top_p: float = 0.95
-    thinking_effort: str = "low"  # for requests that name none
+    max_tokens: int | None = field(
+        default=None,
+        metadata=flag(  # when set, the budget at every effort
+            "generated tokens per request, all tool rounds, at every thinking effort (default: the effort's own "
+            "budget, see --effort-tokens)",
+            type=int,
+        ),
+    )
+    max_tool_rounds: int = field(default=4, metadata=flag("continuations after tool results"))
+    deadline: float = field(default=600.0, metadata=flag("seconds per request"))
+    temp: float = field(default=EngineArgs.temp, metadata=flag("sampling temperature (0: the likeliest token)"))
+    top_p: float = field(
+        default=EngineArgs.top_p, metadata=flag("sample among the likeliest tokens that together have this probability")
+    )
+    thinking_effort: str = field(
+        default="low",
+        metadata=flag(  # for requests that name none
+            "how long the model thinks when a request does not say (default %(default)s)", choices=protocol.EFFORTS
+        ),
+    )
     budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
 
     def budget(self, effort: str, requested: int | None = None) -> int:
@@ -151,6 +164,7 @@ class Agent:
     priority: int = 0
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
+    admit: Admit = contextlib.nullcontext  # the engine slot each generation waits for; tool rounds hold none
     last_rid: int | None = None  # the engine request of the latest generation
 
     @property
@@ -161,20 +175,41 @@ class Agent:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
         specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.audit_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
-                                          context=req["context"], first_line=req.get("first_line"))
-        return await self._run(Conversation(messages, prompts.AUDIT_TOOLS, effort, specials), req["unit"],
-                               self.config.budget(effort, req.get("max_tokens")), prose=False,
-                               lines=len(req["code"].splitlines()) or 1)
+        messages = prompts.audit_messages(
+            path=req["path"],
+            unit=req["unit"],
+            code=req["code"],
+            specials=specials,
+            context=req["context"],
+            first_line=req.get("first_line"),
+        )
+        return await self._run(
+            Conversation(messages, prompts.AUDIT_TOOLS, effort, specials),
+            req["unit"],
+            self.config.budget(effort, req.get("max_tokens")),
+            prose=False,
+            lines=len(req["code"].splitlines()) or 1,
+        )
 
     async def explain(self, req: dict) -> dict:
         """Stream an explanation of one finding (its response channel) as ``text``; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
         specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.explain_messages(path=req["path"], unit=req["unit"], code=req["code"], specials=specials,
-                                            finding=req["finding"], context=req["context"])
-        return await self._run(Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials), req["unit"],
-                               self.config.budget(effort), prose=True, lines=len(req["code"].splitlines()) or 1)
+        messages = prompts.explain_messages(
+            path=req["path"],
+            unit=req["unit"],
+            code=req["code"],
+            specials=specials,
+            finding=req["finding"],
+            context=req["context"],
+        )
+        return await self._run(
+            Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials),
+            req["unit"],
+            self.config.budget(effort),
+            prose=True,
+            lines=len(req["code"].splitlines()) or 1,
+        )
 
     async def _run(self, conv: Conversation, unit: str, budget: int, prose: bool, lines: int) -> dict:
         started = time.monotonic()
@@ -191,11 +226,11 @@ class Agent:
             self.record({"id": unit, "tools": conv.tools, "thinking_effort": conv.effort, "messages": conv.messages})
         return vars(stats) | {"seconds": round(time.monotonic() - started, 4)}
 
-    async def _rounds(self, conv: Conversation, unit: str, budget: int, stats: Stats, prose: bool,
-                      lines: int) -> str:
+    async def _rounds(self, conv: Conversation, unit: str, budget: int, stats: Stats, prose: bool, lines: int) -> str:
         allowed = {t["function"]["name"] for t in conv.tools}
-        rendered = await asyncio.to_thread(_locked, prompts.render, self.tokenizer, conv.messages, conv.tools,
-                                           conv.effort)
+        rendered = await asyncio.to_thread(
+            _locked, prompts.render, self.tokenizer, conv.messages, conv.tools, conv.effort
+        )
         conv.prompt, conv.segments = rendered.tokens, rendered.segments
         markers = channels.Markers.of(self.tokenizer)
         bounds = FindingBounds()  # one unit's findings over all rounds
@@ -204,7 +239,8 @@ class Agent:
             reader = channels.Reader(markers, initial)
             findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
             await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
-            gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
+            async with self.admit():  # a fair turn in the engine (backend/fairshare.py), for this generation only
+                gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
             reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
             stats.add_generation(gen.stats, gen.finish, reasoning)
             self.tally.reasoning_tokens += reasoning
@@ -220,10 +256,10 @@ class Agent:
             if n == self.config.max_tool_rounds:  # no round left to read the results in
                 break
             results = [await self._tool_result(call, allowed, stats) for call in turn.calls]
-            tool_messages = [prompts.tool_message(c, r, conv.specials)
-                             for c, r in zip(turn.calls, results, strict=True)]
-            conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens,
-                                                  tool_messages)
+            tool_messages = [
+                prompts.tool_message(c, r, conv.specials) for c, r in zip(turn.calls, results, strict=True)
+            ]
+            conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens, tool_messages)
             conv.messages.extend(tool_messages)
         return "budget"
 
@@ -239,14 +275,31 @@ class Agent:
         if turn.think_calls:
             log.info("ignored %d tool call(s) written inside the think channel", turn.think_calls)
 
-    async def _generate(self, conv: Conversation, unit: str, n: int, budget: int, reader: channels.Reader,
-                        findings: FindingStream, prose: bool) -> Generation:
+    async def _generate(
+        self,
+        conv: Conversation,
+        unit: str,
+        n: int,
+        budget: int,
+        reader: channels.Reader,
+        findings: FindingStream,
+        prose: bool,
+    ) -> Generation:
         if budget <= 0:
             return Generation("length", {}, [])
         rid = self.scheduler.new_rid()
-        req = GenRequest(rid=rid, prompt=conv.prompt, segments=conv.segments, max_tokens=budget,
-                         temp=self.config.temp, top_p=self.config.top_p, seed=rid, priority=self.priority,
-                         forced=self.script.forced(self.tokenizer, unit, n), fault=self.script.fault(unit, n))
+        req = GenRequest(
+            rid=rid,
+            prompt=conv.prompt,
+            segments=conv.segments,
+            max_tokens=budget,
+            temp=self.config.temp,
+            top_p=self.config.top_p,
+            seed=rid,
+            priority=self.priority,
+            forced=self.script.forced(self.tokenizer, unit, n),
+            fault=self.script.fault(unit, n),
+        )
         self.last_rid = rid
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
@@ -261,18 +314,18 @@ class Agent:
                         await self.send("text", text=response)
                 if event.finish is not None:
                     if event.finish == "error":
-                        code = (event.stats or {}).get("code") or engine.FAILED
-                        if code == engine.TOO_LONG and n > 0:  # the conversation outgrew the context
+                        code = (event.stats or {}).get("code") or ErrorCode.FAILED
+                        if code == ErrorCode.TOO_LONG and n > 0:  # the conversation outgrew the context
                             return Generation("length", event.stats or {}, [])
                         why = (event.stats or {}).get("error", "engine error")
-                        raise AgentError(code, f"generation failed: {why}" if code != engine.TOO_LONG else why)
+                        raise AgentError(code, f"generation failed: {why}" if code != ErrorCode.TOO_LONG else why)
                     if event.finish == "cancelled":
-                        raise AgentError("shutdown", "the daemon cancelled the generation")
+                        raise AgentError(ErrorCode.SHUTDOWN, "the daemon cancelled the generation")
                     response = reader.finish()
                     if prose and response:
                         await self.send("text", text=response)
                     return Generation(event.finish, event.stats or {}, list(event.tokens or []))
-        raise AgentError("internal", "the generation ended without a finish event")
+        raise AgentError(ErrorCode.INTERNAL, "the generation ended without a finish event")
 
     async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
         """The text the model gets back for one call of its turn."""
@@ -294,12 +347,14 @@ def _continued(tokenizer, conv: Conversation, generated: list[int], tool_message
     re-rendered instead: correct, but a prompt-cache miss and the renderer's view of the history.
     """
     try:
-        suffix = prompts.continuation(tokenizer, conv.messages[:-1], conv.messages[-1], tool_messages, conv.tools,
-                                      conv.effort)
+        suffix = prompts.continuation(
+            tokenizer, conv.messages[:-1], conv.messages[-1], tool_messages, conv.tools, conv.effort
+        )
     except prompts.ContinuationError as exc:
         log.warning("%s: re-rendering the whole conversation", exc)
-        return prompts.template(tokenizer, [*conv.messages, *tool_messages], conv.tools, add_generation_prompt=True,
-                                effort=conv.effort)
+        return prompts.template(
+            tokenizer, [*conv.messages, *tool_messages], conv.tools, add_generation_prompt=True, effort=conv.effort
+        )
     return [*conv.prompt, *generated, *suffix]
 
 
@@ -317,17 +372,17 @@ def clip_reasoning(text: str) -> str:
     text = text.strip()
     if len(text) <= protocol.MAX_REASONING_CHARS:
         return text
-    return "…" + text[-(protocol.MAX_REASONING_CHARS - 1):].lstrip()
+    return "…" + text[-(protocol.MAX_REASONING_CHARS - 1) :].lstrip()
 
 
 class FindingStream:
     """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in a tool-call section.
 
-    The model's arguments are untrusted: a call that fails the protocol's finding schema, or points past
-    the ``lines`` of the audited unit, is dropped with a log line (the editor checks again on its side), and
-    so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are full, calls
-    are no longer parsed as they close, only counted when the turn ends. Each finding carries the reasoning
-    written before it in the think channel.
+    The model's arguments are untrusted: a call that fails the protocol's finding schema, or names a line past
+    the ``lines`` of the audited unit (``k3lsp.bounds.fit_lines``, the editor's check too), is dropped with a
+    log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
+    full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
+    reasoning written before it in the think channel.
     """
 
     def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
@@ -359,8 +414,9 @@ class FindingStream:
                 continue
             self._seen.add(call.index)
             try:
-                finding = protocol.validate_finding(call.arguments)
-                self._check_lines(finding)
+                finding, cut = fit_lines(protocol.validate_finding(call.arguments), self._lines)
+                if cut:  # the daemon sends a finding whole or not at all
+                    raise protocol.ProtocolError(cut[0])
             except protocol.ProtocolError as exc:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
@@ -376,13 +432,3 @@ class FindingStream:
                 continue
             self._stats.findings += 1
             await self._send("finding", finding=finding)
-
-    def _check_lines(self, finding: dict) -> None:
-        """Every line a finding names (its range, trace steps, fix range) must be a line of the unit."""
-        lines = [("", finding["end_line"])] + [(f"trace[{i}].", step["line"])
-                                               for i, step in enumerate(finding["trace"])]
-        if "fix" in finding:
-            lines.append(("fix.", finding["fix"]["end_line"]))
-        for where, line in lines:  # start lines are >= 1 and <= their end lines (the schema checked that)
-            if line > self._lines:
-                raise protocol.ProtocolError(f"{where}line {line} is outside the unit's {self._lines} lines")

@@ -12,7 +12,7 @@ handler runs in the socket's own context (without one, a CURVE server accepts *a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -20,6 +20,7 @@ import zmq.asyncio
 
 from backend.allowlist import RELOAD_SECONDS, AllowList, unsafe
 from backend.gate import ZAP_DOMAIN, Gate
+from backend.settings import flag
 from k3lsp import keys, local
 
 
@@ -27,10 +28,29 @@ from k3lsp import keys, local
 class Security:
     """How the daemon's socket is secured: keys for CURVE, or ``insecure`` for a plain tcp socket."""
 
-    server_secret: Path | None = None
-    authorized_dir: Path | None = None
-    insecure: bool = False
-    keys_reload_seconds: float = RELOAD_SECONDS  # how stale the daemon's view of ``authorized_dir`` may be
+    server_secret: Path | None = field(
+        default=None,
+        metadata=flag(
+            "the daemon's secret key file (k3-backend keys init): CurveZMQ on", name="--server-key", type=Path
+        ),
+    )
+    authorized_dir: Path | None = field(
+        default=None,
+        metadata=flag("directory of authorized client *.key files (re-read live)", name="--authorized-keys", type=Path),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=flag(
+            "allow a plain tcp socket (no encryption, no authentication): every local user, and beyond loopback "
+            "everyone on the network, can connect or pose as the daemon"
+        ),
+    )
+    keys_reload_seconds: float = field(
+        default=RELOAD_SECONDS,
+        metadata=flag(  # how stale the allow-list may be
+            "look at --authorized-keys at most this often: how long a removed key may still be served"
+        ),
+    )
 
 
 class InsecureBindError(Exception):

@@ -17,8 +17,10 @@ COMMANDS = {
     "fidelity": ("backend.fidelity.cli", "the model card's fidelity tables for your build and traces"),
     "keys": ("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory"),
     "doctor": ("backend.doctor", "check the ranks, the link and the memory before serving"),
-    "supervise": ("backend.supervise", "run the pair (its mlx.launch command), restart it after failures, give up "
-                  "on repeated ones"),
+    "supervise": (
+        "backend.supervise",
+        "run the pair (its mlx.launch command), restart it after failures, give up on repeated ones",
+    ),
 }
 
 

@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import itertools
 import logging
+import os
 import time
+from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,14 +41,19 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
-from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record
+from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
 from backend.disconnects import FdRoutes
+from backend.engine import EngineArgs
+from backend.fairshare import FairShare
 from backend.gate import Gate
 from backend.loading import LoadProgress, ModelInfo, StillLoading, wait_loaded
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
 from backend.script import Script
+from backend.settings import flag
+from backend.store import ResultStore
 from k3lsp import __version__, local, protocol
+from k3lsp.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +66,25 @@ MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload
 class DaemonConfig:
     """Socket and per-client limits (the serve flags)."""
 
-    bind: str = field(default_factory=local.default_endpoint)
-    max_open_per_client: int = 16
-    tool_timeout: float = 60.0  # seconds a client has to answer one tool_request
+    bind: str = field(
+        default_factory=local.default_endpoint,
+        metadata=flag(
+            "ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// endpoint needs keys "
+            "or --insecure; tcp port 0 picks a free port"
+        ),
+    )
+    max_open_per_client: int = field(default=16, metadata=flag("open requests per client"))
+    # requests in the engine at once (serve --max-concurrency), shared fairly (backend/fairshare.py)
+    slots: int = EngineArgs.max_concurrency
+    interactive_reserve: int = EngineArgs.interactive_reserve  # of those, what background requests leave free
+    tool_timeout: float = field(default=60.0, metadata=flag("seconds an editor has to answer a tool call"))
     sndhwm: int = 1000  # messages queued per peer before sends fail with Again (a frozen client)
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
-    load_wait: float = 600.0  # seconds a request that arrives while the model loads waits for it
+    load_wait: float = field(
+        default=600.0,
+        metadata=flag("seconds a request that arrives while the model loads waits for it (error loading after)"),
+    )
     security: auth.Security = field(default_factory=auth.Security)
 
 
@@ -93,9 +114,17 @@ class Job:
 class Daemon:
     """The ROUTER, the job table and the dispatch of client messages."""
 
-    def __init__(self, scheduler: Scheduler | None, config: DaemonConfig, agent_config: AgentConfig,
-                 script: Script | None = None, record: Record | None = None, *,
-                 loading: tuple[ModelInfo, LoadProgress] | None = None):
+    def __init__(
+        self,
+        scheduler: Scheduler | None,
+        config: DaemonConfig,
+        agent_config: AgentConfig,
+        script: Script | None = None,
+        record: Record | None = None,
+        store: ResultStore | None = None,
+        *,
+        loading: tuple[ModelInfo, LoadProgress] | None = None,
+    ):
         """``scheduler`` None: the model is still loading (``loading`` says what it is and how far); requests
         wait for `attach` (bounded by ``load_wait``) while hello, ping and status are answered at once."""
         self.scheduler = scheduler
@@ -107,6 +136,9 @@ class Daemon:
         self.agent_config = agent_config
         self.script = script or Script()
         self.record = record  # where finished conversations go (serve --trace-file), or None
+        self.store = store  # complete audits shared by every authorised client (serve --store), or None
+        self.fair = FairShare(config.slots, config.interactive_reserve)
+        self._salt = os.urandom(16)  # status names other clients by a hash that says nothing outside this run
         self.tally = ChannelTally()  # generated tokens per channel, over every request
         self.endpoint = ""
         self._ctx = zmq.asyncio.Context()
@@ -173,8 +205,11 @@ class Daemon:
         if self._sock is None:
             self.bind()
         monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch(monitor)),
-                 asyncio.create_task(self._sweep_revoked())]
+        tasks = [
+            asyncio.create_task(self._receive()),
+            asyncio.create_task(self._watch(monitor)),
+            asyncio.create_task(self._sweep_revoked()),
+        ]
         try:
             await self._stopping.wait()
         finally:
@@ -224,26 +259,29 @@ class Daemon:
         user = self.user_of(frames)
         if self._gate is not None and not self._gate.names(route):  # kept an id of its own (a hand-made handshake)
             log.warning("refused a message from a connection that chose its own routing id %s", route.hex())
-            await self._bad(route, UNKNOWN_ID, "bad_request", "clients may not choose their routing id")
+            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, "clients may not choose their routing id")
             return
         if not self._allowed(user):
             await self._unauthorized(route, user, frames[-1].bytes)
             return
         if len(frames) != 2:
-            await self._bad(route, UNKNOWN_ID, "bad_request", f"expected one frame per message, got {len(frames) - 1}")
+            await self._bad(
+                route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, f"expected one frame per message, got {len(frames) - 1}"
+            )
             return
         self._track_fd(frames[1], route)
         try:
             raw = protocol.unpack(frames[1].bytes)
         except protocol.ProtocolError as exc:
-            await self._bad(route, UNKNOWN_ID, "bad_request", str(exc))
+            await self._bad(route, UNKNOWN_ID, ErrorCode.BAD_REQUEST, str(exc))
             return
         msg_id = _readable_id(raw)
         try:
             msg = protocol.validate(raw, "to_daemon")
         except protocol.ProtocolError as exc:
             version = raw.get("v") if isinstance(raw, dict) else None
-            code = "version" if isinstance(version, int) and version != protocol.VERSION else "bad_request"
+            other_version = isinstance(version, int) and version != protocol.VERSION
+            code = ErrorCode.VERSION if other_version else ErrorCode.BAD_REQUEST
             await self._refuse(self.peer_of(frames), route, raw, msg_id, code, str(exc))
             return
         await self._dispatch(self.peer_of(frames), route, msg, user)
@@ -270,7 +308,9 @@ class Daemon:
         ended = self._stop_route(route, "unauthorized")  # each ends with its own error unauthorized
         msg_id = _id_of(frame)
         if msg_id not in ended:
-            await self._send(route, protocol.error(msg_id, "unauthorized", "this client's key is not authorized"))
+            await self._send(
+                route, protocol.error(msg_id, ErrorCode.UNAUTHORIZED, "this client's key is not authorized")
+            )
 
     async def _bad(self, route: bytes, msg_id: str, code: str, message: str) -> None:
         self._counts["bad_frames"] += 1
@@ -284,7 +324,7 @@ class Daemon:
         elif kind == "hello":
             await self._send(route, protocol.make("welcome", msg_id, **self.welcome()))
         elif kind == "status":
-            await self._send(route, protocol.make("status", msg_id, status=self.status()))
+            await self._send(route, protocol.make("status", msg_id, status=self.status(user)))
         elif kind == "cancel":
             job = self._jobs.get((peer, msg_id))
             if job is not None:
@@ -305,16 +345,22 @@ class Daemon:
     async def _start(self, peer: bytes, route: bytes, msg: dict, user: str) -> None:
         msg_id = msg["id"]
         if (peer, msg_id) in self._jobs:  # the id is ambiguous now: the open request ends with this error
-            await self._refuse(peer, route, msg, msg_id, "duplicate", f"request {msg_id!r} was already open")
+            await self._refuse(peer, route, msg, msg_id, ErrorCode.DUPLICATE, f"request {msg_id!r} was already open")
             return
         # Counted per User-Id: opening more connections does not raise one client's share.
         open_now = sum(1 for job in self._jobs.values() if job.user == user)
         if open_now >= self.config.max_open_per_client:
-            await self._send(route, protocol.error(
-                msg_id, "busy", f"{open_now} requests already open (limit {self.config.max_open_per_client})"))
+            await self._send(
+                route,
+                protocol.error(
+                    msg_id,
+                    ErrorCode.BUSY,
+                    f"{open_now} requests already open (limit {self.config.max_open_per_client})",
+                ),
+            )
             return
         if self._stopping.is_set():
-            await self._send(route, protocol.error(msg_id, "shutdown", "the daemon is shutting down"))
+            await self._send(route, protocol.error(msg_id, ErrorCode.SHUTDOWN, "the daemon is shutting down"))
             return
         job = Job(peer, route, msg_id, msg["kind"], user)
         self._jobs[(peer, msg_id)] = job
@@ -326,21 +372,21 @@ class Daemon:
     async def _run_job(self, job: Job, msg: dict) -> None:
         """Run a request and send its one terminal message; the only place a job ends."""
         try:
-            await wait_loaded(self._loaded, self.progress, self.config.load_wait,
-                              lambda detail: self._job_send(job, "progress", stage="loading", detail=detail))
-            agent = Agent(self.scheduler, self.agent_config, send=lambda kind, **f: self._job_send(job, kind, **f),
-                          ask_tool=lambda tool, args: self._ask_tool(job, tool, args), script=self.script,
-                          priority=1 if msg.get("priority") == "background" else 0, tally=self.tally,
-                          record=self.record)
-            stats = await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+            await wait_loaded(
+                self._loaded,
+                self.progress,
+                self.config.load_wait,
+                lambda detail: self._job_send(job, "progress", stage="loading", detail=detail),
+            )
+            stats = await self._answer(job, msg)
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
             if job.reason == "shutdown":
-                terminal = protocol.error(job.id, "shutdown", "the daemon is shutting down")
+                terminal = protocol.error(job.id, ErrorCode.SHUTDOWN, "the daemon is shutting down")
             elif job.reason == "failure" and self.failure:
                 terminal = protocol.error(job.id, *self.failure)
             elif job.reason == "unauthorized":
-                terminal = protocol.error(job.id, "unauthorized", "this client's key is no longer authorized")
+                terminal = protocol.error(job.id, ErrorCode.UNAUTHORIZED, "this client's key is no longer authorized")
             elif job.reason == "refused":
                 terminal = protocol.error(job.id, *job.refusal)
             else:
@@ -349,7 +395,7 @@ class Daemon:
             terminal = protocol.error(job.id, exc.code, str(exc))
         except Exception as exc:
             log.exception("request %s failed", job.id)
-            terminal = protocol.error(job.id, "internal", f"{type(exc).__name__}: {exc}")
+            terminal = protocol.error(job.id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             del self._jobs[(job.peer, job.id)]
             for future in job.tools.values():
@@ -361,13 +407,42 @@ class Daemon:
                 delivered = await self._send(job.route, terminal)
             except protocol.ProtocolError as exc:
                 log.error("cannot encode the end of request %s: %s", job.id, exc)
-                delivered = await self._send(job.route, protocol.error(job.id, "internal",
-                                                                       f"cannot encode reply: {exc}"))
+                delivered = await self._send(
+                    job.route, protocol.error(job.id, ErrorCode.INTERNAL, f"cannot encode reply: {exc}")
+                )
         except zmq.ZMQError as exc:  # e.g. ETERM: the socket is closing at shutdown; the job is over anyway
             log.info("could not send the end of request %s: %s", job.id, exc)
             return
         if not delivered:
             log.info("could not deliver the end of request %s", job.id)
+
+    async def _answer(self, job: Job, msg: dict) -> dict:
+        """Run the model's loop for a request (an audit through the result store, when there is one)."""
+
+        priority = 1 if msg.get("priority") == "background" else 0
+
+        async def run(send: Send) -> dict:
+            """The model's loop; each of its generations waits for this client's fair turn in the engine."""
+            agent = Agent(
+                self.scheduler,
+                self.agent_config,
+                send=send,
+                ask_tool=lambda tool, args: self._ask_tool(job, tool, args),
+                script=self.script,
+                priority=priority,
+                tally=self.tally,
+                record=self.record,
+                admit=lambda: self.fair.slot(job.user, priority),
+            )
+            return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+
+        def send(kind: str, **fields: Any) -> Awaitable[None]:
+            return self._job_send(job, kind, **fields)
+
+        if job.kind == "explain" or self.store is None:
+            return await run(send)
+        effort = msg.get("thinking_effort") or self.agent_config.thinking_effort
+        return await self.store.answer(msg, effort, self.info.fingerprint, send, run)
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""
@@ -471,35 +546,77 @@ class Daemon:
         # The prompt limit comes from the loaded model's context length: a client says hello again once loaded.
         prompt_limit = {} if self.scheduler is None else {"max_prompt_tokens": self.scheduler.engine.max_prompt_tokens}
         return {
-            "protocol": protocol.VERSION, "server": __version__, "model": info.model_id, **fingerprint,
-            "experts": info.experts, "ranks": info.ranks, "state": self.progress.state, **loading,
+            "protocol": protocol.VERSION,
+            "server": __version__,
+            "model": info.model_id,
+            **fingerprint,
+            "experts": info.experts,
+            "ranks": info.ranks,
+            "state": self.progress.state,
+            **loading,
             "limits": {
-                "max_frame_bytes": protocol.MAX_FRAME_BYTES, "max_tokens": self.agent_config.budget("max"),
+                "max_frame_bytes": protocol.MAX_FRAME_BYTES,
+                "max_tokens": self.agent_config.budget("max"),
                 "thinking_effort": self.agent_config.thinking_effort,
                 "effort_tokens": {e: self.agent_config.budget(e) for e in protocol.EFFORTS},
                 "max_open_requests": self.config.max_open_per_client,
-                "max_tool_rounds": self.agent_config.max_tool_rounds, "tool_timeout": self.config.tool_timeout,
-                "deadline": self.agent_config.deadline, "prompt_version": PROMPT_VERSION, **prompt_limit,
+                "max_tool_rounds": self.agent_config.max_tool_rounds,
+                "tool_timeout": self.config.tool_timeout,
+                "deadline": self.agent_config.deadline,
+                "prompt_version": PROMPT_VERSION,
+                **prompt_limit,
             },
         }
 
-    def status(self) -> dict:
+    def status(self, asker: str = "") -> dict:
         info = self.info
+        shared = {"store": self.store.stats() if self.store is not None else None, "queues": self.queues(asker)}
         if self.scheduler is None:
-            return {"model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
-                    "loading": self.progress.snapshot(), "open_requests": len(self._jobs),
-                    "uptime": round(time.monotonic() - self._started, 1), **self._counts}
+            return {
+                "model": info.model_id,
+                "experts": info.experts,
+                "ranks": info.ranks,
+                "state": self.progress.state,
+                "loading": self.progress.snapshot(),
+                "open_requests": len(self._jobs),
+                "uptime": round(time.monotonic() - self._started, 1),
+                **self._counts,
+                **shared,
+            }
         s = self.scheduler.stats()
         return {
-            "model": info.model_id, "experts": info.experts, "ranks": info.ranks, "state": self.progress.state,
-            "open_requests": len(self._jobs), "clients": len({p for p, _ in self._jobs}),
-            "queued": s.get("queued", 0) + s.get("waiting", 0), "active": s.get("active", 0),
-            "batch_size": s.get("decoding", 0), "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
-            "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2), "steps_per_s": s["steps_per_s"],
-            "loop_rate": s.get("loop_rate", 0.0), "stop_rate": s.get("stop_share", 0.0),
-            "generations": s.get("generations", 0), "uptime": round(time.monotonic() - self._started, 1),
-            **vars(self.tally), **self._counts, "engine": s,
+            "model": info.model_id,
+            "experts": info.experts,
+            "ranks": info.ranks,
+            "state": self.progress.state,
+            "open_requests": len(self._jobs),
+            "clients": len({p for p, _ in self._jobs}),
+            "queued": s.get("queued", 0) + s.get("waiting", 0),
+            "active": s.get("active", 0),
+            "batch_size": s.get("decoding", 0),
+            "batch_size_peak": max(s.get("batch_size_peak", 0), s["batch_peak"]),
+            "tokens_per_s": round(float(s.get("tokens_per_s", 0.0)), 2),
+            "steps_per_s": s["steps_per_s"],
+            "loop_rate": s.get("loop_rate", 0.0),
+            "stop_rate": s.get("stop_share", 0.0),
+            "generations": s.get("generations", 0),
+            "uptime": round(time.monotonic() - self._started, 1),
+            **vars(self.tally),
+            **self._counts,
+            "engine": s,
+            **shared,
         }
+
+    def queues(self, asker: str) -> dict[str, dict[str, int]]:
+        """Per client identity: requests open, waiting for a fair turn, and running. The asker's own is ``you``;
+        the others are named by a salted hash of their identity only: no key, no path, no code."""
+        open_now = Counter(job.user for job in self._jobs.values())
+        depths = self.fair.depths()
+        out = {}
+        for user in sorted(set(open_now) | set(depths)):
+            name = "you" if user == asker else "client-" + hashlib.sha256(self._salt + user.encode()).hexdigest()[:8]
+            out[name] = {"open": open_now[user], **depths.get(user, {"waiting": 0, "running": 0})}
+        return out
 
 
 def _readable_id(raw: Any) -> str:

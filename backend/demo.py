@@ -32,8 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--model", help="serve this checkpoint instead of the tiny one")
     where.add_argument("--endpoint", help="use a daemon that is already running")
     p.add_argument("--max-tokens", type=int, default=96, help="generation budget per unit for the served model")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="let --model run the Python code it ships (the tiny checkpoint's own is always trusted)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --model run the Python code it ships (the tiny checkpoint's own is always trusted)",
+    )
 
 
 def tiny_checkpoint() -> Path:

@@ -53,8 +53,10 @@ def exchange(obj, group: mx.distributed.Group, slot: int = SLOT_BYTES) -> tuple[
         buf[rank * slot + 4 : rank * slot + 4 + len(data)] = data
     summed = _all_sum(buf, group)
     lengths = [int.from_bytes(summed[r * slot : r * slot + 4].tobytes(), "little") for r in range(size)]
-    out = [pickle.loads(summed[r * slot + 4 : r * slot + 4 + n].tobytes()) if n <= slot - 4 else None
-           for r, n in enumerate(lengths)]
+    out = [
+        pickle.loads(summed[r * slot + 4 : r * slot + 4 + n].tobytes()) if n <= slot - 4 else None
+        for r, n in enumerate(lengths)
+    ]
     big = [r for r, n in enumerate(lengths) if n > slot - 4]
     if not big:
         return out, 1
@@ -124,8 +126,9 @@ def deadline(seconds: float, message: str) -> Iterator[None]:
     The watchdog is a separate process, not a thread: `mx.distributed.init()` holds the GIL while a ring
     init waits for a missing peer, so no Python thread of ours would ever run.
     """
-    watcher = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(seconds), str(os.getpid()), message],
-                               stdin=subprocess.DEVNULL)
+    watcher = subprocess.Popen(
+        [sys.executable, "-S", "-c", _WATCHDOG, str(seconds), str(os.getpid()), message], stdin=subprocess.DEVNULL
+    )
     try:
         yield
     finally:
@@ -161,12 +164,19 @@ def check_trust(path: str, trust_remote_code: bool) -> None:
     """Raise RemoteCodeError, naming the flag, when the checkpoint ships code that is not trusted."""
     wants = None if trust_remote_code else remote_code(path)
     if wants:
-        raise RemoteCodeError(f"{path} needs to run Python code shipped with it ({wants}); "
-                              f"pass {TRUST_FLAG} if you trust this checkpoint")
+        raise RemoteCodeError(
+            f"{path} needs to run Python code shipped with it ({wants}); pass {TRUST_FLAG} if you trust this checkpoint"
+        )
 
 
-def load_model(path: str, group: mx.distributed.Group | None = None, *, trust_remote_code: bool = False,
-               progress=None, pace: float = 0.0):
+def load_model(
+    path: str,
+    group: mx.distributed.Group | None = None,
+    *,
+    trust_remote_code: bool = False,
+    progress=None,
+    pace: float = 0.0,
+):
     """(model, tokenizer): the checkpoint whole on one rank, this rank's tensor-parallel shard over ``group``
     when it has several; read part by part into ``progress`` (a `backend.loading.LoadProgress`) if given.
 
@@ -179,12 +189,19 @@ def load_model(path: str, group: mx.distributed.Group | None = None, *, trust_re
 
     check_trust(path, trust_remote_code)
     try:
-        return loading.load(_download(path), group, {"trust_remote_code": trust_remote_code},
-                            trust_remote_code=trust_remote_code, progress=progress, pace=pace)
+        return loading.load(
+            _download(path),
+            group,
+            {"trust_remote_code": trust_remote_code},
+            trust_remote_code=trust_remote_code,
+            progress=progress,
+            pace=pace,
+        )
     except ValueError as exc:
         if not trust_remote_code and "trust_remote_code" in str(exc):
-            raise RemoteCodeError(f"{path} needs to run Python code shipped with it; pass {TRUST_FLAG} "
-                                  "if you trust this checkpoint") from exc
+            raise RemoteCodeError(
+                f"{path} needs to run Python code shipped with it; pass {TRUST_FLAG} if you trust this checkpoint"
+            ) from exc
         raise
 
 

@@ -48,11 +48,18 @@ class Check:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint directory to check for size and presence on every rank (not loaded)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds for every rank to connect")
-    p.add_argument("--check-timeout", type=float, default=180.0,
-                   help="seconds for all checks once connected (a cold mlx kernel cache costs ~20 s)")
+    p.add_argument(
+        "--check-timeout",
+        type=float,
+        default=180.0,
+        help="seconds for all checks once connected (a cold mlx kernel cache costs ~20 s)",
+    )
     p.add_argument("--bandwidth-mb", type=int, nargs="+", default=[8, 64], help="all_sum sizes to time (MB)")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="let --model's tokenizer run the Python code it ships (as serve --trust-remote-code)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --model's tokenizer run the Python code it ships (as serve --trust-remote-code)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,17 +71,26 @@ def run(args: argparse.Namespace) -> int:
         print("k3-backend doctor: --timeout, --check-timeout and --bandwidth-mb must be positive", file=sys.stderr)
         return 2
     rank = os.environ.get("MLX_RANK", "0")
-    with dist.deadline(args.timeout, f"k3-backend doctor: rank {rank} ({socket.gethostname()}): the ranks did not "
-                       f"all connect within {args.timeout:g} s. Is every rank started, and does the hostfile name "
-                       "the right IPs and free ports?"):
+    with dist.deadline(
+        args.timeout,
+        f"k3-backend doctor: rank {rank} ({socket.gethostname()}): the ranks did not "
+        f"all connect within {args.timeout:g} s. Is every rank started, and does the hostfile name "
+        "the right IPs and free ports?",
+    ):
         group = mx.distributed.init()
         hosts = dist.gather(host_info(group.rank()), group)  # the first collective: every rank answered
-    with dist.deadline(args.check_timeout, f"k3-backend doctor: rank {group.rank()}: the checks did not finish "
-                       f"within {args.check_timeout:g} s: a rank stopped answering or the link is very slow"):
+    with dist.deadline(
+        args.check_timeout,
+        f"k3-backend doctor: rank {group.rank()}: the checks did not finish "
+        f"within {args.check_timeout:g} s: a rank stopped answering or the link is very slow",
+    ):
         checks = [Check("ranks answer", "all", f"{len(hosts)} of {group.size()}", len(hosts) == group.size())]
         checks += link_checks(group, args.bandwidth_mb)
-        checks += [c for per_rank in dist.gather(local_checks(group, args.model, args.trust_remote_code), group)
-                   for c in per_rank]
+        checks += [
+            c
+            for per_rank in dist.gather(local_checks(group, args.model, args.trust_remote_code), group)
+            for c in per_rank
+        ]
         if args.model is not None:
             same = doctor_checks.same_checkpoint(dist.gather(doctor_checks.checkpoint_report(args.model), group))
             checks.append(Check(same.name, "all", same.result, same.ok))
@@ -108,8 +124,9 @@ def link_checks(group, sizes_mb: list[int]) -> list[Check]:
     for mb in sizes_mb:
         x = mx.zeros(mb * (1 << 20) // 4, dtype=mx.float32)
         seconds = timed(x, 5)
-        checks.append(Check(f"all_sum {mb} MB", "all", f"{mb / 1024 / seconds:.2f} GB/s ({seconds * 1e3:.1f} ms)",
-                            True))
+        checks.append(
+            Check(f"all_sum {mb} MB", "all", f"{mb / 1024 / seconds:.2f} GB/s ({seconds * 1e3:.1f} ms)", True)
+        )
     return checks
 
 
@@ -157,8 +174,10 @@ def fit_check(model: Path, ranks: int, rank: str) -> Check:
     per_rank = weights // ranks
     total, _ = memory.memory()
     cache = memory.prompt_cache_bytes(per_rank, total)
-    result = (f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} of {memory.usable(total) / GIB:.1f} GiB"
-              f" usable; headroom {memory.headroom(per_rank, total) / GIB:.1f} GiB, prompt cache {cache / GIB:.1f} GiB")
+    result = (
+        f"{weights / GIB:.1f} GiB / {ranks} ranks + {HEADROOM:.0%} of {memory.usable(total) / GIB:.1f} GiB"
+        f" usable; headroom {memory.headroom(per_rank, total) / GIB:.1f} GiB, prompt cache {cache / GIB:.1f} GiB"
+    )
     return Check("model fits", rank, result, memory.fits(per_rank, total))
 
 

@@ -55,13 +55,18 @@ def wired_memory(system: str, weights_per_rank: int, headroom: float, device: di
     else:
         return Verdict(name, "MLX reports no Metal working set and iogpu.wired_limit_mb is unreadable", False)
     need = int(weights_per_rank * (1 + headroom))
-    result = (f"{cap / GIB:.1f} GiB ({source}) for {weights_per_rank / GIB:.1f} GiB of weights + {headroom:.0%} = "
-              f"{need / GIB:.1f} GiB")
+    result = (
+        f"{cap / GIB:.1f} GiB ({source}) for {weights_per_rank / GIB:.1f} GiB of weights + {headroom:.0%} = "
+        f"{need / GIB:.1f} GiB"
+    )
     if cap >= need:
         return Verdict(name, result, True)
     size = device.get("memory_size")
-    hint = (f"; raise it on this Mac: sudo sysctl iogpu.wired_limit_mb={max(need, memory.usable(size)) // MIB}"
-            if isinstance(size, int) and size > need else "; this Mac has too little memory for its share")
+    hint = (
+        f"; raise it on this Mac: sudo sysctl iogpu.wired_limit_mb={max(need, memory.usable(size)) // MIB}"
+        if isinstance(size, int) and size > need
+        else "; this Mac has too little memory for its share"
+    )
     return Verdict(name, result + hint, False)
 
 
@@ -135,8 +140,9 @@ def rdma(system: str, macos: str | None, devices: list[str] | None) -> Verdict:
     if len(version) < 1 or version < RDMA_MACOS:
         return Verdict(name, f"macOS {macos or 'unknown'}: RDMA needs macOS {wanted} or later", False)
     if not devices:
-        return Verdict(name, f"macOS {macos}, no RDMA device: enable it in Recovery (rdma_ctl enable) and reboot",
-                       False)
+        return Verdict(
+            name, f"macOS {macos}, no RDMA device: enable it in Recovery (rdma_ctl enable) and reboot", False
+        )
     return Verdict(name, f"macOS {macos}, devices {', '.join(devices)}", True)
 
 

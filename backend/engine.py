@@ -44,13 +44,11 @@ from backend import dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
+from backend.settings import flag
+from k3lsp.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
-# Request-level error codes (k3lsp/protocol.py): what the client is told, and whether retrying can help.
-TOO_LONG = "too_long"  # refused before any work: the prompt is longer than max_prompt_tokens
-FAILED = "failed"  # a step of this request raised (on this rank or another); retrying fails the same way
-INTERNAL = "internal"  # the request itself was malformed: a fault of the daemon's code
 DECODE_PROGRESS_EVERY = 32  # generated tokens between two decode progress events
 
 
@@ -60,16 +58,39 @@ class EngineArgs:
     max_tokens: int = 1024
     temp: float = 1.0
     top_p: float = 0.95
-    prefill_step_size: int = 2048  # the prefill chunk of a prompt up to prefill_context tokens
+    prefill_step_size: int = field(
+        default=2048,
+        metadata=flag(  # the chunk of a prompt up to prefill_context tokens
+            "prefill chunk (smaller for long prompts)"
+        ),
+    )
     prefill_context: int = prefill.SAFE_PREFILL_CONTEXT  # beyond, the chunk shrinks with the prompt
-    max_concurrency: int = 8  # requests admitted at once (reading or decoding)
+    max_concurrency: int = field(default=8, metadata=flag("requests admitted at once (reading or decoding)"))
     interactive_reserve: int = 1  # slots background requests leave free, so an edit starts at once
-    prompt_cache_size: int = 16  # stored prefixes
-    prompt_cache_bytes: int = 0  # bytes they may hold; 0: memory.prompt_cache_bytes (the smallest of all ranks)
-    max_prompt_tokens: int = 0  # longest prompt admitted; 0: the model's context length less max_tokens
+    prompt_cache_size: int = field(default=16, metadata=flag("stored prompt prefixes (prompt cache entries)"))
+    prompt_cache_bytes: int = field(
+        default=0,
+        metadata=flag(  # 0: memory.prompt_cache_bytes
+            "bytes the prompt cache may hold per rank; default: half the memory left after the weights (the headroom "
+            "`doctor` reports), the smallest of all ranks"
+        ),
+    )
+    max_prompt_tokens: int = field(
+        default=0,
+        metadata=flag(  # 0: the model's context length less max_tokens
+            "longer prompts are refused (error too_long) before any work; default: the model's context length less "
+            "the largest token budget (--max-tokens, or the max effort's)"
+        ),
+    )
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
-    trust_remote_code: bool = False  # run Python shipped with the checkpoint (the release's tokenizer class)
+    trust_remote_code: bool = field(
+        default=False,
+        metadata=flag(
+            "run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); without it such a "
+            "checkpoint is refused"
+        ),
+    )
 
 
 @dataclass
@@ -92,7 +113,9 @@ class GenEvent:
     text: str  # newly detokenized text since the last event (may be "")
     finish: str | None = None  # None while running; "stop", "length", "loop", "cancelled", "error"
     # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step, prefill_chunks;
-    # with finish "error" also "error" (what was wrong) and "code" (TOO_LONG, FAILED or INTERNAL)
+    # with finish "error" also "error" (what was wrong) and "code": TOO_LONG (refused before any work, the prompt
+    # is longer than max_prompt_tokens), FAILED (a step of it raised, on this rank or another) or INTERNAL (the
+    # request itself was malformed: a fault of the daemon's code), all ErrorCode members
     stats: dict | None = None
     progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
     # on finish: every token id generated, the stop token included (what the prompt cache stored after the
@@ -170,9 +193,14 @@ class _Live:
     batch_peak: int = 0
 
     def stats(self) -> dict:
-        return {"prompt_tokens": len(self.req.prompt), "cached_tokens": self.cached,
-                "generated_tokens": len(self.generated), "batch_size_peak": self.batch_peak,
-                "prefill_step": self.chunk, "prefill_chunks": self.chunks}
+        return {
+            "prompt_tokens": len(self.req.prompt),
+            "cached_tokens": self.cached,
+            "generated_tokens": len(self.generated),
+            "batch_size_peak": self.batch_peak,
+            "prefill_step": self.chunk,
+            "prefill_chunks": self.chunks,
+        }
 
 
 @dataclass
@@ -250,7 +278,7 @@ class Engine:
         try:
             problem = self._check(req)
         except TypeError as e:  # fields of the wrong type altogether
-            problem = (INTERNAL, f"malformed request: {e}")
+            problem = (ErrorCode.INTERNAL, f"malformed request: {e}")
         if problem:
             self._rejected.append(self._finish_queued(req, "error", *problem))
             return
@@ -276,7 +304,7 @@ class Engine:
 
     def fail(self, rid: int, error: str) -> None:
         """Finish ``rid`` with "error" (code FAILED) at the next step: another rank failed it."""
-        self._ends[rid] = ("error", FAILED, error)
+        self._ends[rid] = ("error", ErrorCode.FAILED, error)
 
     def release(self, rid: int) -> None:
         """The conversation ``rid`` belonged to is over: its continuation entry is worth nothing now."""
@@ -294,9 +322,9 @@ class Engine:
         every request fails (and is reported by ``outcome()``) and the BatchGenerator starts empty."""
         self._gen = self._new_generator()
         self._ends.clear()
-        events = [self._finish_queued(req, "error", FAILED, error) for _, _, req in sorted(self._queue)]
+        events = [self._finish_queued(req, "error", ErrorCode.FAILED, error) for _, _, req in sorted(self._queue)]
         self._queue.clear()
-        events += [self._finish(live, "error", FAILED, error) for live in list(self._live.values())]
+        events += [self._finish(live, "error", ErrorCode.FAILED, error) for live in list(self._live.values())]
         self._failed.update((event.rid, error) for event in events)
         return events
 
@@ -330,14 +358,24 @@ class Engine:
         n = self._n
         reading = sum(live.reading is not None for live in self._live.values())
         return {
-            "active": len(self._live), "decoding": len(self._live) - reading, "prefilling": reading,
-            "queued": len(self._queue), "prompt_tokens": n.prompt_tokens, "cached_tokens": n.cached_tokens,
-            "prefilled_tokens": n.prefilled_tokens, "tokens_generated": n.generated_tokens, "steps": n.steps,
+            "active": len(self._live),
+            "decoding": len(self._live) - reading,
+            "prefilling": reading,
+            "queued": len(self._queue),
+            "prompt_tokens": n.prompt_tokens,
+            "cached_tokens": n.cached_tokens,
+            "prefilled_tokens": n.prefilled_tokens,
+            "tokens_generated": n.generated_tokens,
+            "steps": n.steps,
             "tokens_per_s": n.generated_tokens / n.busy_seconds if n.busy_seconds else 0.0,
-            "batch_size_peak": n.batch_peak, "loops": n.finishes.counts["loop"],
-            "stop_tokens": n.finishes.counts["stop"], "prompt_cache_entries": len(self._cache),
-            "prompt_cache_bytes": self._cache.nbytes, "prompt_cache_limit_bytes": self.prompt_cache_bytes,
-            "prompt_cache": self._cache.kinds(), "max_prompt_tokens": self.max_prompt_tokens,
+            "batch_size_peak": n.batch_peak,
+            "loops": n.finishes.counts["loop"],
+            "stop_tokens": n.finishes.counts["stop"],
+            "prompt_cache_entries": len(self._cache),
+            "prompt_cache_bytes": self._cache.nbytes,
+            "prompt_cache_limit_bytes": self.prompt_cache_bytes,
+            "prompt_cache": self._cache.kinds(),
+            "max_prompt_tokens": self.max_prompt_tokens,
             **n.finishes.summary(),
         }
 
@@ -347,20 +385,22 @@ class Engine:
         """(code, why) a request cannot run, or None."""
         tokens = [*req.prompt, *(req.forced or [])]
         if not req.prompt:
-            return INTERNAL, "empty prompt"
+            return ErrorCode.INTERNAL, "empty prompt"
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in tokens):
-            return INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
+            return ErrorCode.INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
-            return INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
+            return ErrorCode.INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
         if not isinstance(req.seed, int) or not isinstance(req.priority, int):
-            return INTERNAL, f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
+            return ErrorCode.INTERNAL, f"seed and priority must be integers, got {req.seed!r} and {req.priority!r}"
         if not (req.temp >= 0 and 0 <= req.top_p <= 1):
-            return INTERNAL, f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
+            return ErrorCode.INTERNAL, f"need temp >= 0 and 0 <= top_p <= 1, got temp={req.temp} top_p={req.top_p}"
         if any(not isinstance(s, int) or not 0 < s <= len(req.prompt) for s in req.segments):
-            return INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
+            return ErrorCode.INTERNAL, f"segments must be offsets in 1..{len(req.prompt)}, got {req.segments}"
         if len(req.prompt) > self.max_prompt_tokens:
-            return TOO_LONG, (f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
-                              f"{self.max_prompt_tokens} (--max-prompt-tokens)")
+            return ErrorCode.TOO_LONG, (
+                f"the prompt has {len(req.prompt)} tokens; this daemon reads at most "
+                f"{self.max_prompt_tokens} (--max-prompt-tokens)"
+            )
         return None
 
     def _apply_ends(self) -> list[GenEvent]:
@@ -381,13 +421,20 @@ class Engine:
         events += [self._finish(self._live[rid], *ends[rid]) for rid in running]
         return events
 
-    def _finish_queued(self, req: GenRequest, reason: str, code: str | None = None,
-                       error: str | None = None) -> GenEvent:
+    def _finish_queued(
+        self, req: GenRequest, reason: str, code: str | None = None, error: str | None = None
+    ) -> GenEvent:
         """End a request that was never admitted."""
         self._n.finishes.add(reason)
         prompt_tokens = len(req.prompt) if isinstance(req.prompt, list) else 0
-        stats = {"prompt_tokens": prompt_tokens, "cached_tokens": 0, "generated_tokens": 0,
-                 "batch_size_peak": 0, "prefill_step": 0, "prefill_chunks": 0}
+        stats = {
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": 0,
+            "generated_tokens": 0,
+            "batch_size_peak": 0,
+            "prefill_step": 0,
+            "prefill_chunks": 0,
+        }
         return GenEvent(req.rid, "", reason, stats | _error(code, error))
 
     def _admit(self) -> list[GenEvent]:
@@ -411,7 +458,7 @@ class Engine:
             except Exception as e:  # one bad request must not stop the others
                 log.exception("request %s could not be admitted", req.rid)
                 self._failed[req.rid] = f"{type(e).__name__}: {e}"
-                events.append(self._finish_queued(req, "error", FAILED, self._failed[req.rid]))
+                events.append(self._finish_queued(req, "error", ErrorCode.FAILED, self._failed[req.rid]))
         for entry in waiting:
             heapq.heappush(self._queue, entry)
         return events
@@ -440,8 +487,14 @@ class Engine:
         reading = prefill.Reading(prompt, cache, cached, end, chunk, stops, req.fault)
         processors = [forcing(req.forced, self.eos)] if req.forced is not None else []
         self._live[req.rid] = _Live(
-            req, cached, reading, chunk, seeded_sampler(req.temp, req.top_p, req.seed), processors,
-            self.tokenizer.detokenizer, LoopDetector(self.args.loop_span, self.args.loop_max_period),
+            req,
+            cached,
+            reading,
+            chunk,
+            seeded_sampler(req.temp, req.top_p, req.seed),
+            processors,
+            self.tokenizer.detokenizer,
+            LoopDetector(self.args.loop_span, self.args.loop_max_period),
         )
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += cached
@@ -498,8 +551,11 @@ class Engine:
         """Hand a read prompt to the BatchGenerator, its last token still to feed."""
         reading, req = live.reading, live.req
         (uid,) = self._gen.insert_segments(
-            [[reading.prompt[reading.end:]]], max_tokens=[req.max_tokens], caches=[reading.cache],
-            all_tokens=[reading.prompt[: reading.end]], samplers=[live.sampler],
+            [[reading.prompt[reading.end :]]],
+            max_tokens=[req.max_tokens],
+            caches=[reading.cache],
+            all_tokens=[reading.prompt[: reading.end]],
+            samplers=[live.sampler],
             logits_processors=[live.processors],
         )
         live.uid, live.reading = uid, None
@@ -547,7 +603,7 @@ class Engine:
             log.exception("request %s failed in %s", live.req.rid, where, exc_info=e)
         error = f"{where} failed: {type(e).__name__}: {e}"[:500]
         self._failed[live.req.rid] = error
-        return self._finish(live, "error", FAILED, error)
+        return self._finish(live, "error", ErrorCode.FAILED, error)
 
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
         live.generated.append(r.token)
@@ -570,8 +626,9 @@ class Engine:
             progress = ("decode", generated, live.req.max_tokens)
         return GenEvent(live.req.rid, detok.last_segment, progress=progress)
 
-    def _finish(self, live: _Live, reason: str, code: str | None = None, error: str | None = None,
-                text: str = "", cache=None) -> GenEvent:
+    def _finish(
+        self, live: _Live, reason: str, code: str | None = None, error: str | None = None, text: str = "", cache=None
+    ) -> GenEvent:
         """End a live request: forget it, count it, and keep its cache (prompt + generation)."""
         rid = live.req.rid
         del self._live[rid]

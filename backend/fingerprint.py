@@ -46,8 +46,7 @@ def checkpoint_parts(path: str | os.PathLike[str]) -> dict[str, str]:
     """
     root = Path(path)
     try:
-        files = sorted((f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")),
-                       key=lambda f: f.name)
+        files = sorted((f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")), key=lambda f: f.name)
     except OSError as exc:
         raise FingerprintError(f"cannot list checkpoint {root}: {exc.strerror or exc}") from exc
     if not any(f.name == "config.json" for f in files):

@@ -16,8 +16,12 @@ from k3lsp import keys
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="keys_command", required=True)
     init = sub.add_parser("init", help="create server.key, server.key_secret and authorized/")
-    init.add_argument("--dir", type=Path, default=keys.default_dir("k3-backend"),
-                      help="where to create them (default: the user config directory)")
+    init.add_argument(
+        "--dir",
+        type=Path,
+        default=keys.default_dir("k3-backend"),
+        help="where to create them (default: the user config directory)",
+    )
     init.add_argument("--force", action="store_true", help="replace an existing key pair")
 
 

@@ -27,7 +27,11 @@ class LaunchError(RuntimeError):
 
 
 def start(
-    serve_args: list[str], *, stderr: IO | int | None = None, ready_timeout: float = 180.0, cwd: Path | None = None,
+    serve_args: list[str],
+    *,
+    stderr: IO | int | None = None,
+    ready_timeout: float = 180.0,
+    cwd: Path | None = None,
     line: str = READY,
 ) -> tuple[subprocess.Popen, str]:
     """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves.

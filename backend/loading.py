@@ -26,6 +26,8 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from k3lsp.protocol import CodedError, ErrorCode
+
 LOADING, READY, FAILED = "loading", "ready", "failed"
 PROGRESS_EVERY = 2.0  # seconds between the progress messages of a request waiting for the load
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.")
@@ -83,8 +85,14 @@ class LoadProgress:
         """What ``status`` (and a loading ``welcome``) carry under ``loading``."""
         with self._lock:
             done, total = self.bytes_done, self.bytes_total
-        out = {"state": self.state, "stage": self.stage, "bytes_done": done, "bytes_total": total,
-               "percent": self.percent(), "seconds": round(time.monotonic() - self.started, 1)}
+        out = {
+            "state": self.state,
+            "stage": self.stage,
+            "bytes_done": done,
+            "bytes_total": total,
+            "percent": self.percent(),
+            "seconds": round(time.monotonic() - self.started, 1),
+        }
         eta = self.eta()
         if eta is not None:
             out["eta_seconds"] = eta
@@ -159,8 +167,15 @@ def evaluate_in_parts(model, part_done: PartDone | None = None, pace: float = 0.
     return total
 
 
-def load(path: Path, group: mx.distributed.Group | None, tokenizer_config: dict, *, trust_remote_code: bool,
-         progress: LoadProgress | None = None, pace: float = 0.0):
+def load(
+    path: Path,
+    group: mx.distributed.Group | None,
+    tokenizer_config: dict,
+    *,
+    trust_remote_code: bool,
+    progress: LoadProgress | None = None,
+    pace: float = 0.0,
+):
     """(model, tokenizer): mlx-lm's load, or this rank's tensor-parallel shard of it, read part by part."""
     from mlx_lm.utils import load_model, load_tokenizer
 
@@ -179,14 +194,16 @@ def load(path: Path, group: mx.distributed.Group | None, tokenizer_config: dict,
     return model, tokenizer
 
 
-class StillLoading(Exception):
+class StillLoading(CodedError):
     """A request waited ``load_wait`` seconds and the model is still loading (error code ``loading``)."""
 
-    code = "loading"
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.LOADING, message)
 
 
-async def wait_loaded(loaded: asyncio.Event, progress: LoadProgress, bound: float,
-                      tell: Callable[[str], Awaitable[None]]) -> None:
+async def wait_loaded(
+    loaded: asyncio.Event, progress: LoadProgress, bound: float, tell: Callable[[str], Awaitable[None]]
+) -> None:
     """Wait until ``loaded`` is set, at most ``bound`` seconds, telling the client how far the load is every
     PROGRESS_EVERY seconds (and once at the start); raises StillLoading when the bound passes first."""
     if loaded.is_set():

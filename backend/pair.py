@@ -115,8 +115,11 @@ class Link:
         return shared
 
     def stats(self) -> dict:
-        return {"turns": self.turns, "collectives": self.collectives,
-                "ms_per_turn": round(1000 * self.seconds / self.turns, 3) if self.turns else 0.0}
+        return {
+            "turns": self.turns,
+            "collectives": self.collectives,
+            "ms_per_turn": round(1000 * self.seconds / self.turns, 3) if self.turns else 0.0,
+        }
 
     def close(self) -> None:
         if self._sock is not None:

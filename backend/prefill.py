@@ -76,8 +76,13 @@ def read(model, readings: list[Reading]) -> None:
         if r.fault is not None:
             raise ScriptedFault(r.fault)
     pieces = [r.piece() for r in readings]
-    batch = PromptProcessingBatch(model, uids=list(range(len(readings))), caches=[r.cache for r in readings],
-                                  tokens=[[] for _ in readings], prefill_step_size=max(map(len, pieces)))
+    batch = PromptProcessingBatch(
+        model,
+        uids=list(range(len(readings))),
+        caches=[r.cache for r in readings],
+        tokens=[[] for _ in readings],
+        prefill_step_size=max(map(len, pieces)),
+    )
     batch.prompt(pieces)
     for i, (r, piece) in enumerate(zip(readings, pieces, strict=True)):
         r.cache = batch.extract_cache(i)

@@ -51,10 +51,14 @@ _LINE = {"type": "integer", "minimum": 1}
 
 
 def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
 
 
 REPORT_FINDING = _tool(
@@ -68,26 +72,42 @@ REPORT_FINDING = _tool(
         "start_line": _LINE,
         "end_line": _LINE,
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        "trace": {"type": "array", "maxItems": 64, "description": "the data flow, source to sink",
-                  "items": {"type": "object", "properties": {"line": _LINE, "note": {"type": "string"}},
-                            "required": ["line", "note"]}},
-        "fix": {"type": "object", "description": "replacement text for a line range of the unit",
-                "properties": {"start_line": _LINE, "end_line": _LINE, "replacement": {"type": "string"}},
-                "required": ["start_line", "end_line", "replacement"]},
+        "trace": {
+            "type": "array",
+            "maxItems": 64,
+            "description": "the data flow, source to sink",
+            "items": {
+                "type": "object",
+                "properties": {"line": _LINE, "note": {"type": "string"}},
+                "required": ["line", "note"],
+            },
+        },
+        "fix": {
+            "type": "object",
+            "description": "replacement text for a line range of the unit",
+            "properties": {"start_line": _LINE, "end_line": _LINE, "replacement": {"type": "string"}},
+            "required": ["start_line", "end_line", "replacement"],
+        },
     },
     ["cwe", "severity", "title", "message", "start_line", "end_line", "trace"],
 )
 READ_LINES = _tool(
-    "read_lines", "Read lines start..end (1-based, inclusive) of a workspace file.",
-    {"path": {"type": "string"}, "start": _LINE, "end": _LINE}, ["path", "start", "end"],
+    "read_lines",
+    "Read lines start..end (1-based, inclusive) of a workspace file.",
+    {"path": {"type": "string"}, "start": _LINE, "end": _LINE},
+    ["path", "start", "end"],
 )
 FIND_DEFINITION = _tool(
-    "find_definition", "Find where a function, macro, type or global is defined in the workspace.",
-    {"symbol": {"type": "string"}}, ["symbol"],
+    "find_definition",
+    "Find where a function, macro, type or global is defined in the workspace.",
+    {"symbol": {"type": "string"}},
+    ["symbol"],
 )
 GREP = _tool(
-    "grep", "Search the workspace for a regular expression; optionally only under one path.",
-    {"pattern": {"type": "string"}, "path": {"type": "string"}}, ["pattern"],
+    "grep",
+    "Search the workspace for a regular expression; optionally only under one path.",
+    {"pattern": {"type": "string"}, "path": {"type": "string"}},
+    ["pattern"],
 )
 
 AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, GREP]
@@ -121,10 +141,13 @@ def numbered(code: str) -> str:
 
 
 def _context_message(path: str, context: str, specials: tuple[str, ...]) -> dict:
-    return {"role": "user", "content": defuse(
-        f"File: {path}\nDeclarations this file's units use (context only, do not audit):\n```c\n{context}\n```",
-        specials,
-    )}
+    return {
+        "role": "user",
+        "content": defuse(
+            f"File: {path}\nDeclarations this file's units use (context only, do not audit):\n```c\n{context}\n```",
+            specials,
+        ),
+    }
 
 
 def _unit_text(path: str, unit: str, code: str, first_line: int | None) -> str:
@@ -132,27 +155,40 @@ def _unit_text(path: str, unit: str, code: str, first_line: int | None) -> str:
     return f"Unit `{unit}` from {path}{where}, numbered from 1:\n```c\n{numbered(code)}\n```"
 
 
-def audit_messages(*, path: str, unit: str, code: str, specials: tuple[str, ...], context: str = "",
-                   first_line: int | None = None) -> list[dict]:
+def audit_messages(
+    *, path: str, unit: str, code: str, specials: tuple[str, ...], context: str = "", first_line: int | None = None
+) -> list[dict]:
     """System | file context (if any) | unit: the conversation that starts the audit of one unit."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     if context.strip():
         messages.append(_context_message(path, context, specials))
-    messages.append({"role": "user", "content": defuse(
-        _unit_text(path, unit, code, first_line) + "\nAudit this unit and report each vulnerability.", specials
-    )})
+    messages.append(
+        {
+            "role": "user",
+            "content": defuse(
+                _unit_text(path, unit, code, first_line) + "\nAudit this unit and report each vulnerability.", specials
+            ),
+        }
+    )
     return messages
 
 
-def explain_messages(*, path: str, unit: str, code: str, finding: dict, specials: tuple[str, ...],
-                     context: str = "") -> list[dict]:
+def explain_messages(
+    *, path: str, unit: str, code: str, finding: dict, specials: tuple[str, ...], context: str = ""
+) -> list[dict]:
     """System | file context (if any) | unit + the finding to explain."""
     messages = [{"role": "system", "content": EXPLAIN_SYSTEM_PROMPT}]
     if context.strip():
         messages.append(_context_message(path, context, specials))
-    messages.append({"role": "user", "content": defuse(
-        _unit_text(path, unit, code, None) + "\nExplain this finding:\n" + json.dumps(finding, indent=1), specials
-    )})
+    messages.append(
+        {
+            "role": "user",
+            "content": defuse(
+                _unit_text(path, unit, code, None) + "\nExplain this finding:\n" + json.dumps(finding, indent=1),
+                specials,
+            ),
+        }
+    )
     return messages
 
 
@@ -185,8 +221,9 @@ class ContinuationError(ValueError):
     """The renderer does not render the tool messages as an extension of the conversation before them."""
 
 
-def continuation(tokenizer, history: list[dict], assistant: dict, results: list[dict], tools: list[dict],
-                 effort: str) -> list[int]:
+def continuation(
+    tokenizer, history: list[dict], assistant: dict, results: list[dict], tools: list[dict], effort: str
+) -> list[int]:
     """The tokens that follow an assistant turn: its tool result messages and the next generation prompt.
 
     Taken from the renderer as the difference of two renders, the conversation up to the assistant turn and
@@ -197,11 +234,12 @@ def continuation(tokenizer, history: list[dict], assistant: dict, results: list[
     after = template(tokenizer, [*history, assistant, *results], tools, add_generation_prompt=True, effort=effort)
     if after[: len(before)] != before:
         raise ContinuationError("the renderer does not render tool results as an extension of the conversation")
-    return after[len(before):]
+    return after[len(before) :]
 
 
-def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool,
-             effort: str) -> list[int]:
+def template(
+    tokenizer, messages: list[dict], tools: list[dict], *, add_generation_prompt: bool, effort: str
+) -> list[int]:
     """The token ids of ``messages`` through the model's own renderer (no tools: ``tools=None``).
 
     ``effort`` off turns thinking off; otherwise it goes to the renderer as ``thinking_effort`` (mlx-lm's
@@ -210,8 +248,11 @@ def template(tokenizer, messages: list[dict], tools: list[dict], *, add_generati
     if effort not in EFFORTS:
         raise ValueError(f"thinking effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
     thinking = {"enable_thinking": effort != "off"} | ({"thinking_effort": effort} if effort != "off" else {})
-    return list(tokenizer.apply_chat_template(messages, tools=tools or None,
-                                              add_generation_prompt=add_generation_prompt, **thinking))
+    return list(
+        tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, **thinking
+        )
+    )
 
 
 # --- reading the answer ------------------------------------------------------------------------------------
@@ -334,5 +375,4 @@ def assistant_message(content: str, calls: list[ToolCall], reasoning: str = "") 
 
 def tool_message(call: ToolCall, result: str, specials: tuple[str, ...]) -> dict:
     """A tool result for the model; workspace text is data, so its special-token strings are defused."""
-    return {"role": "tool", "tool_call_id": str(call.index), "name": call.name,
-            "content": defuse(result, specials)}
+    return {"role": "tool", "tool_call_id": str(call.index), "name": call.name, "content": defuse(result, specials)}

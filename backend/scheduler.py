@@ -72,8 +72,15 @@ def local_exchange(commands: Commands, outcome: Outcome) -> tuple[Commands, list
 class Scheduler:
     """Owns the Engine in one thread; ``stream(req)`` yields its GenEvents on the event loop."""
 
-    def __init__(self, engine: Engine, exchange: Exchange = local_exchange, *, leader: bool = True,
-                 tick: float | None = None, on_failure: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        exchange: Exchange = local_exchange,
+        *,
+        leader: bool = True,
+        tick: float | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ):
         """``tick``: when idle, run an empty turn this often (rank 0 of a pair: a dead peer is found while idle)."""
         self.engine = engine
         self._exchange = exchange
@@ -89,10 +96,19 @@ class Scheduler:
         self.thread: threading.Thread | None = None
         self._snapshot: dict = {}  # published by the thread after every step; read by status
         self._steps = 0
+        self.turns = 0  # turns completed (each with its exchange on a pair): `turn_now` callers watch it
+        self._poked = False
         self._started = time.monotonic()
         self._batch_peak = 0
 
     # --- event-loop side ---------------------------------------------------------------------------------
+
+    def turn_now(self) -> None:
+        """Take a turn now, even with nothing to do: on a pair its exchange finds a dead peer at once (a stop
+        signal from ``mlx.launch`` usually means one died), instead of at the next tick."""
+        with self._cond:
+            self._poked = True
+            self._cond.notify()
 
     def start(self) -> None:
         """Start the engine thread; events are delivered on the running event loop."""
@@ -165,8 +181,9 @@ class Scheduler:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         with self._cond:
             waiting = len(self._pending.submits)
-        snap.update(steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting,
-                    batch_peak=self._batch_peak)
+        snap.update(
+            steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting, batch_peak=self._batch_peak
+        )
         link = getattr(self._exchange, "__self__", None)
         if hasattr(link, "stats"):
             snap["link"] = link.stats()
@@ -189,8 +206,8 @@ class Scheduler:
             return Commands()
         with self._cond:
             if not self._pending and not self.engine.busy():
-                self._cond.wait_for(lambda: self._pending or self.engine.busy(), self._tick)
-            commands, self._pending = self._pending, Commands()
+                self._cond.wait_for(lambda: self._pending or self.engine.busy() or self._poked, self._tick)
+            commands, self._pending, self._poked = self._pending, Commands(), False
         return commands
 
     def _run(self) -> None:
@@ -233,6 +250,7 @@ class Scheduler:
             if self.engine.busy():
                 events += self._step(in_flight)
         finally:
+            self.turns += 1  # before busy_since is cleared: see serve._stop_after_a_turn
             self.busy_since = None
         self._post(events)
         return False

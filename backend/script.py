@@ -71,7 +71,6 @@ class Script:
             return (period * (turn.tokens // len(period) + 1))[: turn.tokens]
         return _encode(tokenizer, turn)
 
-
     def fault(self, unit: str, n: int) -> str | None:
         """The failure the n-th generation of ``unit`` must raise, or None."""
         turn = self.turn(unit, n)
@@ -102,7 +101,7 @@ def parse_script(data: object) -> Script:
 
 def _entry(item: object, where: str) -> Entry:
     if not isinstance(item, dict) or not isinstance(item.get("unit"), str) or not isinstance(item.get("turns"), list):
-        raise ScriptError(f"script{where}: expected {{\"unit\": str, \"turns\": list}}")
+        raise ScriptError(f'script{where}: expected {{"unit": str, "turns": list}}')
     return Entry(item["unit"], tuple(_turn(t, f"{where}.turns[{j}]") for j, t in enumerate(item["turns"])))
 
 
@@ -116,6 +115,6 @@ def _turn(turn: object, where: str) -> Turn:
         if isinstance(tokens, int) and not isinstance(tokens, bool) and 1 <= tokens <= MAX_REPEAT_TOKENS:
             return Repeat(turn["repeat"], tokens)
     raise ScriptError(
-        f"script{where}: a turn is a non-empty string, {{\"repeat\": str, \"tokens\": 1..{MAX_REPEAT_TOKENS}}} "
-        "or {\"fail\": str}"
+        f'script{where}: a turn is a non-empty string, {{"repeat": str, "tokens": 1..{MAX_REPEAT_TOKENS}}} '
+        'or {"fail": str}'
     )

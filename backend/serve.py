@@ -24,74 +24,92 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from backend import auth, exitstatus
+from backend import auth, exitstatus, store
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
+from backend.engine import EngineArgs
 from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import LISTENING, READY
+from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
-from k3lsp import keys, local, sanitize
-from k3lsp.protocol import EFFORTS
+from backend.settings import add_flags, from_args
+from k3lsp import keys, sanitize
+from k3lsp.protocol import EFFORTS, ErrorCode
 
 log = logging.getLogger(__name__)
 
 FAILURE_GRACE = 5.0  # seconds rank 0 has to send the rank_failure errors before it exits regardless
-STOP_GRACE = 0.5  # under mlx.launch a SIGTERM usually means a peer died: let the engine thread report it first
+STOP_GRACE = 10.0  # under mlx.launch a SIGTERM usually means a peer died: a turn started after it reports it first
 STOP_BOUND = 60.0  # a stop of the pair that takes longer is stuck in a collective: exit non-zero
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The settings of the config dataclasses are generated from their fields (backend/settings.py), with the
+    fields' defaults; the rest are this command's own."""
     p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo")
-    p.add_argument("--bind", default=local.default_endpoint(),
-                   help="ZeroMQ endpoint (default: a socket only this user can reach, %(default)s); a tcp:// "
-                        "endpoint needs keys or --insecure; tcp port 0 picks a free port")
-    p.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (smaller for long prompts)")
-    p.add_argument("--max-tokens", type=int, help="generated tokens per request, all tool rounds, at every thinking "
-                   "effort (default: the effort's own budget, see --effort-tokens)")
-    p.add_argument("--thinking-effort", choices=EFFORTS, default="low",
-                   help="how long the model thinks when a request does not say (default %(default)s)")
-    p.add_argument("--effort-tokens", action="append", default=[], metavar="EFFORT=N",
-                   help="generated tokens per request at one effort (repeatable; defaults "
-                        + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items()) + ")")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the Python code a checkpoint ships (the released Kimi K3 tokenizer class); "
-                        "without it such a checkpoint is refused")
-    p.add_argument("--trace-file", type=Path,
-                   help="append every finished conversation to this JSON-lines file (fidelity record --traces)")
-    p.add_argument("--temp", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-concurrency", type=int, default=8, help="requests admitted at once (reading or decoding)")
-    p.add_argument("--max-prompt-tokens", type=int, default=0,
-                   help="longer prompts are refused (error too_long) before any work; default: the model's "
-                        "context length less the largest token budget (--max-tokens, or the max effort's)")
-    p.add_argument("--prompt-cache-size", type=int, default=16, help="stored prompt prefixes (prompt cache entries)")
-    p.add_argument("--prompt-cache-bytes", type=int, default=0,
-                   help="bytes the prompt cache may hold per rank; default: half the memory left after the "
-                        "weights (the headroom `doctor` reports), the smallest of all ranks")
-    p.add_argument("--max-open-per-client", type=int, default=16, help="open requests per client")
-    p.add_argument("--max-tool-rounds", type=int, default=4, help="continuations after tool results")
-    p.add_argument("--tool-timeout", type=float, default=60.0, help="seconds an editor has to answer a tool call")
-    p.add_argument("--deadline", type=float, default=600.0, help="seconds per request")
+    add_flags(p, DaemonConfig)
+    add_flags(p, EngineArgs)
+    add_flags(p, AgentConfig)
+    p.add_argument(
+        "--effort-tokens",
+        action="append",
+        default=[],
+        metavar="EFFORT=N",
+        help="generated tokens per request at one effort (repeatable; defaults "
+        + ", ".join(f"{e}={n}" for e, n in EFFORT_BUDGETS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--trace-file",
+        type=Path,
+        help="append every finished conversation to this JSON-lines file (fidelity record --traces)",
+    )
     p.add_argument("--script", help="JSON file of scripted answers forced through the engine (tests, demos)")
-    p.add_argument("--server-key", type=Path, help="the daemon's secret key file (k3-backend keys init): CurveZMQ on")
-    p.add_argument("--authorized-keys", type=Path, help="directory of authorized client *.key files (re-read live)")
-    p.add_argument("--keys-reload-seconds", type=float, default=auth.Security.keys_reload_seconds,
-                   help="look at --authorized-keys at most this often: how long a removed key may still be served")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow a plain tcp socket (no encryption, no authentication): every local user, and "
-                        "beyond loopback everyone on the network, can connect or pose as the daemon")
-    p.add_argument("--rank-timeout", type=float, default=300.0,
-                   help="under mlx.launch: seconds one step may take on all ranks before the pair is failed")
-    p.add_argument("--rank-tick", type=float, default=5.0,
-                   help="under mlx.launch: seconds between rank 0's liveness steps while idle")
-    p.add_argument("--load-wait", type=float, default=600.0,
-                   help="seconds a request that arrives while the model loads waits for it (error loading after)")
-    p.add_argument("--load-pace", type=float, default=0.0,
-                   help="pause this long after each layer read while loading: only to watch the loading state of a "
-                        "tiny checkpoint (demos, tests); 0 in real use")
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=store.default_path(),
+        help="sqlite file of complete audits answered again to every authorised client (default: "
+        f"${store.ENV_PATH}, else %(default)s; its folder is made 0700, the file 0600)",
+    )
+    p.add_argument(
+        "--store-max-bytes",
+        type=int,
+        default=store.DEFAULT_MAX_BYTES,
+        help="results kept in the store, in bytes; the least recently used go first (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-store",
+        dest="store",
+        action="store_const",
+        const=None,
+        help="keep no results: every audit request is generated",
+    )
+    add_flags(p, auth.Security)
+    p.add_argument(
+        "--rank-timeout",
+        type=float,
+        default=300.0,
+        help="under mlx.launch: seconds one step may take on all ranks before the pair is failed",
+    )
+    p.add_argument(
+        "--rank-tick",
+        type=float,
+        default=5.0,
+        help="under mlx.launch: seconds between rank 0's liveness steps while idle",
+    )
+    p.add_argument(
+        "--load-pace",
+        type=float,
+        default=0.0,
+        help="pause this long after each layer read while loading: only to watch the loading state of a "
+        "tiny checkpoint (demos, tests); 0 in real use",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,7 +152,15 @@ def _reserve_stdio() -> TextIO:
 def _check(args: argparse.Namespace) -> str | None:
     if not args.bind.startswith(("tcp://", "ipc://")):
         return f"--bind must be a tcp:// or ipc:// endpoint, got {args.bind!r}"
-    for name in ("prefill_step_size", "max_tokens", "max_concurrency", "max_open_per_client", "prompt_cache_size"):
+    names = (
+        "prefill_step_size",
+        "max_tokens",
+        "max_concurrency",
+        "max_open_per_client",
+        "prompt_cache_size",
+        "store_max_bytes",
+    )
+    for name in names:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
     if args.max_prompt_tokens < 0 or args.prompt_cache_bytes < 0:
@@ -150,7 +176,7 @@ def _check(args: argparse.Namespace) -> str | None:
     if args.rank_timeout <= 0 or args.rank_tick <= 0 or args.load_wait <= 0 or args.load_pace < 0:
         return "--rank-timeout, --rank-tick and --load-wait must be > 0, --load-pace >= 0"
     try:  # before the model load, which takes minutes on the real model
-        auth.check(args.bind, _security(args))
+        auth.check(args.bind, from_args(auth.Security, args))
     except (auth.InsecureBindError, keys.KeyFileError) as exc:
         return str(exc)
     return None
@@ -162,45 +188,42 @@ def effort_budgets(items: list[str]) -> dict[str, int]:
     for item in items:
         effort, _, n = item.partition("=")
         if effort not in EFFORTS or not n.isdigit() or int(n) < 1:
-            raise ValueError(f"--effort-tokens wants EFFORT=N with EFFORT in {', '.join(EFFORTS)} and N >= 1, "
-                             f"got {item!r}")
+            raise ValueError(
+                f"--effort-tokens wants EFFORT=N with EFFORT in {', '.join(EFFORTS)} and N >= 1, got {item!r}"
+            )
         budgets[effort] = int(n)
     return budgets
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
-    return AgentConfig(max_tokens=args.max_tokens, max_tool_rounds=args.max_tool_rounds, deadline=args.deadline,
-                       temp=args.temp, top_p=args.top_p, thinking_effort=args.thinking_effort,
-                       budgets=effort_budgets(args.effort_tokens))
-
-
-def _security(args: argparse.Namespace) -> auth.Security:
-    return auth.Security(server_secret=args.server_key, authorized_dir=args.authorized_keys, insecure=args.insecure,
-                         keys_reload_seconds=args.keys_reload_seconds)
+    return from_args(AgentConfig, args, budgets=effort_budgets(args.effort_tokens))
 
 
 async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
-    # Imported here so `k3-backend --help` and argument errors don't pay for importing mlx.
     import mlx.core as mx
 
     from backend import dist
-    from backend.engine import EngineArgs
 
     rank = os.environ.get("MLX_RANK")
     # Under mlx.launch, init waits for every rank: one that never starts would block it forever.
-    bounded = contextlib.nullcontext() if rank is None else dist.deadline(
-        args.rank_timeout, f"k3-backend serve: rank {rank}: the ranks did not all connect within "
-        f"{args.rank_timeout:g} s (run k3-backend doctor under the same launch command)")
+    bounded = (
+        contextlib.nullcontext()
+        if rank is None
+        else dist.deadline(
+            args.rank_timeout,
+            f"k3-backend serve: rank {rank}: the ranks did not all connect within "
+            f"{args.rank_timeout:g} s (run k3-backend doctor under the same launch command)",
+        )
+    )
     with bounded:
         group = mx.distributed.init()
     ranks = group if group.size() > 1 else None
     if ranks is not None:
         _log_rank(group.rank(), group.size())
-    engine_args = EngineArgs(model=args.model, max_tokens=_agent_config(args).budget("max"), temp=args.temp,
-                             top_p=args.top_p, prefill_step_size=args.prefill_step_size,
-                             max_concurrency=args.max_concurrency, max_prompt_tokens=args.max_prompt_tokens,
-                             prompt_cache_size=args.prompt_cache_size, prompt_cache_bytes=args.prompt_cache_bytes,
-                             trust_remote_code=args.trust_remote_code)
+    agent = _agent_config(args)
+    engine_args = from_args(
+        EngineArgs, args, model=args.model, max_tokens=agent.budget("max"), temp=agent.temp, top_p=agent.top_p
+    )
     try:
         if ranks is None or group.rank() == 0:
             return await _lead(engine_args, ranks, args, script, ready)
@@ -218,14 +241,33 @@ class LoadError(RuntimeError):
     """The model could not be loaded (the message says which and why)."""
 
 
+async def _stop_after_a_turn(daemon: Daemon, fail: Callable[[str], None]) -> None:
+    """Stop once the pair has taken a whole turn after the signal: its exchange fails if a peer died, and then
+    the requests end with ``rank_failure``, not ``shutdown``. A turn that is still under way after STOP_GRACE is
+    stuck in a collective with a peer that will not answer (a killed peer does not always make it fail): that
+    too is a rank failure. With no turn under way and none completed by then, a plain stop."""
+    scheduler = daemon.scheduler
+    under_way = scheduler.busy_since is not None  # read first: the engine thread counts a turn, then clears it
+    after = scheduler.turns + (2 if under_way else 1)  # a turn under way may have exchanged before the peer died
+    scheduler.turn_now()
+    deadline = time.monotonic() + STOP_GRACE
+    while scheduler.turns < after and daemon.failure is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if daemon.failure is None and scheduler.turns < after and scheduler.busy_since is not None:
+        fail(f"a step did not complete on all ranks within {STOP_GRACE:g} s of the stop signal")
+        return
+    daemon.stop()
+
+
 def _load(engine_args, group, args: argparse.Namespace, progress=None):
     """Load the model (this rank's shard) and compile its kernels; LoadError if that fails."""
     from backend import dist
     from backend.engine import Engine
 
     try:
-        model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code,
-                                           progress=progress, pace=args.load_pace)
+        model, tokenizer = dist.load_model(
+            args.model, group, trust_remote_code=args.trust_remote_code, progress=progress, pace=args.load_pace
+        )
         engine = Engine(engine_args, model, tokenizer, group=group)
         if progress is not None:
             progress.enter("warm-up")
@@ -245,15 +287,17 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     loop = asyncio.get_running_loop()
 
     def fail(message: str) -> None:  # from the engine thread or the watchdog
-        loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"a rank of the pair failed: {message}")
+        loop.call_soon_threadsafe(daemon.fail, ErrorCode.RANK_FAILURE, f"a rank of the pair failed: {message}")
         _exit_after(FAILURE_GRACE, f"k3-backend serve: a rank of the pair failed: {message}")
+
+    stopping: list[asyncio.Task] = []  # held: the loop keeps only weak references to tasks
 
     def terminate() -> None:
         if group is None or daemon.scheduler is None:
             daemon.stop()
             return
-        loop.call_later(STOP_GRACE, daemon.stop)
         _exit_after(STOP_BOUND, f"k3-backend serve: the pair did not stop within {STOP_BOUND:g} s")
+        stopping.append(loop.create_task(_stop_after_a_turn(daemon, fail)))
 
     try:  # what can be known from the checkpoint's files is checked before binding: a refusal comes at once
         dist.check_trust(args.model, args.trust_remote_code)
@@ -263,10 +307,23 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
         return 1
     progress = loading.LoadProgress()
     record = TraceFile(args.trace_file) if args.trace_file else None
-    daemon = Daemon(None, DaemonConfig(bind=args.bind, max_open_per_client=args.max_open_per_client,
-                                       tool_timeout=args.tool_timeout, security=_security(args),
-                                       load_wait=args.load_wait),
-                    _agent_config(args), script, record, loading=(info, progress))
+    try:
+        results = (
+            None
+            if args.store is None
+            else store.ResultStore(args.store, args.store_max_bytes, script=script, prompt_version=PROMPT_VERSION)
+        )
+    except Exception as exc:
+        print(f"k3-backend serve: cannot open the result store {args.store}: {exc}", file=sys.stderr)
+        return 1
+    config = from_args(
+        DaemonConfig,
+        args,
+        slots=engine_args.max_concurrency,
+        interactive_reserve=engine_args.interactive_reserve,
+        security=from_args(auth.Security, args),
+    )
+    daemon = Daemon(None, config, _agent_config(args), script, record, results, loading=(info, progress))
     try:
         endpoint = daemon.bind()
     except Exception as exc:
@@ -296,10 +353,10 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
             loop.call_soon_threadsafe(serve_loaded, engine)
         except LoadError as exc:  # the same on every rank, most likely: exit 1, as a follower does
             progress.failed(str(exc))
-            loop.call_soon_threadsafe(daemon.fail, "load_failed", str(exc))
+            loop.call_soon_threadsafe(daemon.fail, ErrorCode.LOAD_FAILED, str(exc))
         except Exception as exc:
             progress.failed(f"cannot reach the other ranks: {exc}")
-            loop.call_soon_threadsafe(daemon.fail, "rank_failure", f"cannot reach the other ranks: {exc}")
+            loop.call_soon_threadsafe(daemon.fail, ErrorCode.RANK_FAILURE, f"cannot reach the other ranks: {exc}")
         finally:
             mx_clear_streams()
 
@@ -307,7 +364,9 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     loader = threading.Thread(target=load, name="load", daemon=True)
     loader.start()
     await daemon.serve()
-    if daemon.failure is not None and daemon.failure[0] == "load_failed":
+    if results is not None:
+        results.close()
+    if daemon.failure is not None and daemon.failure[0] == ErrorCode.LOAD_FAILED:
         print(f"k3-backend serve: {daemon.failure[1]}", file=sys.stderr)
         return 1
     if daemon.failure is not None:

@@ -86,33 +86,60 @@ def _code(code: int | str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-failures", type=int, default=5, help="give up after this many failures of the same kind "
-                   "in a row (default %(default)s)")
-    p.add_argument("--backoff", type=float, default=5.0, help="seconds before the first restart, doubled after "
-                   "each failure (default %(default)s)")
-    p.add_argument("--backoff-max", type=float, default=300.0, help="longest pause between restarts (default "
-                   "%(default)s)")
-    p.add_argument("--healthy-after", type=float, default=600.0, help="a run that served this many seconds resets "
-                   "the backoff and the failure count (default %(default)s)")
-    p.add_argument("--stop-timeout", type=float, default=60.0, help="seconds the pair has to stop on SIGTERM before "
-                   "it is killed (default %(default)s)")
-    p.add_argument("--write-launchd", type=Path, metavar="DIR", help="write launchd property lists for this command "
-                   "to DIR instead of running it (hostfiles/README.md)")
-    p.add_argument("--wired-limit-mb", type=int, help="with --write-launchd: the iogpu.wired_limit_mb a boot job sets "
-                   "on each Mac")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="-- then the command: mlx.launch ... -- k3-backend serve ...")
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        default=5,
+        help="give up after this many failures of the same kind in a row (default %(default)s)",
+    )
+    p.add_argument(
+        "--backoff",
+        type=float,
+        default=5.0,
+        help="seconds before the first restart, doubled after each failure (default %(default)s)",
+    )
+    p.add_argument(
+        "--backoff-max", type=float, default=300.0, help="longest pause between restarts (default %(default)s)"
+    )
+    p.add_argument(
+        "--healthy-after",
+        type=float,
+        default=600.0,
+        help="a run that served this many seconds resets the backoff and the failure count (default %(default)s)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=60.0,
+        help="seconds the pair has to stop on SIGTERM before it is killed (default %(default)s)",
+    )
+    p.add_argument(
+        "--write-launchd",
+        type=Path,
+        metavar="DIR",
+        help="write launchd property lists for this command to DIR instead of running it (hostfiles/README.md)",
+    )
+    p.add_argument(
+        "--wired-limit-mb", type=int, help="with --write-launchd: the iogpu.wired_limit_mb a boot job sets on each Mac"
+    )
+    p.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- then the command: mlx.launch ... -- k3-backend serve ..."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        print("k3-backend supervise: give the command after --, e.g. -- mlx.launch --hostfile H -- k3-backend serve "
-              "...", file=sys.stderr)
+        print(
+            "k3-backend supervise: give the command after --, e.g. -- mlx.launch --hostfile H -- k3-backend serve ...",
+            file=sys.stderr,
+        )
         return 2
     if args.max_failures < 1 or min(args.backoff, args.backoff_max, args.stop_timeout) <= 0 or args.healthy_after < 0:
-        print("k3-backend supervise: --max-failures must be >= 1, --backoff, --backoff-max and --stop-timeout > 0",
-              file=sys.stderr)
+        print(
+            "k3-backend supervise: --max-failures must be >= 1, --backoff, --backoff-max and --stop-timeout > 0",
+            file=sys.stderr,
+        )
         return 2
     if args.write_launchd is not None:
         from backend import launchd
@@ -147,9 +174,11 @@ class Supervisor:
             streak = streak + 1 if kind == last_kind else 1
             last_kind = kind
             if streak >= self.args.max_failures:
-                say(f"giving up after {streak} failures in a row of the same kind ({kind}; the last: "
+                say(
+                    f"giving up after {streak} failures in a row of the same kind ({kind}; the last: "
                     f"{run.describe()}). Run `k3-backend doctor` under the same launch command. The pair's last log "
-                    "lines:\n" + "".join(run.tail).rstrip())
+                    "lines:\n" + "".join(run.tail).rstrip()
+                )
                 return 1
             say(f"the pair failed ({kind}; {run.describe()}; {streak} in a row); restarting in {backoff:g} s")
             if self.stopping.wait(backoff):
@@ -162,12 +191,19 @@ class Supervisor:
         """Run the command once, passing its output through; how it ended."""
         run = Run()
         with tempfile.TemporaryDirectory(prefix="k3-exit-") as status_dir:
-            self.child = subprocess.Popen(_with_status_dir(self.command, status_dir), stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                          env=os.environ | {exitstatus.ENV: status_dir})
+            self.child = subprocess.Popen(
+                _with_status_dir(self.command, status_dir),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=os.environ | {exitstatus.ENV: status_dir},
+            )
             ready: list[float] = []
-            readers = [threading.Thread(target=_pass_stdout, args=(self.child.stdout, ready, run.tail), daemon=True),
-                       threading.Thread(target=_pass_stderr, args=(self.child.stderr, run), daemon=True)]
+            readers = [
+                threading.Thread(target=_pass_stdout, args=(self.child.stdout, ready, run.tail), daemon=True),
+                threading.Thread(target=_pass_stderr, args=(self.child.stderr, run), daemon=True),
+            ]
             for reader in readers:
                 reader.start()
             if self.stopping.is_set():  # a signal arrived while starting

@@ -195,21 +195,52 @@ def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
     if experts < 2:
         raise ValueError("a tiny kimi_k3 needs at least 2 experts (2 are routed per token)")
     text = {
-        "vocab_size": VOCAB_SIZE, "hidden_size": 64, "num_hidden_layers": layers,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
-        "rms_norm_eps": 1e-05, "hidden_act": "situ", "activation_situ_beta": 1.0,
-        "linear_attn_config": {"kda_layers": list(range(1, layers)), "full_attn_layers": [layers],
-                               "num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4},
-        "attn_res_block_size": 2, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
-        "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_nope": True, "mla_use_output_gate": True,
-        "num_experts": experts, "num_experts_per_token": 2, "num_shared_experts": 1,
-        "moe_intermediate_size": 64, "moe_router_activation_func": "sigmoid", "moe_renormalize": True,
-        "routed_scaling_factor": 2.5, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-        "num_expert_group": 1, "topk_group": 1, "routed_expert_hidden_size": 32,
-        "latent_moe_use_norm": True, "tie_word_embeddings": False,
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 64,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 128,
+        "rms_norm_eps": 1e-05,
+        "hidden_act": "situ",
+        "activation_situ_beta": 1.0,
+        "linear_attn_config": {
+            "kda_layers": list(range(1, layers)),
+            "full_attn_layers": [layers],
+            "num_heads": 4,
+            "head_dim": 16,
+            "short_conv_kernel_size": 4,
+        },
+        "attn_res_block_size": 2,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "mla_use_nope": True,
+        "mla_use_output_gate": True,
+        "num_experts": experts,
+        "num_experts_per_token": 2,
+        "num_shared_experts": 1,
+        "moe_intermediate_size": 64,
+        "moe_router_activation_func": "sigmoid",
+        "moe_renormalize": True,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "num_expert_group": 1,
+        "topk_group": 1,
+        "routed_expert_hidden_size": 32,
+        "latent_moe_use_norm": True,
+        "tie_word_embeddings": False,
     }
-    return {"model_type": "kimi_k3", "architectures": ["KimiK3ForCausalLM"],
-            "eos_token_id": SPECIAL_TOKENS.index(EOS), "torch_dtype": "float32", "text_config": text}
+    return {
+        "model_type": "kimi_k3",
+        "architectures": ["KimiK3ForCausalLM"],
+        "eos_token_id": SPECIAL_TOKENS.index(EOS),
+        "torch_dtype": "float32",
+        "text_config": text,
+    }
 
 
 def _write_full(out: Path, *, experts: int, layers: int, seed: int, dialect: str) -> None:
@@ -223,8 +254,11 @@ def _write_full(out: Path, *, experts: int, layers: int, seed: int, dialect: str
     model = kimi_k3.Model(kimi_k3.ModelArgs.from_dict(config))
     # Zero-initialised parameters would make routing bias and KDA time steps trivial; give them
     # values so pruning and sharding tests see every tensor matter.
-    nonzero = [(name, 0.5 * mx.random.normal(value.shape)) for name, value in tree_flatten(model.parameters())
-               if name.endswith(("e_score_correction_bias", "dt_bias"))]
+    nonzero = [
+        (name, 0.5 * mx.random.normal(value.shape))
+        for name, value in tree_flatten(model.parameters())
+        if name.endswith(("e_score_correction_bias", "dt_bias"))
+    ]
     model.load_weights(nonzero, strict=False)
     mx.eval(model.parameters())
     out.mkdir(parents=True, exist_ok=True)
@@ -253,8 +287,10 @@ def _write_tokenizer(out: Path, dialect: str) -> None:
         config |= {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE}
     else:  # the release's packaging: the renderer is the tokenizer class's own Python code
         shutil.copyfile(Path(__file__).with_name(REMOTE_CODE), out / REMOTE_CODE)
-        config |= {"tokenizer_class": "KimiK3Tokenizer",
-                   "auto_map": {"AutoTokenizer": [None, "tokenization_kimi.KimiK3Tokenizer"]}}
+        config |= {
+            "tokenizer_class": "KimiK3Tokenizer",
+            "auto_map": {"AutoTokenizer": [None, "tokenization_kimi.KimiK3Tokenizer"]},
+        }
     _write_json(out / "tokenizer_config.json", config)
 
 
@@ -266,12 +302,21 @@ def _corpus() -> list[str]:
 
     prompt = [SYSTEM_PROMPT, EXPLAIN_SYSTEM_PROMPT, *(json.dumps(t["function"]) for t in AUDIT_TOOLS)]
     call = {"function": {"name": "read_lines", "arguments": {"path": "drivers/net/foo.c", "start": 10, "end": 40}}}
-    k3 = tokenization_kimi.render([
-        {"role": "user", "content": "Audit the function below."},
-        {"role": "assistant", "reasoning_content": "The length is not checked.", "content": "Let me read more.",
-         "tool_calls": [call]},
-        {"role": "tool", "name": "read_lines", "content": "ok"},
-    ], AUDIT_TOOLS, add_generation_prompt=True, thinking_effort="low")
+    k3 = tokenization_kimi.render(
+        [
+            {"role": "user", "content": "Audit the function below."},
+            {
+                "role": "assistant",
+                "reasoning_content": "The length is not checked.",
+                "content": "Let me read more.",
+                "tool_calls": [call],
+            },
+            {"role": "tool", "name": "read_lines", "content": "ok"},
+        ],
+        AUDIT_TOOLS,
+        add_generation_prompt=True,
+        thinking_effort="low",
+    )
     return [*_MARKUP, k3] * 4 + prompt * 3 + _C_CODE.splitlines(keepends=True) * 2
 
 
@@ -310,10 +355,13 @@ def prune(src_dir: str | Path, out_dir: str | Path, keep: list[int]) -> Path:
         if item.is_file() and not item.name.startswith("model") and item.name != "config.json":
             shutil.copy2(item, out / item.name)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    _write_json(out / "model.safetensors.index.json", {
-        "metadata": {"total_size": sum(v.nbytes for v in weights.values())},
-        "weight_map": dict.fromkeys(sorted(weights), "model.safetensors"),
-    })
+    _write_json(
+        out / "model.safetensors.index.json",
+        {
+            "metadata": {"total_size": sum(v.nbytes for v in weights.values())},
+            "weight_map": dict.fromkeys(sorted(weights), "model.safetensors"),
+        },
+    )
     text["num_experts"] = len(keep)
     # Which experts of the unpruned model survive, for doctor and tests (mlx-lm ignores the key).
     earlier = config.get("kept_experts")
@@ -358,14 +406,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=4, help="decoder layers, the last one MLA (default 4)")
     p.add_argument("--prune-to", type=int, metavar="N", help="keep N experts spread evenly, renumbered 0..N-1")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dialect", choices=DIALECTS, default="k3",
-                   help="chat format: k3 = the release's packaging (a remote-code tokenizer class: serve it with "
-                        "--trust-remote-code), jinja = a made-up Jinja template (default k3)")
+    p.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="k3",
+        help="chat format: k3 = the release's packaging (a remote-code tokenizer class: serve it with "
+        "--trust-remote-code), jinja = a made-up Jinja template (default k3)",
+    )
 
 
 def run(args) -> int:
     keep = spread(args.experts, args.prune_to) if args.prune_to is not None else None
-    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep,
-                    dialect=args.dialect)
+    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep, dialect=args.dialect)
     print(out)
     return 0

@@ -100,8 +100,14 @@ def _message(m: dict) -> str:
     return message(content, role=role)
 
 
-def render(messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = False,
-           thinking: bool = True, thinking_effort: str | None = "max") -> str:
+def render(
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    *,
+    add_generation_prompt: bool = False,
+    thinking: bool = True,
+    thinking_effort: str | None = "max",
+) -> str:
     """The prompt text of a conversation in the Kimi K3 format."""
     effort = thinking_effort or "max"
     if thinking and effort not in EFFORTS:
@@ -123,11 +129,23 @@ def render(messages: list[dict], tools: list[dict] | None = None, *, add_generat
 class KimiK3Tokenizer(PreTrainedTokenizerFast):
     """A fast BPE tokenizer whose chat template is the Python renderer above."""
 
-    def apply_chat_template(self, conversation: list[dict], tools: list[dict] | None = None,
-                            add_generation_prompt: bool = False, thinking: bool = True,
-                            thinking_effort: str | None = "max", tokenize: bool = True, **kwargs: Any):
-        text = render(conversation, tools, add_generation_prompt=add_generation_prompt, thinking=thinking,
-                      thinking_effort=thinking_effort)
+    def apply_chat_template(
+        self,
+        conversation: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = False,
+        thinking: bool = True,
+        thinking_effort: str | None = "max",
+        tokenize: bool = True,
+        **kwargs: Any,
+    ):
+        text = render(
+            conversation,
+            tools,
+            add_generation_prompt=add_generation_prompt,
+            thinking=thinking,
+            thinking_effort=thinking_effort,
+        )
         if not tokenize:
             return text
         return self.encode(text, add_special_tokens=False)

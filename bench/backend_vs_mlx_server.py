@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from tests.support.daemon import Wire, serving, stop  # noqa: E402
+from tests.support.pair import free_port_block  # noqa: E402
 
 TOKENS = 32
 SEQUENTIAL, CONCURRENT, WARMUP, REPEATS = 20, 8, 2, 3
@@ -48,8 +48,10 @@ CONTEXT = "#include <linux/uaccess.h>\nstruct req { size_t len; char data[64]; }
 
 
 def unit(i: int) -> dict:
-    code = (f"int handler_{i}(struct req *r, const char __user *u)\n"
-            f"{{\n\treturn copy_from_user(r->data, u, r->len + {i});\n}}")
+    code = (
+        f"int handler_{i}(struct req *r, const char __user *u)\n"
+        f"{{\n\treturn copy_from_user(r->data, u, r->len + {i});\n}}"
+    )
     return {"path": "drivers/bench.c", "unit": f"handler_{i}", "code": code, "context": CONTEXT}
 
 
@@ -77,8 +79,11 @@ async def k3_warmup(endpoint: str) -> dict:
             await wire.ask("ping", f"p{i}")
             pings.append(time.perf_counter() - tic)
         runs = [await k3_one(wire, f"o{i}", unit(2000 + i)) for i in range(10)]
-    return {"ping": pings, "overhead": [lat - stats["seconds"] for lat, stats in runs],
-            "prompt_tokens": warm[0][1]["prompt_tokens"]}
+    return {
+        "ping": pings,
+        "overhead": [lat - stats["seconds"] for lat, stats in runs],
+        "prompt_tokens": warm[0][1]["prompt_tokens"],
+    }
 
 
 async def k3_sequential(endpoint: str, rep: int) -> tuple[float, list[float]]:
@@ -98,17 +103,25 @@ async def k3_concurrent(endpoint: str, rep: int) -> tuple[float, list[float]]:
 # --- mlx_lm.server -------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+    port = free_port_block(1)
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model), "--host", "127.0.0.1",
-                                 "--port", str(port), "--trust-remote-code"], stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlx_lm.server",
+                "--model",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--trust-remote-code",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
@@ -123,13 +136,21 @@ def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def mlx_one(url: str, fields: dict, specials: tuple[str, ...]) -> tuple[float, dict]:
-    messages = prompts.audit_messages(path=fields["path"], unit=fields["unit"], code=fields["code"],
-                                      context=fields["context"], specials=specials)
+    messages = prompts.audit_messages(
+        path=fields["path"], unit=fields["unit"], code=fields["code"], context=fields["context"], specials=specials
+    )
     # the daemon's default thinking effort, so both render the same prompt
-    body = {"messages": messages, "tools": prompts.AUDIT_TOOLS, "max_tokens": TOKENS, "temperature": 0.0,
-            "logit_bias": {str(EOS): -100.0}, "chat_template_kwargs": {"thinking_effort": "low"}}
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "messages": messages,
+        "tools": prompts.AUDIT_TOOLS,
+        "max_tokens": TOKENS,
+        "temperature": 0.0,
+        "logit_bias": {str(EOS): -100.0},
+        "chat_template_kwargs": {"thinking_effort": "low"},
+    }
+    req = urllib.request.Request(
+        url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     tic = time.perf_counter()
     with urllib.request.urlopen(req, timeout=120) as resp:
         answer = json.loads(resp.read())
@@ -169,9 +190,12 @@ def report(name: str, n: int, runs: list[tuple[float, list[float]]]) -> float:
     """Print the median run (by wall time) of a scenario; returns its throughput in tokens/s."""
     wall, latencies = sorted(runs)[len(runs) // 2]
     throughput = n * TOKENS / wall
-    print(f"  {name:14s} {throughput:7.1f} tok/s  {n / wall:5.2f} req/s  latency p50 {ms(statistics.median(latencies))}"
-          f"  max {ms(max(latencies))}  wall {wall:.2f} s  (median of {len(runs)}: "
-          + ", ".join(f"{n * TOKENS / w:.0f}" for w, _ in runs) + " tok/s)")
+    print(
+        f"  {name:14s} {throughput:7.1f} tok/s  {n / wall:5.2f} req/s  latency p50 {ms(statistics.median(latencies))}"
+        f"  max {ms(max(latencies))}  wall {wall:.2f} s  (median of {len(runs)}: "
+        + ", ".join(f"{n * TOKENS / w:.0f}" for w, _ in runs)
+        + " tok/s)"
+    )
     return throughput
 
 
@@ -193,10 +217,14 @@ def main() -> int:
             finally:
                 stop(proc)
     print(f"machine: {os.cpu_count()} CPU cores, mlx on CPU; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"prompt tokens per request: k3-backend {ours['prompt_tokens']}, mlx_lm.server {theirs['prompt_tokens']}"
-          f"; {TOKENS} generated tokens each; both servers up, scenarios interleaved, {REPEATS} repeats")
-    print("prompt tokens served from the prompt cache, median per request: "
-          + ", ".join(f"{name} {statistics.median(c):.0f}" for name, c in CACHED.items()))
+    print(
+        f"prompt tokens per request: k3-backend {ours['prompt_tokens']}, mlx_lm.server {theirs['prompt_tokens']}"
+        f"; {TOKENS} generated tokens each; both servers up, scenarios interleaved, {REPEATS} repeats"
+    )
+    print(
+        "prompt tokens served from the prompt cache, median per request: "
+        + ", ".join(f"{name} {statistics.median(c):.0f}" for name, c in CACHED.items())
+    )
     ratios = {}
     for scenario, n in (("sequential", SEQUENTIAL), ("concurrent", CONCURRENT)):
         print(f"{scenario} x{n}:")
@@ -205,9 +233,11 @@ def main() -> int:
         ratios[scenario] = a / b
     for scenario, ratio in ratios.items():
         print(f"ratio {scenario} = {ratio:.2f}")
-    print(f"transport: ping round trip p50 {ms(statistics.median(ours['ping']))} "
-          f"(p90 {ms(statistics.quantiles(ours['ping'], n=10)[-1])}); "
-          f"end-to-end minus daemon time p50 {ms(statistics.median(ours['overhead']))}")
+    print(
+        f"transport: ping round trip p50 {ms(statistics.median(ours['ping']))} "
+        f"(p90 {ms(statistics.quantiles(ours['ping'], n=10)[-1])}); "
+        f"end-to-end minus daemon time p50 {ms(statistics.median(ours['overhead']))}"
+    )
     return 0
 
 

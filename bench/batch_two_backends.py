@@ -73,8 +73,10 @@ def main() -> int:
     args = parser.parse_args()
 
     script = [{"unit": "*", "turns": [{"repeat": LONG_PERIOD, "tokens": args.tokens}]}]
-    print(f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
-          f"load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     print(f"{args.units} units x {args.tokens} forced tokens, --jobs {args.jobs} per backend, median of {args.repeats}")
     with tempfile.TemporaryDirectory(prefix="k3b-") as tmp:
         model = make_tiny(Path(tmp) / "tiny")

@@ -68,8 +68,15 @@ if group.rank() == 0:
 
 def exchange_figures() -> dict[str, float]:
     cmd = [*launch_command([])[:-2], "-c", RANK, str(REPS), str(BLOCKS)]  # python -c, not -m backend.cli
-    done = subprocess.run(cmd, cwd=REPO, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        cmd,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise RuntimeError(f"the ranks printed no figures:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -85,19 +92,25 @@ async def serve_figures(endpoint: str) -> dict:
 
 
 def main() -> int:
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     figures = exchange_figures()
-    print(f"a decode step's exchange under mlx.launch, median of {BLOCKS} blocks of {REPS}: "
-          f"one collective {figures['one']:.0f} us, two collectives {figures['two']:.0f} us")
+    print(
+        f"a decode step's exchange under mlx.launch, median of {BLOCKS} blocks of {REPS}: "
+        f"one collective {figures['one']:.0f} us, two collectives {figures['two']:.0f} us"
+    )
     with tempfile.TemporaryDirectory(prefix="k3bench-") as tmp:
         model = make_tiny(Path(tmp) / "tiny")
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps([{"unit": "long", "turns": [" ".join(f"v{i} = a[{i}];" for i in range(400))]}]))
         with launched(["--model", str(model), "--temp", "0", "--max-tokens", str(LONG), "--script", str(script)]) as p:
             link = asyncio.run(serve_figures(p.endpoint))
-    print(f"serve on the pair, one request of {LONG} tokens: {link['turns']} steps, {link['collectives']} collectives "
-          f"({link['collectives'] / link['turns']:.2f} per step), {link['ms_per_turn']:.2f} ms per step in them")
+    print(
+        f"serve on the pair, one request of {LONG} tokens: {link['turns']} steps, {link['collectives']} collectives "
+        f"({link['collectives'] / link['turns']:.2f} per step), {link['ms_per_turn']:.2f} ms per step in them"
+    )
     print(f"load after: {os.getloadavg()[0]:.2f}")
     print(f"ratio two_collectives_over_one = {figures['two'] / figures['one']:.2f}")
     return 0

@@ -42,8 +42,9 @@ def figures(out: str) -> tuple[float, float]:
 
 
 def under_launcher() -> tuple[float, float]:
-    done = subprocess.run(launch_command(["doctor"]), cwd=REPO, stdin=subprocess.PIPE, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        launch_command(["doctor"]), cwd=REPO, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=300
+    )
     return figures(done.stdout)
 
 
@@ -52,9 +53,17 @@ def by_hand() -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="k3-bench-") as tmp:
         hostfile = Path(tmp) / "ring.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
-        ranks = [subprocess.Popen(DOCTOR, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  env=os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": str(r)})
-                 for r in range(2)]
+        ranks = [
+            subprocess.Popen(
+                DOCTOR,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": str(r)},
+            )
+            for r in range(2)
+        ]
         outs = [p.communicate(timeout=300)[0] for p in ranks]
     return figures(outs[0])
 

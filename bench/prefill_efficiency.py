@@ -96,8 +96,9 @@ async def audit(path: Path, endpoint: str, tmp: Path) -> tuple[int, int]:
 def ideal(tokenizer, path: Path) -> tuple[int, int]:
     """(file tokens, system/tools prompt tokens), the prompt at the effort `k3lsp audit` sends (background)."""
     text = path.read_text(errors="surrogateescape")
-    messages = prompts.audit_messages(path=path.name, unit="u", code="int u(void)\n{\n}", context="x",
-                                      specials=prompts.special_strings(tokenizer))
+    messages = prompts.audit_messages(
+        path=path.name, unit="u", code="int u(void)\n{\n}", context="x", specials=prompts.special_strings(tokenizer)
+    )
     system = prompts.render(tokenizer, messages, prompts.AUDIT_TOOLS, Options().effort("background")).segments[0]
     return len(tokenizer.encode(text, add_special_tokens=False)), system
 
@@ -122,10 +123,15 @@ def main() -> int:
                     seconds = time.perf_counter() - tic
                 x = (file_tokens + system) / prefilled
                 rows.append((path.name, layout, n_units, file_tokens, system, prefilled, x, seconds))
-                print(f"  {path.name:18s} {layout:6s} {n_units:4d} units  file {file_tokens:7,d} + system {system:,d}"
-                      f"  prefilled {prefilled:7,d}  X {x:.3f}  ({seconds:.0f} s)", flush=True)
-    print(f"machine: {os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; tiny checkpoint tokenizer")
+                print(
+                    f"  {path.name:18s} {layout:6s} {n_units:4d} units  file {file_tokens:7,d} + system {system:,d}"
+                    f"  prefilled {prefilled:7,d}  X {x:.3f}  ({seconds:.0f} s)",
+                    flush=True,
+                )
+    print(
+        f"machine: {os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; tiny checkpoint tokenizer"
+    )
     shared = [r for r in rows if r[1] == "shared"]
     for name, _, _, _, _, _, x, _ in shared:
         print(f"ratio prefill_ideal_over_actual[{name}] = {x:.3f}")

@@ -4,7 +4,7 @@ The expensive thing is the model, so this module's job is to ask it as little as
 content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
 daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
 others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
-answered from the workspace through the sandbox in ``k3lsp.tools``. Only complete audits are cached: one
+answered from the workspace through the sandbox in ``k3lsp.sandbox``. Only complete audits are cached: one
 the daemon cut short (deadline, token or tool-round budget, loop guard) is shown with what it found,
 reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
 "no findings".
@@ -22,41 +22,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from k3lsp import loading, protocol, resultkey, sanitize, tools
+from k3lsp import loading, protocol, resultkey, sandbox, sanitize
 from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
+from k3lsp.protocol import CodedError, CodeKind, ErrorCode, kind_of
 from k3lsp.resultkey import ResultKey
 from k3lsp.slots import PrioritySlots
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
 
-# Codes that say the daemon as a whole cannot serve us now (as opposed to one request failing): the editor
-# shows one message, keeps cached findings and retries later. Among them `loading` (the daemon is still reading
-# its model and a request waited longer than it allows) and `load_failed` (it could not load its model and exits).
-CONNECTION_CODES = protocol.TRANSIENT_CODES | protocol.SETUP_CODES
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
 COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
-class BackendUnavailable(Exception):
-    """The daemon cannot be used right now; ``code`` is the BackendError code, the message is for people."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+class BackendUnavailable(CodedError):
+    """The daemon cannot be used right now (``code``: a transient or set-up :class:`ErrorCode`)."""
 
 
 class _Transient(BackendUnavailable):
-    """A transient error of one attempt (``code`` in protocol.TRANSIENT_CODES): worth another, later."""
+    """A transient error of one attempt (``code`` of kind CodeKind.TRANSIENT): worth another, later."""
+
+
+def retried(code: str) -> bool:
+    """Whether a request that ended with ``code`` is sent again later (with backoff and a bound)."""
+    return kind_of(code) is CodeKind.TRANSIENT
+
+
+def concerns_daemon(code: str) -> bool:
+    """Whether ``code`` says the daemon as a whole cannot serve us now (as opposed to one request failing): the
+    editor shows one message, keeps cached findings and retries later. Among them ``loading`` (the daemon is
+    still reading its model and a request waited longer than it allows) and ``load_failed`` (it could not load
+    its model and exits)."""
+    return kind_of(code) is not CodeKind.REQUEST
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ class Counters:
     sent: int = 0  # audit requests sent to the daemon
     audited: int = 0  # audit requests that ended with `done`
     incomplete: int = 0  # ... of which the daemon cut short: shown, not cached
+    from_store: int = 0  # ... of which the daemon answered from its result store (nothing generated)
     cancelled: int = 0
     failed: int = 0
     refused: int = 0  # too long to audit: not sent again
@@ -133,6 +140,15 @@ class Counters:
     findings: int = 0
     over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
+
+    @classmethod
+    def total(cls, counters: Iterable[Counters]) -> Counters:
+        """The sum of several auditors' counters (one per daemon)."""
+        out = cls()
+        for c in counters:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
+        return out
 
 
 @dataclass(frozen=True)
@@ -153,9 +169,9 @@ def _count(value: object) -> int:
 
 
 def state_for(code: str) -> str:
-    if code == "loading":
-        return "loading"
-    return "unauthorized" if code in ("unauthorized", "server_key", "security_mismatch", "keys") else "down"
+    """The backend state an editor shows when ``code`` makes the daemon unusable (ErrorCode.state)."""
+    known = ErrorCode.of(code)
+    return known.state if known else "down"
 
 
 def _serving(welcome: dict) -> str:
@@ -285,8 +301,9 @@ class Auditor:
             if self._state != "loading":  # an audit found the daemon gone meanwhile
                 return
             if loading.is_loading(status):
-                self._set_state("loading", loading.describe(status.get("loading")),
-                                loading.percent(status.get("loading")))
+                self._set_state(
+                    "loading", loading.describe(status.get("loading")), loading.percent(status.get("loading"))
+                )
                 continue
             self._connected = False  # loaded: a fresh hello, whose welcome describes the model being served
             with contextlib.suppress(BackendUnavailable):  # _hello has reported it
@@ -312,9 +329,22 @@ class Auditor:
 
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup:
+    @property
+    def result_key(self) -> ResultKey | None:
+        """What this daemon's results are cached under; None before its first welcome or when it has none."""
+        return self._result_key
+
+    async def lookup(
+        self,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        force: bool = False,
+        also: Sequence[ResultKey] = (),
+    ) -> Lookup:
         """Split units into cached results and units to audit at ``priority`` (its thinking effort, or a higher
-        one, answers); ``force`` (re-audit) treats everything as a miss.
+        one, answers); ``force`` (re-audit) treats everything as a miss. ``also``: the result keys of other
+        configured daemons whose results answer too (the same checkpoint and prompt version; ``k3lsp.pool``).
 
         Raises BackendUnavailable only when the daemon was never reached (no model id to look results up by).
         """
@@ -325,7 +355,17 @@ class Auditor:
             if self.welcome is None:
                 raise
             down = exc
-        keys = [] if force or self._result_key is None else self._result_key.answering(self.options.effort(priority))
+        effort = self.options.effort(priority)
+        keys = (
+            []
+            if force or self._result_key is None
+            else [
+                key
+                for rk in (self._result_key, *also)
+                if rk.same_answers(self._result_key)
+                for key in rk.answering(effort)
+            ]
+        )
         hits, misses = [], []
         for unit in units:
             self.counters.units += 1
@@ -342,7 +382,12 @@ class Auditor:
         return Lookup(hits, misses, down)
 
     async def audit(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
         on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Yield a result per unit as it becomes known: cached ones first, then audited ones as they finish."""
@@ -357,16 +402,25 @@ class Auditor:
                 yield result
 
     async def audit_uncached(
-        self, root: Path | None, path: str, units: Sequence[Unit], *, priority: str = "interactive",
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
         on_progress: Progress | None = None,
     ) -> AsyncIterator[UnitResult]:
         """Send units to the daemon (bounded, by priority) and yield their results as they finish.
 
-        ``path`` is workspace-relative (what the model and its tools see). ``on_progress`` gets the daemon's
+        ``path`` is workspace-relative (what the model and its tools see). ``fresh`` (a re-audit) asks the
+        daemon to audit again rather than answer from its result store. ``on_progress`` gets the daemon's
         progress messages (prefill, decode) per unit. Raises BackendUnavailable once the daemon cannot be used;
         leaving early or cancelling the caller cancels the requests on the daemon.
         """
-        tasks = [asyncio.ensure_future(self._audit_one(root, path, unit, priority, on_progress)) for unit in units]
+        tasks = [
+            asyncio.ensure_future(self._audit_one(root, path, unit, priority, fresh, on_progress)) for unit in units
+        ]
         try:
             for next_done in asyncio.as_completed(tasks):
                 result = await next_done
@@ -377,13 +431,14 @@ class Auditor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _audit_one(self, root: Path | None, path: str, unit: Unit, priority: str,
-                         on_progress: Progress | None) -> UnitResult | None:
+    async def _audit_one(
+        self, root: Path | None, path: str, unit: Unit, priority: str, fresh: bool, on_progress: Progress | None
+    ) -> UnitResult | None:
         """One unit, retried after a transient error (RETRY_DELAYS), never after a request-level one."""
         async with self._slots.hold(priority):
             for delay in (*RETRY_DELAYS, None):
                 try:
-                    return await self._request(root, path, unit, priority, on_progress)
+                    return await self._request(root, path, unit, priority, fresh, on_progress)
                 except _Transient as exc:
                     if delay is None:
                         raise self._unavailable(exc.code, str(exc)) from None
@@ -392,8 +447,9 @@ class Auditor:
                     await asyncio.sleep(delay)
         return None
 
-    async def _request(self, root: Path | None, path: str, unit: Unit, priority: str,
-                       on_progress: Progress | None) -> UnitResult | None:
+    async def _request(
+        self, root: Path | None, path: str, unit: Unit, priority: str, fresh: bool, on_progress: Progress | None
+    ) -> UnitResult | None:
         fields = {
             "path": path,
             "unit": unit.name,
@@ -402,7 +458,7 @@ class Auditor:
             "first_line": unit.start_line + 1,
             "priority": priority,
             "thinking_effort": self.options.effort(priority),
-        }
+        } | ({"fresh": True} if fresh else {})
         findings: list[dict] = []
         bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
         try:
@@ -434,13 +490,13 @@ class Auditor:
             self.counters.cancelled += 1
             raise
         except BackendUnavailable as exc:
-            if exc.code in protocol.TRANSIENT_CODES:
+            if retried(exc.code):
                 raise _Transient(exc.code, str(exc)) from None
             raise
         except BackendError as exc:
             return self._failed(unit, exc.code, str(exc))
         except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
-            return self._failed(unit, "protocol", str(exc))
+            return self._failed(unit, ErrorCode.PROTOCOL, str(exc))
         return None
 
     def _store(self, unit: Unit, findings: list[dict], stats: dict, effort: str) -> UnitResult:
@@ -452,6 +508,7 @@ class Auditor:
         elif self._result_key is not None:
             self.cache.put(unit.key, self._result_key.digest(effort), findings, stats)
         self.counters.audited += 1
+        self.counters.from_store += stats.get("from_store") is True
         self.counters.findings += len(findings)
         self.counters.over_limit += result.over_limit
         self.counters.tokens += sum(_count(stats.get(name)) for name in ("prompt_tokens", "generated_tokens"))
@@ -460,13 +517,13 @@ class Auditor:
     def _failed(self, unit: Unit, code: str, message: str) -> UnitResult | None:
         """One request failed: a transient reason is retried, a set-up one ends the whole audit, any other
         fails this unit only (a unit too long to audit is remembered and never sent again)."""
-        if code in protocol.TRANSIENT_CODES:
+        if retried(code):
             raise _Transient(code, message)
         self.counters.failed += 1
-        if code in CONNECTION_CODES:
+        if concerns_daemon(code):
             raise self._unavailable(code, message)
         log.warning("audit of %s failed (%s): %s", unit.name, code, message)
-        if code == "too_long":
+        if code == ErrorCode.TOO_LONG:
             self.counters.refused += 1
             self._refused[self._refusal_key(unit)] = refusal = sanitize.line(message)
             return UnitResult(unit, [], cached=False, refusal=refusal)
@@ -482,10 +539,10 @@ class Auditor:
             ok, text = False, f"{request['tool']}: no workspace folder holds this file, so no workspace tools"
         else:
             try:
-                call = asyncio.to_thread(tools.run_tool, root, request["tool"], request["args"])
-                ok, text = await asyncio.wait_for(call, tools.TOOL_SECONDS)
+                call = asyncio.to_thread(sandbox.run_tool, root, request["tool"], request["args"])
+                ok, text = await asyncio.wait_for(call, sandbox.TOOL_SECONDS)
             except TimeoutError:  # the model (and the audit) must not wait for ever; the thread ends on its own
-                ok, text = False, f"{request['tool']}: no answer within {tools.TOOL_SECONDS:g} s; ask for less"
+                ok, text = False, f"{request['tool']}: no answer within {sandbox.TOOL_SECONDS:g} s; ask for less"
         if self._on_tool is not None:
             self._on_tool(request, ok, text)
         return ok, text
@@ -495,19 +552,25 @@ class Auditor:
     async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """Stream the model's explanation of one finding; raises BackendUnavailable or BackendError."""
         await self.connect()
-        fields = {"path": path, "unit": unit.name, "code": unit.text, "context": unit.context, "finding": finding,
-                  "thinking_effort": self.options.effort("interactive")}
+        fields = {
+            "path": path,
+            "unit": unit.name,
+            "code": unit.text,
+            "context": unit.context,
+            "finding": finding,
+            "thinking_effort": self.options.effort("interactive"),
+        }
         stream = self._client.stream("explain", fields, tools=lambda req: self._tool(root, req))
         async with contextlib.aclosing(stream) as messages:
             async for message in messages:
                 if message["kind"] == "text":
                     yield message["text"]
                 elif message["kind"] == "error":  # an explanation is asked for by a person: not retried
-                    if message["code"] in CONNECTION_CODES:
+                    if concerns_daemon(message["code"]):
                         raise self._unavailable(message["code"], message["message"])
                     raise BackendError(message["code"], message["message"])
                 elif message["kind"] == "cancelled":  # the daemon's decision, not our task's cancellation
-                    raise BackendError("cancelled", "the audit daemon cancelled the explanation")
+                    raise BackendError(ErrorCode.CANCELLED, "the audit daemon cancelled the explanation")
 
     async def status(self) -> dict:
         """This side's counters and state, with the daemon's own status when it answers."""

@@ -5,7 +5,7 @@ editor is the finding reported here and a tree audited once is not audited again
 files, audit their units into plain reports, then format the reports (text, JSON, SARIF in ``k3lsp.sarif``)
 and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
 
-Several daemons (``--endpoint`` repeated) share one work queue of units: each has its own
+Several daemons (``--endpoint`` repeated) share one work queue of units (``k3lsp.spread``): each has its own
 :class:`~k3lsp.auditor.Auditor` (one DEALER per daemon) and ``jobs`` workers pulling from the queue, so a faster
 daemon simply takes more units. A daemon that fails puts its unit back and stops taking work; the others
 finish the queue. Every unit's result is in the cache as soon as it finishes, so an interrupted run
@@ -17,22 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import findings, sanitize, suppress, units
+from k3lsp import pipeline, sanitize, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
 from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
-
-log = logging.getLogger(__name__)
+from k3lsp.spread import Spread
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -200,8 +198,8 @@ async def audit_paths(
     report.units = len(work)
     cache = cache or ResultCache()
     auditors = {
-        e: Auditor(replace(options, endpoint=e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
-        for e in dict.fromkeys(endpoints or [options.endpoint])
+        e: Auditor(options.only(e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
+        for e in dict.fromkeys(endpoints or options.endpoints)
     }
     report.by_backend = dict.fromkeys(auditors, 0)
     run = _Run(report, options, baseline, work, on_progress, allow_incomplete)
@@ -209,13 +207,13 @@ async def audit_paths(
         await run.execute(auditors, jobs, stop or asyncio.Event())
     finally:
         await asyncio.gather(*(a.close() for a in auditors.values()))
-    report.counters = _total(a.counters for a in auditors.values())
+    report.counters = Counters.total(a.counters for a in auditors.values())
     report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
 class _Run:
-    """The shared queue of one batch audit and what its workers found."""
+    """One batch audit: its units spread over the daemons (``k3lsp.spread``), and what they found."""
 
     def __init__(
         self,
@@ -228,75 +226,49 @@ class _Run:
     ):
         self.report, self.options, self.baseline = report, options, baseline
         self.incomplete = report.warnings if allow_incomplete else report.errors  # where cut-short units go
-        self.queue: asyncio.Queue[Work] = asyncio.Queue()
-        for item in work:
-            self.queue.put_nowait(item)
-        self.total = self.pending = len(work)
-        self.live: set[str] = set()
-        self.finished = asyncio.Event()
+        self.spread = Spread(work, self._audit, on_done=self._done, on_drop=self._drop)
         self.on_progress = on_progress
 
     async def execute(self, auditors: dict[str, Auditor], jobs: int, stop: asyncio.Event) -> None:
-        self.live = set(auditors)
-        if self.pending == 0:
+        spread = self.spread
+        if spread.pending == 0:
             return
         self._progress("")
-        workers = [asyncio.ensure_future(self._worker(e, a)) for e, a in auditors.items() for _ in range(jobs)]
-        waits = [asyncio.ensure_future(self.finished.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in [*workers, *waits]:
-                task.cancel()
-            await asyncio.gather(*workers, *waits, return_exceptions=True)
-        if self.pending and stop.is_set():
+        await spread.run(auditors, jobs, stop)
+        if spread.pending and stop.is_set():
             self.report.interrupted = True
             self.report.errors.append(
-                f"interrupted: {self.total - self.pending} of {self.total} units done; "
+                f"interrupted: {spread.total - spread.pending} of {spread.total} units done; "
                 "their results are cached, a rerun audits only the rest"
             )
-        elif self.pending:
-            self.report.errors.append(f"{self.pending} of {self.total} units not audited: no backend left")
+        elif spread.pending:
+            self.report.errors.append(f"{spread.pending} of {spread.total} units not audited: no backend left")
 
-    async def _worker(self, endpoint: str, auditor: Auditor) -> None:
-        while endpoint in self.live:
-            item = await self.queue.get()
-            if endpoint not in self.live:  # this backend failed while we waited: leave the unit to the others
-                self.queue.put_nowait(item)
-                return
-            try:
-                await self._audit(endpoint, auditor, item)
-            except BackendUnavailable as exc:
-                self.queue.put_nowait(item)
-                self._drop(endpoint, str(exc))
-                return
-            except Exception as exc:  # anything else costs this unit only: a dead worker would leave `pending` > 0
-                log.exception("auditing %s: %s failed", item.source.rel, item.unit.name)
-                self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {exc.__class__.__name__}: {exc}")
-            self.pending -= 1
-            self._progress("")
-            if self.pending == 0:
-                self.finished.set()
+    def _done(self, item: Work, failure: Exception | None) -> None:
+        if failure is not None:
+            self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}")
+        self._progress("")
 
     def _progress(self, note: str) -> None:
         if self.on_progress is not None:
-            self.on_progress(self.total - self.pending, self.total, note)
+            self.on_progress(self.spread.total - self.spread.pending, self.spread.total, note)
 
-    def _drop(self, endpoint: str, why: str) -> None:
-        if endpoint not in self.live:
-            return
-        self.live.discard(endpoint)
-        if self.live:
-            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(self.live))}")
+    def _drop(self, endpoint: str, why: BackendUnavailable, live: set[str]) -> None:
+        if live:
+            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(live))}")
         else:
-            self.report.errors.append(why)
-            self.finished.set()
+            self.report.errors.append(str(why))
 
     async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
         source, unit = item.source, item.unit
         got = False
-        stream = auditor.audit(self.report.root, source.rel, [unit], priority="background",
-                               on_progress=lambda u, msg: self._progress(describe(u, msg)))
+        stream = auditor.audit(
+            self.report.root,
+            source.rel,
+            [unit],
+            priority="background",
+            on_progress=lambda u, msg: self._progress(describe(u, msg)),
+        )
         async with contextlib.aclosing(stream) as results:
             async for result in results:
                 got = True
@@ -315,21 +287,11 @@ class _Run:
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
                         "missing; not cached, a rerun audits it again"
                     )
-                accepted = findings.accept(result.findings, unit)
-                for f in findings.at_least(accepted, self.options.min_severity):
-                    reported = _reported(source, f, unit, self.baseline)
-                    if reported is not None:
-                        self.report.findings.append(reported)
+                self.report.findings += reported(
+                    source, unit, result.findings, self.options.min_severity, self.baseline
+                )
         if not got:
             self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
-
-
-def _total(counters) -> Counters:
-    out = Counters()
-    for c in counters:
-        for f in fields(Counters):
-            setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
-    return out
 
 
 def _display(path: Path) -> str:
@@ -337,28 +299,20 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
-def _reported(source: Source, f: findings.Finding, unit: units.Unit, baseline: suppress.Baseline) -> Reported | None:
-    line = unit.file_line(f.start_line)
-    fingerprint = findings.fingerprint(f, unit)
-    if suppress.is_suppressed(source.lines, line, f.cwe) or fingerprint in baseline:
-        return None
-    span = Span.of(findings.line_range(unit, f.start_line, f.end_line))
-    trace = tuple(Step(Span.of(findings.line_range(unit, s.line, s.line)), s.note) for s in f.trace)
-    fix = None
-    if f.fix is not None:
-        last = unit.text.split("\n")[f.fix.end_line - 1]
-        fix = Edit(
-            Span(
-                unit.file_line(f.fix.start_line) + 1,
-                1,
-                unit.file_line(f.fix.end_line) + 1,
-                findings.utf16_len(last) + 1,
-            ),
-            f.fix.replacement,
-        )
+def reported(
+    source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
+) -> list[Reported]:
+    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates."""
+    return [_row(source, r) for r in pipeline.reportable(unit, raws, source.lines, min_severity, baseline)]
+
+
+def _row(source: Source, r: pipeline.Reportable) -> Reported:
+    f, span, edit = r.finding, Span.of(r.range), r.fix
+    trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
+    fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
-        f.cwe, f.title, f.message, unit.name, fingerprint, f.confidence, trace, fix, f.reasoning,
+        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning,
     )  # fmt: skip
 
 

@@ -6,11 +6,17 @@ the editor, an 886 MB cache row and an 838 MB JSON report. No real function has 
 distinct weaknesses, so both sides keep the first findings that fit these bounds and count the rest: the
 daemon in the agent's finding stream, the editor again on what arrives (the daemon may not be ours).
 What is dropped is counted in the ``done`` stats (``findings_over_limit``) and logged, never silent.
+
+Where a finding may point is bounded too: every line it names (its range, its trace steps, its fix) must be a
+line of its unit. ``fit_lines`` is that check for both sides; the daemon drops a finding naming any line
+past the unit, the editor keeps the finding and drops only the stray trace steps or fix.
 """
 
 from __future__ import annotations
 
 import json
+
+from k3lsp.protocol import ProtocolError
 
 MAX_FINDINGS_PER_UNIT = 64
 MAX_FINDING_BYTES = 64 * 1024  # one finding as JSON: a long message, a full trace and a fix fit
@@ -23,6 +29,26 @@ OVER_LIMIT = "findings_over_limit"  # the `done` stats field counting what the b
 def finding_bytes(finding: dict) -> int:
     """The size of a finding as the cache and the reports store it (ASCII JSON: one byte per character)."""
     return len(json.dumps(finding))
+
+
+def fit_lines(finding: dict, lines: int) -> tuple[dict, list[str]]:
+    """A schema-checked finding map (``protocol.validate_finding``) held to the ``lines`` of its unit: the
+    finding without its trace steps and fix that name a line past the unit, and what was cut, one sentence each.
+    Raises ProtocolError when its own range is outside the unit (nothing of it can be shown). Start lines
+    need no check: the schema keeps them >= 1 and <= their end lines."""
+    if finding["end_line"] > lines:
+        raise ProtocolError(f"lines {finding['start_line']}-{finding['end_line']} are outside the unit's {lines} lines")
+    cut = [
+        f"trace[{i}].line {step['line']} is outside the unit's {lines} lines"
+        for i, step in enumerate(finding["trace"])
+        if step["line"] > lines
+    ]
+    fitted = finding | {"trace": [step for step in finding["trace"] if step["line"] <= lines]}
+    fix = finding.get("fix")
+    if fix is not None and fix["end_line"] > lines:
+        cut.append(f"fix.lines {fix['start_line']}-{fix['end_line']} are outside the unit's {lines} lines")
+        del fitted["fix"]
+    return fitted, cut
 
 
 def bounded_stats(stats: dict) -> dict:

@@ -127,8 +127,9 @@ class ResultCache:
         self.hits += 1
         now = time.time()
         if now - row[3] > TOUCH_SECONDS:
-            self._run("UPDATE results SET used=? WHERE unit_key=? AND result_key=?", (now, unit_key, result_key),
-                      write=True)
+            self._run(
+                "UPDATE results SET used=? WHERE unit_key=? AND result_key=?", (now, unit_key, result_key), write=True
+            )
         return CachedResult(findings, stats, row[2])
 
     def put(
@@ -144,12 +145,19 @@ class ResultCache:
         size = len(found) + len(numbers)
         if size > self.max_bytes:
             self.refused += 1
-            log.warning("result of %d bytes for %s is larger than the cache (%d bytes): not cached",
-                        size, unit_key[:12], self.max_bytes)
+            log.warning(
+                "result of %d bytes for %s is larger than the cache (%d bytes): not cached",
+                size,
+                unit_key[:12],
+                self.max_bytes,
+            )
             return
         now = time.time()
-        self._run("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                  (unit_key, result_key, size, now, now, found, numbers), write=True)
+        self._run(
+            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (unit_key, result_key, size, now, now, found, numbers),
+            write=True,
+        )
         self._db(self._evict)
 
     def _evict(self, conn: sqlite3.Connection) -> None:
@@ -165,8 +173,12 @@ class ResultCache:
                 break
         conn.executemany("DELETE FROM results WHERE unit_key=? AND result_key=?", victims)
         self.evicted += len(victims)
-        log.info("result cache over %d bytes: evicted the %d least recently used results (%d bytes)",
-                 self.max_bytes, len(victims), freed)
+        log.info(
+            "result cache over %d bytes: evicted the %d least recently used results (%d bytes)",
+            self.max_bytes,
+            len(victims),
+            freed,
+        )
 
     def stats(self) -> dict[str, Any]:
         row = self._run(
@@ -210,8 +222,7 @@ class ResultCache:
                 self._move_aside(e)
                 return self._connect(self.path)
         except (sqlite3.Error, OSError) as e:
-            log.warning("result cache %s cannot be used (%s): caching in memory for this process",
-                        self.path, _why(e))
+            log.warning("result cache %s cannot be used (%s): caching in memory for this process", self.path, _why(e))
             return self._connect(":memory:")
 
     def _connect(self, path: Path | str) -> sqlite3.Connection:

@@ -26,11 +26,16 @@ def _endpoints(args: argparse.Namespace) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from k3lsp.report import BackendStatus, print_status
+    from k3lsp.terminal import BackendStatus, print_status
 
     async def ask(endpoint: str) -> BackendStatus:
-        options = ClientOptions(endpoint=endpoint, connect_timeout=args.timeout, server_key=args.server_key,
-                                client_key=args.client_key, insecure=args.insecure)
+        options = ClientOptions(
+            endpoint=endpoint,
+            connect_timeout=args.timeout,
+            server_key=args.server_key,
+            client_key=args.client_key,
+            insecure=args.insecure,
+        )
         try:
             async with BackendClient(options) as client:
                 return BackendStatus(endpoint, client.welcome, await client.status(args.timeout))
@@ -69,13 +74,16 @@ def _audit(args: argparse.Namespace) -> int:
 def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
-    from k3lsp import batch, options, report
+    from k3lsp import batch, options, terminal
     from k3lsp.auditor import DEFAULT_CONCURRENCY
 
-    settings = {"minSeverity": args.min_severity, "thinkingEffort": args.thinking_effort,
-                "serverKey": args.server_key and str(args.server_key),
-                "clientKey": args.client_key and str(args.client_key),
-                "insecure": args.insecure}
+    settings = {
+        "minSeverity": args.min_severity,
+        "thinkingEffort": args.thinking_effort,
+        "serverKey": args.server_key and str(args.server_key),
+        "clientKey": args.client_key and str(args.client_key),
+        "insecure": args.insecure,
+    }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
@@ -92,10 +100,17 @@ def _audit_run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await batch.audit_paths([Path(p) for p in args.paths], opts, endpoints=endpoints, jobs=jobs,
-                                       stop=stop, on_progress=on_progress, allow_incomplete=args.allow_incomplete)
+        return await batch.audit_paths(
+            [Path(p) for p in args.paths],
+            opts,
+            endpoints=endpoints,
+            jobs=jobs,
+            stop=stop,
+            on_progress=on_progress,
+            allow_incomplete=args.allow_incomplete,
+        )
 
-    with report.progress_bar(sys.stderr.isatty()) as on_progress:
+    with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         result = asyncio.run(run(on_progress))
     status = result.exit_status()
     batch.print_problems(result)
@@ -131,8 +146,9 @@ def _keys(args: argparse.Namespace) -> int:
 def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-key", type=Path, help="the daemon's public key file (turns CurveZMQ on)")
     parser.add_argument("--client-key", type=Path, help="this client's secret key file (k3lsp keys init)")
-    parser.add_argument("--insecure", action="store_true",
-                        help="allow a plain tcp:// endpoint, where nothing proves who the daemon is")
+    parser.add_argument(
+        "--insecure", action="store_true", help="allow a plain tcp:// endpoint, where nothing proves who the daemon is"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,19 +164,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
-    audit.add_argument("--endpoint", action="append",
-                       help="daemon endpoint (env K3LSP_ENDPOINT); repeat it to spread the units over several")
+    audit.add_argument(
+        "--endpoint",
+        action="append",
+        help="daemon endpoint (env K3LSP_ENDPOINT); repeat it to spread the units over several",
+    )
     audit.add_argument("--format", choices=("text", "json", "sarif"), default="text", help="output format")
     audit.add_argument("--json", action="store_true", help="same as --format json")
     audit.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
-    audit.add_argument("--jobs", type=int, default=None,
-                       help="units in flight per backend (default 4: the daemon batches them)")
+    audit.add_argument(
+        "--jobs", type=int, default=None, help="units in flight per backend (default 4: the daemon batches them)"
+    )
     audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
-    audit.add_argument("--allow-incomplete", action="store_true",
-                       help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
-                            "error: the exit status says findings or clean")
-    audit.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=None,
-                       help="how long the model thinks per unit (default auto: high, as for workspace audits)")
+    audit.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
+        "error: the exit status says findings or clean",
+    )
+    audit.add_argument(
+        "--thinking-effort",
+        choices=THINKING_EFFORTS,
+        default=None,
+        help="how long the model thinks per unit (default auto: high, as for workspace audits)",
+    )
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
 

@@ -31,6 +31,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from k3lsp import __version__, keys, local, protocol
+from k3lsp.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +44,10 @@ def default_endpoint() -> str:
     return os.environ.get("K3LSP_ENDPOINT") or local.default_endpoint()
 
 
-class BackendError(Exception):
-    """The daemon could not serve a request. ``code`` says why, for programs; the message says it for people.
-
-    Codes: ``unreachable`` (no answer in time), ``down`` (it stopped answering mid-request), ``version``,
-    ``unauthorized`` (the daemon refused our key), ``server_key`` (the daemon is not the one our server key
-    names), ``security_mismatch`` (one side uses CurveZMQ, the other not), ``keys`` (a local key file problem),
-    ``insecure`` (the daemon's identity cannot be established: a plain tcp endpoint without ``insecure``, or
-    an ipc socket in a directory others could enter), ``protocol`` (it sent something malformed), or the
-    daemon's own ``error`` code.
-    """
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+class BackendError(CodedError):
+    """The daemon could not serve a request. ``code`` says why, for programs: one of :class:`ErrorCode` (the one
+    list of codes, each with its kind; docs/protocol.md explains them), either the client's own, for what
+    happened on this side, or the daemon's ``error`` code. The message says it for people."""
 
 
 @dataclass
@@ -132,14 +123,14 @@ class BackendClient:
             return None
         if not (opts.server_key and opts.client_key):
             raise BackendError(
-                "keys",
+                ErrorCode.KEYS,
                 "CurveZMQ needs both serverKey (the daemon's public key) and clientKey (this client's secret key file)",
             )
         try:
             sock.curve_serverkey = server = keys.load_public(opts.server_key)
             sock.curve_publickey, sock.curve_secretkey = keys.load_secret(opts.client_key)
         except keys.KeyFileError as exc:
-            raise BackendError("keys", str(exc)) from exc
+            raise BackendError(ErrorCode.KEYS, str(exc)) from exc
         return f"curve:{server.decode()}"
 
     def _check_plain(self) -> str:
@@ -149,11 +140,11 @@ class BackendClient:
             try:
                 return f"ipc:{local.private_socket(endpoint)}"
             except local.LocalSocketError as exc:
-                raise BackendError("insecure", f"not connecting to {exc}") from None
+                raise BackendError(ErrorCode.INSECURE, f"not connecting to {exc}") from None
         if self.options.insecure:
             return f"insecure:{endpoint}"
         raise BackendError(
-            "insecure",
+            ErrorCode.INSECURE,
             f"not sending code to {endpoint}: on plain tcp any user of this machine could be the one answering; "
             "use the daemon's default ipc socket, set serverKey/clientKey, or set insecure if you trust every "
             "user of this machine and the network",
@@ -164,16 +155,16 @@ class BackendClient:
         endpoint = self.options.endpoint
         reasons = {
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: BackendError(
-                "unauthorized",
+                ErrorCode.UNAUTHORIZED,
                 f"the audit daemon at {endpoint} refused this client's key: add the public half "
                 f"of {self.options.client_key} to the daemon's authorized keys",
             ),
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: BackendError(
-                "server_key",
+                ErrorCode.SERVER_KEY,
                 f"the handshake with {endpoint} failed: the configured server key does not match the daemon's key",
             ),
             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: BackendError(
-                "security_mismatch",
+                ErrorCode.SECURITY_MISMATCH,
                 f"the audit daemon at {endpoint} and this client disagree on encryption: "
                 "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
             ),
@@ -201,10 +192,12 @@ class BackendClient:
             "hello", self.options.connect_timeout, client=self.options.client_name, version=__version__
         )
         if reply["kind"] != "welcome":
-            raise BackendError(reply.get("code", "protocol"), reply.get("message", f"unexpected {reply['kind']}"))
+            raise BackendError(
+                reply.get("code", ErrorCode.PROTOCOL), reply.get("message", f"unexpected {reply['kind']}")
+            )
         if reply["protocol"] != protocol.VERSION:
             raise BackendError(
-                "version",
+                ErrorCode.VERSION,
                 f"the daemon speaks protocol {reply['protocol']}, this client "
                 f"{protocol.VERSION}: upgrade the older side",
             )
@@ -230,7 +223,7 @@ class BackendClient:
                     pass
                 except Exception:
                     log.exception("the client's %s task had failed", task.get_name())
-        self._fail_all("down", "client closed")
+        self._fail_all(ErrorCode.DOWN, "client closed")
         if self._sock is not None:
             self._sock.close(linger=0)
         self._sock = self._reader = self._watchdog = self._monitor = None
@@ -250,13 +243,13 @@ class BackendClient:
     async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
         """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout."""
         if self._sock is None:
-            raise BackendError("down", "not connected")
+            raise BackendError(ErrorCode.DOWN, "not connected")
         frame = protocol.encode(protocol.make(kind, msg_id, **fields))
         try:
             await asyncio.wait_for(self._sock.send(frame), self.options.connect_timeout)
         except TimeoutError as exc:
             raise self._handshake_error or BackendError(
-                "unreachable", f"the audit daemon at {self.options.endpoint} is not reachable"
+                ErrorCode.UNREACHABLE, f"the audit daemon at {self.options.endpoint} is not reachable"
             ) from exc
 
     async def _read_loop(self) -> None:
@@ -286,7 +279,7 @@ class BackendClient:
             with contextlib.suppress(BackendError):
                 await self._one("ping", opts.liveness_interval, prefix="ping-")
             if loop.time() - self._last_heard > opts.liveness_timeout:
-                self._fail_all("down", f"the audit daemon at {opts.endpoint} stopped answering")
+                self._fail_all(ErrorCode.DOWN, f"the audit daemon at {opts.endpoint} stopped answering")
 
     def _fail_all(self, code: str, message: str) -> None:
         for msg_id, queue in list(self._queues.items()):
@@ -301,7 +294,8 @@ class BackendClient:
             return await asyncio.wait_for(queue.get(), timeout)
         except TimeoutError as exc:
             raise self._handshake_error or BackendError(
-                "unreachable", f"the audit daemon at {self.options.endpoint} did not answer within {timeout:g} s"
+                ErrorCode.UNREACHABLE,
+                f"the audit daemon at {self.options.endpoint} did not answer within {timeout:g} s",
             ) from exc
         finally:
             self._queues.pop(msg_id, None)
@@ -312,13 +306,13 @@ class BackendClient:
         start = loop.time()
         reply = await self._one("ping", timeout)
         if reply["kind"] != "pong":
-            raise BackendError(reply.get("code", "protocol"), reply.get("message", "no pong"))
+            raise BackendError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no pong"))
         return loop.time() - start
 
     async def status(self, timeout: float = 5.0) -> dict:
         reply = await self._one("status", timeout)
         if reply["kind"] != "status":
-            raise BackendError(reply.get("code", "protocol"), reply.get("message", "no status"))
+            raise BackendError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no status"))
         return reply["status"]
 
     # --- streaming requests ------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """What the server knows about one C file: raw results per unit key, and the findings shown for its text.
 
 Results are stored by unit content key, so they stay valid wherever the function moves; what is shown is
-derived from them for the current text (validated against the unit, filtered by severity, inline
-comments and the baseline). Between saves, shown findings follow the edits (``k3lsp.diffing``) instead of
-being recomputed, so typing never costs a parse and never leaves a squiggle on the wrong line.
+derived from them for the current text by the findings pipeline (``k3lsp.pipeline``: validated against the
+unit, filtered by severity, inline comments and the baseline). Between saves, shown findings follow the edits
+(``k3lsp.diffing``) instead of being recomputed, so typing never costs a parse and never leaves a squiggle on
+the wrong line.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import diffing, findings, suppress
-from k3lsp.findings import Finding
+from k3lsp import diffing, findings, pipeline, suppress
+from k3lsp.options import Options
 from k3lsp.units import Unit
 
 
 @dataclass(frozen=True)
-class Shown:
-    """One finding on screen: the unit it belongs to is kept at its current position (shifted by edits)."""
+class Shown(pipeline.Reportable):
+    """One finding on screen, with its diagnostic: the unit it belongs to is kept at its current position
+    (shifted by edits)."""
 
-    finding: Finding
-    unit: Unit
-    fingerprint: str
     diagnostic: lsp.Diagnostic
 
     def contains(self, position: lsp.Position) -> bool:
@@ -68,7 +67,7 @@ def _moved(item, lines: int):
 class View:
     """How results are shown: the settings and workspace state the filtering depends on."""
 
-    min_severity: str = "info"
+    options: Options  # minSeverity
     baseline: suppress.Baseline | None = None
     related_information: bool = True  # the client shows relatedInformation; otherwise the trace goes in the text
 
@@ -128,25 +127,22 @@ class Document:
 
 
 def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[dict]], view: View) -> list[Shown]:
-    """The findings to show for a text: results of its units, validated, filtered and suppressed."""
+    """The findings to show for a text: what the findings pipeline reports for the results of its units."""
     lines = text.split("\n")
-    out = []
-    for unit in units:
-        raws = results.get(unit.key)
-        if not raws:
-            continue
-        for finding in findings.at_least(findings.accept(raws, unit), view.min_severity):
-            if suppress.is_suppressed(lines, unit.file_line(finding.start_line), finding.cwe):
-                continue
-            fingerprint = findings.fingerprint(finding, unit)
-            if view.baseline is not None and fingerprint in view.baseline:
-                continue
-            diagnostic = findings.to_diagnostic(finding, unit, uri, related=view.related_information)
-            out.append(Shown(finding, unit, fingerprint, diagnostic))
-    return out
+    return [
+        Shown(
+            r.finding,
+            r.unit,
+            r.fingerprint,
+            findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information),
+        )
+        for unit in units
+        for r in pipeline.reportable(unit, results.get(unit.key, ()), lines, view.options.min_severity, view.baseline)
+    ]
 
 
 def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:
     """A "too long to audit" note on the first line of every unit the daemon refused."""
-    return [Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units
-            if unit.key in refusals]
+    return [
+        Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units if unit.key in refusals
+    ]

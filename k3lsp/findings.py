@@ -2,11 +2,11 @@
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
-was reported for, and its text goes through `k3lsp.sanitize` (no control or bidi characters reach a
-diagnostic, hover, code-action title, terminal or report). A bad finding is dropped with a log line and
-never shown; a bad trace step or fix (a fix hiding control or bidi characters in code) is dropped from an
-otherwise good finding. Line numbers are 1-based and relative to the unit
-(line 1 = `unit.start_line`), as in the prompt.
+was reported for (`bounds.fit_lines`, the daemon's check too), and its text goes through `k3lsp.sanitize`
+(no control or bidi characters reach a diagnostic, hover, code-action title, terminal or report). A bad
+finding is dropped with a log line and never shown; a bad trace step or fix (one past the unit, or a fix
+hiding control or bidi characters in code) is dropped from an otherwise good finding. Line numbers are
+1-based and relative to the unit (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
 and suppressions survive edits above it; SARIF output reuses it as `partialFingerprints`.
@@ -23,7 +23,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import protocol, sanitize
+from k3lsp import bounds, protocol, sanitize
 from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
@@ -104,27 +104,19 @@ class Finding:
 def validate(raw: Any, unit: Unit) -> Finding:
     """A finding from an untrusted map, checked against the unit it was reported for."""
     try:
-        d = protocol.validate_finding(raw)
+        d, cut = bounds.fit_lines(protocol.validate_finding(raw), unit.line_count)
     except protocol.ProtocolError as e:
         raise FindingError(str(e)) from None
-    n = unit.line_count
-    if d["end_line"] > n:
-        raise FindingError(f"lines {d['start_line']}-{d['end_line']} are outside the unit's {n} lines")
+    for why in cut:
+        log.info("dropped from a finding for %s: %s", unit.name, why)
     title = sanitize.line(d["title"])
     if not title:
         raise FindingError("title is blank")
-    trace = []
-    for step in d["trace"]:
-        if step["line"] > n:
-            log.info("dropped trace step at line %d of %s (%d lines)", step["line"], unit.name, n)
-            continue
-        trace.append(TraceStep(step["line"], sanitize.line(step["note"])))
+    trace = tuple(TraceStep(step["line"], sanitize.line(step["note"])) for step in d["trace"])
     fix = None
     if "fix" in d:
         f = d["fix"]
-        if f["end_line"] > n:
-            log.info("dropped fix for lines %d-%d of %s (%d lines)", f["start_line"], f["end_line"], unit.name, n)
-        elif sanitize.unsafe_code(f["replacement"]):
+        if sanitize.unsafe_code(f["replacement"]):
             log.warning("dropped fix for %s: control or bidi characters in its code", unit.name)
         else:
             fix = Fix(f["start_line"], f["end_line"], f["replacement"].removesuffix("\n"))
@@ -139,7 +131,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         start_line=d["start_line"],
         end_line=d["end_line"],
         confidence=d.get("confidence"),
-        trace=tuple(trace),
+        trace=trace,
         fix=fix,
         reasoning=sanitize.text(d.get("reasoning", "")).strip(),
     )
@@ -313,17 +305,19 @@ def to_hover(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> 
     )
 
 
-def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
-    """The suggested fix as a WorkspaceEdit replacing whole lines, or None without a fix."""
+def fix_text_edit(finding: Finding, unit: Unit) -> lsp.TextEdit | None:
+    """The suggested fix as a file edit, or None without a fix: its whole lines (from the first column to the
+    end of the last line) replaced by the fix's code. The one place a fix's range is computed."""
     fix = finding.fix
     if fix is None:
         return None
-    lines = unit.text.split("\n")
-    edit = lsp.TextEdit(
-        range=lsp.Range(
-            start=lsp.Position(unit.file_line(fix.start_line), 0),
-            end=lsp.Position(unit.file_line(fix.end_line), utf16_len(lines[fix.end_line - 1])),
-        ),
-        new_text=fix.replacement,
-    )
-    return lsp.WorkspaceEdit(changes={uri: [edit]})
+    last = unit.text.split("\n")[fix.end_line - 1]
+    start = lsp.Position(unit.file_line(fix.start_line), 0)
+    end = lsp.Position(unit.file_line(fix.end_line), utf16_len(last))
+    return lsp.TextEdit(range=lsp.Range(start, end), new_text=fix.replacement)
+
+
+def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
+    """The suggested fix as a WorkspaceEdit (the code action's), or None without a fix."""
+    edit = fix_text_edit(finding, unit)
+    return None if edit is None else lsp.WorkspaceEdit(changes={uri: [edit]})

@@ -31,7 +31,8 @@ DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")
 class Options:
     """What the user can configure; field names are the snake_case of the wire keys."""
 
-    endpoint: str = field(default_factory=default_endpoint)
+    endpoint: str = field(default_factory=default_endpoint)  # the first daemon: interactive work goes here
+    other_endpoints: tuple[str, ...] = ()  # further daemons (the setting was a list): background work spreads
     server_key: str = ""  # path to the daemon's public CurveZMQ key; empty = no encryption
     client_key: str = ""  # path to this client's secret key file
     insecure: bool = False  # allow a plain tcp endpoint, where nothing proves who the daemon is
@@ -41,6 +42,15 @@ class Options:
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     thinking_effort: str = "auto"
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every configured daemon, the first one first."""
+        return (self.endpoint, *self.other_endpoints)
+
+    def only(self, endpoint: str) -> Options:
+        """These settings for one daemon of the list (each daemon has its own connection)."""
+        return replace(self, endpoint=endpoint, other_endpoints=())
 
     def effort(self, priority: str) -> str:
         """The thinking effort a request of this priority is sent with (interactive or background)."""
@@ -96,6 +106,15 @@ def _endpoint(value: Any) -> str:
     return value
 
 
+def _endpoints(value: Any) -> tuple[str, ...]:
+    """One endpoint, or a non-empty list of them (duplicates dropped, order kept)."""
+    if isinstance(value, str):
+        return (_endpoint(value),)
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError("expected an endpoint or a non-empty list of endpoints")
+    return tuple(dict.fromkeys(_endpoint(v) for v in value))
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -126,7 +145,7 @@ def _globs(value: Any) -> tuple[str, ...]:
 
 
 _PARSERS = {
-    "endpoint": ("endpoint", _endpoint),
+    "endpoint": ("endpoint", _endpoints),
     "serverKey": ("server_key", _text),
     "clientKey": ("client_key", _text),
     "insecure": ("insecure", _flag),
@@ -165,4 +184,7 @@ def parse(raw: Any, base: Options | None = None) -> tuple[Options, list[str]]:
             values[name] = check(value)
         except ValueError as exc:
             errors.append(f"k3lsp setting {key!r}: {exc}; using {getattr(base, name)!r}")
+    if "endpoint" in values:
+        values["endpoint"], *others = values["endpoint"]
+        values["other_endpoints"] = tuple(others)
     return replace(base, **values), errors

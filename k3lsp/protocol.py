@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgpack
@@ -30,13 +31,77 @@ MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the mo
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
 PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
 
-# Error codes, by what a client should do about them (docs/protocol.md lists each one).
-# Transient: the daemon cannot serve now (a restart, a load, a full queue): retry later, with backoff and a bound.
-TRANSIENT_CODES = frozenset({"busy", "shutdown", "rank_failure", "loading", "load_failed", "unreachable", "down"})
-# Request: this request cannot be served, and sending it again fails the same way: never retry it.
-REQUEST_CODES = frozenset({"bad_request", "duplicate", "too_long", "failed", "internal", "protocol"})
-# Set-up: the client or daemon configuration (keys, versions) must change first.
-SETUP_CODES = frozenset({"version", "unauthorized", "server_key", "security_mismatch", "keys", "insecure"})
+
+class CodeKind(StrEnum):
+    """What a client does about an error code (docs/protocol.md, "Error codes")."""
+
+    TRANSIENT = "transient"  # the daemon cannot serve now (a restart, a load, a full queue): retry later, bounded
+    REQUEST = "request"  # this request cannot be served, and sending it again fails the same way: never retried
+    SETUP = "set-up"  # the client or daemon configuration (keys, versions) must change first
+
+
+class ErrorCode(StrEnum):
+    """Every error code, the one list: ``error`` messages carry it on the wire (a plain string, as members are
+    strings) and :class:`CodedError` carries it in code. docs/protocol.md documents each one, and
+    ``tests/protocol`` checks that it lists exactly these with these kinds.
+
+    ``kind`` says what a client does about the code; ``state`` is the editor's backend state when the code
+    makes the daemon unusable (``down``, unless the daemon is loading or refuses our keys).
+    """
+
+    kind: CodeKind
+    state: str
+
+    def __new__(cls, value: str, kind: CodeKind, state: str = "down") -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.kind, member.state = kind, state
+        return member
+
+    BUSY = "busy", CodeKind.TRANSIENT
+    SHUTDOWN = "shutdown", CodeKind.TRANSIENT
+    RANK_FAILURE = "rank_failure", CodeKind.TRANSIENT
+    LOADING = "loading", CodeKind.TRANSIENT, "loading"
+    LOAD_FAILED = "load_failed", CodeKind.TRANSIENT
+    UNREACHABLE = "unreachable", CodeKind.TRANSIENT
+    DOWN = "down", CodeKind.TRANSIENT
+    BAD_REQUEST = "bad_request", CodeKind.REQUEST
+    DUPLICATE = "duplicate", CodeKind.REQUEST
+    TOO_LONG = "too_long", CodeKind.REQUEST
+    FAILED = "failed", CodeKind.REQUEST
+    INTERNAL = "internal", CodeKind.REQUEST
+    PROTOCOL = "protocol", CodeKind.REQUEST
+    CANCELLED = "cancelled", CodeKind.REQUEST
+    VERSION = "version", CodeKind.SETUP
+    UNAUTHORIZED = "unauthorized", CodeKind.SETUP, "unauthorized"
+    SERVER_KEY = "server_key", CodeKind.SETUP, "unauthorized"
+    SECURITY_MISMATCH = "security_mismatch", CodeKind.SETUP, "unauthorized"
+    KEYS = "keys", CodeKind.SETUP, "unauthorized"
+    INSECURE = "insecure", CodeKind.SETUP
+
+    @classmethod
+    def of(cls, code: str) -> ErrorCode | None:
+        """The member for a code as received; None for one this side does not know (a newer daemon's)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return None
+
+
+def kind_of(code: str) -> CodeKind:
+    """The kind of a code as received; a code this side does not know fails its request only."""
+    known = ErrorCode.of(code)
+    return known.kind if known else CodeKind.REQUEST
+
+
+class CodedError(Exception):
+    """A failure with an error code: ``code`` (an :class:`ErrorCode`, or a newer daemon's code this side does not
+    know) says why for programs, the message says it for people."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
 
 Direction = Literal["to_daemon", "to_client"]
 
@@ -212,6 +277,7 @@ TO_DAEMON: dict[str, Schema] = {
         "priority": (one_of(*PRIORITIES), False),
         "max_tokens": (integer(1, 1_000_000), False),
         "thinking_effort": (one_of(*EFFORTS), False),
+        "fresh": (boolean, False),  # audit again: no answer from the daemon's result store
     },
     "explain": {
         "path": (NAME, True),
@@ -239,8 +305,12 @@ TO_CLIENT: dict[str, Schema] = {
         "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
         "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds
     },
-    "progress": {"stage": (string(64), True), "tokens": (integer(0), False), "total": (integer(0), False),
-                 "detail": (NAME, False)},
+    "progress": {
+        "stage": (string(64), True),
+        "tokens": (integer(0), False),
+        "total": (integer(0), False),
+        "detail": (NAME, False),
+    },
     "finding": {"finding": (finding, True)},
     "tool_request": {
         "call": (string(MAX_ID_CHARS, nonempty=True), True),

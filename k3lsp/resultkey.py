@@ -14,6 +14,11 @@ is shown again only when all of these match:
 
 A daemon whose welcome names no fingerprint, or whose identity is unknown, has no key: its results are shown
 but never cached.
+
+With several daemons configured (the ``endpoint`` setting as a list, ``k3lsp.pool``), each result is still
+filed under the daemon that gave it, and a lookup accepts the results of every configured daemon that serves
+the same checkpoint with the same prompt version (``same_answers``): a unit audited on one Mac pair is not
+audited again on the other, while a daemon that is not configured (an impostor on a port) never supplies one.
 """
 
 from __future__ import annotations
@@ -40,9 +45,14 @@ class ResultKey:
             h.update(len(data).to_bytes(8, "big") + data)
         return h.hexdigest()
 
+    def same_answers(self, other: ResultKey) -> bool:
+        """Whether another daemon's results answer for this one's: the same checkpoint and prompt version (the
+        user configured both, so each proved its identity; which one audited a unit does not change the answer)."""
+        return (self.fingerprint, self.prompt_version) == (other.fingerprint, other.prompt_version)
+
     def answering(self, effort: str) -> list[str]:
         """The keys whose results answer a request at ``effort``: its own first, then those of higher efforts."""
-        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort):]]
+        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort) :]]
 
 
 def for_welcome(welcome: dict, *, daemon: str | None) -> ResultKey | None:

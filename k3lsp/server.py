@@ -13,10 +13,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from k3lsp import __version__, actions, sanitize
-from k3lsp.session import Session
+from k3lsp.pool import Pool
+from k3lsp.session import AuditorFactory, Session
 
 log = logging.getLogger(__name__)
-
 
 
 class Utf16Protocol(LanguageServerProtocol):
@@ -34,107 +34,97 @@ class Utf16Protocol(LanguageServerProtocol):
         return (yield from super().lsp_initialize(params))
 
 
-server = LanguageServer(
-    "k3lsp",
-    __version__,
-    text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
-    protocol_cls=Utf16Protocol,
-)
-session = Session(server)
+def create(auditor: AuditorFactory = Pool) -> LanguageServer:
+    """A language server with its session; ``auditor`` builds what audits (the daemons of the ``endpoint``
+    setting; the LSP logic tests give a fake that needs no daemon)."""
+    server = LanguageServer(
+        "k3lsp",
+        __version__,
+        text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+        protocol_cls=Utf16Protocol,
+    )
+    session = Session(server, auditor=auditor)
 
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: LanguageServer, params: lsp.InitializeParams) -> None:
+        session.initialize(params)
+        if session.pull:
+            options = lsp.DiagnosticOptions(
+                identifier="k3-audit", inter_file_dependencies=False, workspace_diagnostics=False
+            )
+            ls.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, options)(pull_diagnostics)
 
-@server.feature(lsp.INITIALIZE)
-def initialize(ls: LanguageServer, params: lsp.InitializeParams) -> None:
-    session.initialize(params)
-    if session.pull:
-        options = lsp.DiagnosticOptions(
-            identifier="k3-audit", inter_file_dependencies=False, workspace_diagnostics=False
-        )
-        ls.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, options)(pull_diagnostics)
+    @server.feature(lsp.INITIALIZED)
+    async def initialized(ls: LanguageServer, params: lsp.InitializedParams) -> None:
+        await session.initialized()
 
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: LanguageServer, params: lsp.DidChangeConfigurationParams) -> None:
+        await session.refresh_settings()
 
-@server.feature(lsp.INITIALIZED)
-async def initialized(ls: LanguageServer, params: lsp.InitializedParams) -> None:
-    await session.initialized()
+    @server.feature(lsp.SHUTDOWN)
+    async def shutdown(ls: LanguageServer, params: None) -> None:
+        await session.shutdown()
 
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        session.opened(params.text_document.uri)
 
-@server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
-async def did_change_configuration(ls: LanguageServer, params: lsp.DidChangeConfigurationParams) -> None:
-    await session.refresh_settings()
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
+    def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        if session.options.audits_on_save():
+            session.audit(params.text_document.uri)
 
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        session.changed(params.text_document.uri, list(params.content_changes))
 
-@server.feature(lsp.SHUTDOWN)
-async def shutdown(ls: LanguageServer, params: None) -> None:
-    await session.shutdown()
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        session.closed(params.text_document.uri)
 
+    def pull_diagnostics(ls: LanguageServer, params: lsp.DocumentDiagnosticParams) -> lsp.DocumentDiagnosticReport:
+        doc = session.document(params.text_document.uri)
+        result_id = str(doc.result_id)
+        if params.previous_result_id == result_id:
+            return lsp.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+        return lsp.RelatedFullDocumentDiagnosticReport(items=doc.diagnostics(), result_id=result_id)
 
-@server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
-def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
-    session.opened(params.text_document.uri)
+    @server.feature(lsp.TEXT_DOCUMENT_HOVER)
+    def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
+        return session.hover(params.text_document.uri, params.position)
 
+    quick_fixes = lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix])
 
-@server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
-def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
-    if session.options.audits_on_save():
-        session.audit(params.text_document.uri)
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, quick_fixes)
+    def code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+        return session.code_actions(params)
 
+    @server.command("k3lsp.auditFile")
+    async def audit_file(ls: LanguageServer, uri: str) -> dict:
+        return await session.audit_and_wait(uri)
 
-@server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
-def did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
-    session.changed(params.text_document.uri, list(params.content_changes))
+    @server.command("k3lsp.auditWorkspace")
+    async def audit_workspace(ls: LanguageServer) -> dict:
+        return await session.audit_workspace()
 
+    @server.command("k3lsp.status")
+    async def status(ls: LanguageServer) -> dict:
+        return await session.status()
 
-@server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
-def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
-    session.closed(params.text_document.uri)
+    @server.command(actions.EXPLAIN)
+    async def explain(ls: LanguageServer, uri: str, fingerprint: str) -> str | None:
+        return await session.explain(uri, fingerprint)
 
+    @server.command(actions.SUPPRESS_IN_BASELINE)
+    def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
+        return session.suppress_in_baseline(uri, fingerprint)
 
-def pull_diagnostics(ls: LanguageServer, params: lsp.DocumentDiagnosticParams) -> lsp.DocumentDiagnosticReport:
-    doc = session.document(params.text_document.uri)
-    result_id = str(doc.result_id)
-    if params.previous_result_id == result_id:
-        return lsp.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-    return lsp.RelatedFullDocumentDiagnosticReport(items=doc.diagnostics(), result_id=result_id)
+    @server.command(actions.REAUDIT_FUNCTION)
+    async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
+        return await session.audit_and_wait(uri, line=line)
 
-
-@server.feature(lsp.TEXT_DOCUMENT_HOVER)
-def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
-    return session.hover(params.text_document.uri, params.position)
-
-
-@server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
-def code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
-    return session.code_actions(params)
-
-
-@server.command("k3lsp.auditFile")
-async def audit_file(ls: LanguageServer, uri: str) -> dict:
-    return await session.audit_and_wait(uri)
-
-
-@server.command("k3lsp.auditWorkspace")
-async def audit_workspace(ls: LanguageServer) -> dict:
-    return await session.audit_workspace()
-
-
-@server.command("k3lsp.status")
-async def status(ls: LanguageServer) -> dict:
-    return await session.status()
-
-
-@server.command(actions.EXPLAIN)
-async def explain(ls: LanguageServer, uri: str, fingerprint: str) -> str | None:
-    return await session.explain(uri, fingerprint)
-
-
-@server.command(actions.SUPPRESS_IN_BASELINE)
-def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
-    return session.suppress_in_baseline(uri, fingerprint)
-
-
-@server.command(actions.REAUDIT_FUNCTION)
-async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
-    return await session.audit_and_wait(uri, line=line)
+    return server
 
 
 def _not_a_late_cancel(record: logging.LogRecord) -> bool:
@@ -143,9 +133,9 @@ def _not_a_late_cancel(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Cancel notification for unknown message id")
 
 
-def serve_stdio() -> None:
+def serve_stdio(auditor: AuditorFactory = Pool) -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
-    server.start_io()
+    create(auditor).start_io()

@@ -1,6 +1,6 @@
 """The language server's state and behaviour; ``server.py`` only routes LSP messages here.
 
-One session per server process: the settings, the auditor (daemon connection + cache), the documents,
+One session per server process: the settings, the auditor (daemon connections + cache), the documents,
 the audit tasks and how results reach the client. Results reach it in exactly one way per client:
 pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull
 and be told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on
@@ -13,20 +13,23 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from k3lsp import actions, findings, options, sanitize, suppress, units
-from k3lsp.auditor import Auditor, BackendState, BackendUnavailable, describe
+from k3lsp.auditor import BackendState, BackendUnavailable, Lookup, Progress, UnitResult, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.documents import Document, View, notices, present
+from k3lsp.options import Options
+from k3lsp.pool import Pool
+from k3lsp.units import Unit
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +66,57 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
     return findings.HoverStyle(markdown=markdown, shows_diagnostic=shows)
 
 
+class AuditService(Protocol):
+    """What the session asks of its auditor: ``k3lsp.pool.Pool`` (the daemons of the ``endpoint`` setting) in
+    production. Written down so that another auditor (the LSP logic tests' fake, which runs without a daemon)
+    is held to the same methods, and ``tests/lsp/test_server_logic.py`` compares both with this."""
+
+    @property
+    def state(self) -> BackendState: ...
+
+    async def reconfigure(self, options: Options) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup: ...
+
+    def audit_uncached(
+        self,
+        root: Path | None,
+        path: str,
+        units: Sequence[Unit],
+        *,
+        priority: str = "interactive",
+        fresh: bool = False,
+        on_progress: Progress | None = None,
+    ) -> AsyncIterator[UnitResult]: ...
+
+    def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]: ...
+
+    async def status(self) -> dict: ...
+
+
+class AuditorFactory(Protocol):
+    """Builds the session's auditor from the settings and the cache; ``Pool`` itself is one."""
+
+    def __call__(
+        self,
+        options: Options,
+        cache: ResultCache,
+        *,
+        on_state: Callable[[BackendState], None] | None = None,
+        on_tool: Callable[[dict, bool, str], None] | None = None,
+    ) -> AuditService: ...
+
+
 class Session:
-    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None):
+    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None, auditor: AuditorFactory = Pool):
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
-        self.auditor = Auditor(self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used)
+        self.auditor: AuditService = auditor(
+            self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used
+        )
         self.docs: dict[str, Document] = {}
         self.pull = False
         self.related = True
@@ -152,7 +200,7 @@ class Session:
             self.message(self.baseline.error, lsp.MessageType.Error)
 
     def view(self) -> View:
-        return View(self.options.min_severity, self.baseline, self.related)
+        return View(self.options, self.baseline, self.related)
 
     # --- talking to the client ---------------------------------------------------------------------------
 
@@ -386,7 +434,9 @@ class Session:
         incomplete: list[str] = []
         if found.misses and error is None:  # progress only for real work: a no-op save stays one message
             self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(doc, root, found.misses, priority, done, incomplete)
+            done, error = await self._audit_misses(
+                doc, root, found.misses, priority, done, incomplete, fresh=line is not None
+            )
         if line is None and error is None:
             doc.keep_results_for(all_units)
         self.republish(doc)
@@ -396,15 +446,28 @@ class Session:
                 "missing. Not cached: audited again on the next save.",
                 lsp.MessageType.Warning,
             )
-        return {"units": len(todo), "done": done, "findings": len(doc.shown), "error": error,
-                "incomplete": len(incomplete)}
+        return {
+            "units": len(todo),
+            "done": done,
+            "findings": len(doc.shown),
+            "error": error,
+            "incomplete": len(incomplete),
+        }
 
     async def _audit_misses(
-        self, doc: Document, root: Path | None, misses: list[units.Unit], priority: str, done: int,
+        self,
+        doc: Document,
+        root: Path | None,
+        misses: list[units.Unit],
+        priority: str,
+        done: int,
         incomplete: list[str],
+        *,
+        fresh: bool = False,
     ) -> tuple[int, str | None]:
-        """Audit what the cache did not have, with cancellable progress; returns (units done, error) and
-        adds each unit whose audit was cut short to ``incomplete``, as "name (reason)"."""
+        """Audit what the cache did not have, with cancellable progress (``fresh``: a re-audit, which the
+        daemon's result store does not answer); returns (units done, error) and adds each unit whose audit was
+        cut short to ``incomplete``, as "name (reason)"."""
         audited = 0
         async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
 
@@ -413,7 +476,7 @@ class Session:
 
             try:
                 results = self.auditor.audit_uncached(
-                    root, doc.relpath, misses, priority=priority, on_progress=progress
+                    root, doc.relpath, misses, priority=priority, fresh=fresh, on_progress=progress
                 )
                 async with contextlib.aclosing(results) as stream:
                     async for result in stream:

@@ -148,7 +148,7 @@ class Unit:
 
 @dataclass(frozen=True)
 class ParsedFile:
-    """A file split into units plus its context items: what tools.find_definition searches."""
+    """A file split into units plus its context items: what sandbox.find_definition searches."""
 
     units: list[Unit]
     items: list[ContextItem]  # in file order; functions defined here appear as `signature` items

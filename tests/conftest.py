@@ -6,9 +6,11 @@ daemons and ranks they start (which inherit the environment), share <repo>/.cach
 is paid once per machine, not once per process.
 
 Markers (CONTRIBUTING.md lists the tiers): ``daemon``, ``pair`` and ``editors`` are given here by directory and
-by fixture, so that no test can forget its own; ``fuzz`` marks every hypothesis test.
+by fixture, so that no test can forget its own; ``logic`` marks every test on the fake auditor (the ``fake``
+fixture); ``fuzz`` marks every hypothesis test.
 """
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,24 +22,38 @@ REPO = Path(__file__).resolve().parent.parent
 MLX_TMPDIR = REPO / ".cache" / "tmp"
 MLX_TMPDIR.mkdir(parents=True, exist_ok=True)
 os.environ["TMPDIR"] = str(MLX_TMPDIR)
+# Daemons started by tests keep no result store unless a test gives one (serving(store=True)): a result kept
+# by one test's daemon must not answer another's, nor land in the user's cache directory.
+os.environ["K3_BACKEND_STORE"] = "none"
 
 PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
 
 # CI runs the same examples on every run (a failure there reproduces) and tolerates a loaded machine;
 # elsewhere each run draws new ones. HYPOTHESIS_PROFILE picks one by name.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 TIERS = {"daemon": ("backend", "fidelity"), "pair": ("pair",), "editors": ("editors",)}  # marker -> test directories
 CHECKPOINT_FIXTURES = {"tiny_model", "jinja_model", "checkpoint", "pruned_model"}  # each needs mlx
+FAKE_FIXTURE = "fake"  # tests/lsp/conftest.py: the language server on the fake auditor
+# Where mlx is not installed (the editor side alone), the directories whose every test needs it are not collected.
+MLX = importlib.util.find_spec("mlx") is not None
+collect_ignore = [] if MLX else [*TIERS["daemon"], *TIERS["pair"]]
+
+
+def pytest_report_header() -> str | None:
+    if not MLX:
+        return f"mlx is not installed: tests/{{{','.join(collect_ignore)}}} not collected (the daemon and pair tiers)"
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``daemon``: the daemon's own tests, and every test whose fixtures build a tiny checkpoint (that is,
-    need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories;
-    ``fuzz``: hypothesis tests."""
+    need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories; ``logic``:
+    tests on the fake auditor; ``fuzz``: hypothesis tests."""
     for item in items:
         directory = item.path.relative_to(REPO / "tests").parts[0]
         for marker, directories in TIERS.items():
@@ -45,6 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
         if CHECKPOINT_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("daemon")
+        if FAKE_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker("logic")
         if is_hypothesis_test(getattr(item, "obj", None)):
             item.add_marker("fuzz")
 

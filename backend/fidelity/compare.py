@@ -45,9 +45,13 @@ def candidate_rows(lp: mx.array, records: np.ndarray, targets: list[int]) -> dic
     kld = (np.exp(p_top) * (p_top - q_top64)).sum(axis=-1) + rest_term
     return {
         # KL_S is a KL divergence, so >= 0; a negative value is rounding between identical distributions.
-        "kld": np.maximum(kld, 0.0), "tail": np.maximum(tail, 0.0), "rest": r,
-        "agree": np.array(agree), "label": np.asarray(records["label"]),
-        "nll_cand": -np.array(target).astype(np.float64), "nll_ref": -records["target"].astype(np.float64),
+        "kld": np.maximum(kld, 0.0),
+        "tail": np.maximum(tail, 0.0),
+        "rest": r,
+        "agree": np.array(agree),
+        "label": np.asarray(records["label"]),
+        "nll_cand": -np.array(target).astype(np.float64),
+        "nll_ref": -records["target"].astype(np.float64),
     }
 
 
@@ -86,10 +90,16 @@ class Tally:
         kld = np.concatenate(self.klds).astype(np.float64)
         ppl_ref, ppl_cand = float(np.exp(self.nll_ref / self.tokens)), float(np.exp(self.nll_cand / self.tokens))
         return {
-            "tokens": self.tokens, "ppl_ref": ppl_ref, "ppl_cand": ppl_cand, "ppl_ratio": ppl_cand / ppl_ref,
-            "kld_mean": float(kld.mean()), "kld_median": float(np.median(kld)),
-            "top1_agreement": self.agree / self.tokens, "kld_under_0.01": float((kld < SMALL_KLD).mean()),
-            "tail_bound_mean": self.tail / self.tokens, "rest_mass_mean": self.rest / self.tokens,
+            "tokens": self.tokens,
+            "ppl_ref": ppl_ref,
+            "ppl_cand": ppl_cand,
+            "ppl_ratio": ppl_cand / ppl_ref,
+            "kld_mean": float(kld.mean()),
+            "kld_median": float(np.median(kld)),
+            "top1_agreement": self.agree / self.tokens,
+            "kld_under_0.01": float((kld < SMALL_KLD).mean()),
+            "tail_bound_mean": self.tail / self.tokens,
+            "rest_mass_mean": self.rest / self.tokens,
         }
 
 
@@ -97,8 +107,10 @@ def check_candidate(base: Base, cand: forward.Loaded, vocab: int, window: int | 
     """Refuse a BASE the candidate cannot be compared on, saying why."""
     h = base.header
     if tokenizer_fingerprint(cand.tokenizer) != h.tokenizer:
-        raise BaseError(f"{base.path}: recorded with another tokenizer than {cand.path}'s (vocabulary hash differs); "
-                        "the token ids would mean different text")
+        raise BaseError(
+            f"{base.path}: recorded with another tokenizer than {cand.path}'s (vocabulary hash differs); "
+            "the token ids would mean different text"
+        )
     if vocab != h.vocab_size:
         raise BaseError(f"{base.path}: the reference has {h.vocab_size} outputs, {cand.path} has {vocab}")
     if window is not None and window != h.window:
@@ -135,8 +147,16 @@ def _score(cand: forward.Loaded, base: Base | None, plan: dict) -> tuple[dict[st
     return dict(sorted(corpora.items(), key=lambda kv: kv[0] == ALL)), spans
 
 
-def compare(model: str, base_path: str, *, window: int | None = None, generate: int = 0, max_tokens: int = 512,
-            seed: int = 0, trust_remote_code: bool = False) -> dict | None:
+def compare(
+    model: str,
+    base_path: str,
+    *,
+    window: int | None = None,
+    generate: int = 0,
+    max_tokens: int = 512,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+) -> dict | None:
     """The report of `model` against the BASE (a dict on rank 0; None on the other ranks)."""
     if generate < 0 or max_tokens < 1:
         raise ValueError("--generate must be >= 0 and --max-tokens positive")
@@ -148,8 +168,11 @@ def compare(model: str, base_path: str, *, window: int | None = None, generate: 
         base = _open(base_path, cand, vocab, window, generate)
         opened.append(base)
         n = len(base.header.windows)
-        return {"chunk": base.header.chunk, "windows": [base.ids(i) for i in range(n)],
-                "prompts": [base.prompt(i) for i in range(n)]}
+        return {
+            "chunk": base.header.chunk,
+            "windows": [base.ids(i) for i in range(n)],
+            "prompts": [base.prompt(i) for i in range(n)],
+        }
 
     plan = forward.share_result(make_plan, cand.group)
     base = opened[0] if opened else None
@@ -163,8 +186,14 @@ def compare(model: str, base_path: str, *, window: int | None = None, generate: 
         return None
     h = base.header
     return {
-        "base": {"path": str(base.path), "reference": h.model, "window": h.window, "top_k": h.top_k,
-                 "windows": len(h.windows), "chunk": h.chunk},
+        "base": {
+            "path": str(base.path),
+            "reference": h.model,
+            "window": h.window,
+            "top_k": h.top_k,
+            "windows": len(h.windows),
+            "chunk": h.chunk,
+        },
         "candidate": forward.model_info(cand.path) | {"ranks": cand.group.size()},
         "corpora": {name: t.summary() for name, t in corpora.items()},
         "spans": {name: t.summary() for name, t in spans.items()},

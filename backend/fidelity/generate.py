@@ -28,11 +28,18 @@ def sample_sessions(cand: Loaded, prompts: list[list[int]], n: int, max_tokens: 
     if engine.busy():
         raise RuntimeError(f"generation did not finish within {steps} engine steps")
     markers = Markers.of(cand.tokenizer)
-    turns = [parse_turn(markers, text, initial_state(cand.tokenizer, prompts[i % len(prompts)]))
-             for i, text in texts.items()]
+    turns = [
+        parse_turn(markers, text, initial_state(cand.tokenizer, prompts[i % len(prompts)])) for i, text in texts.items()
+    ]
     stats = engine.stats()
     return {
-        "sessions": n, "temp": args.temp, "top_p": args.top_p, "max_tokens": max_tokens,
-        "finish": stats["finish"], "loop_rate": stats["loop_rate"], "stop_share": stats["stop_share"],
-        "tool_calls": sum(len(t.calls) for t in turns), "tool_call_errors": sum(len(t.errors) for t in turns),
+        "sessions": n,
+        "temp": args.temp,
+        "top_p": args.top_p,
+        "max_tokens": max_tokens,
+        "finish": stats["finish"],
+        "loop_rate": stats["loop_rate"],
+        "stop_share": stats["stop_share"],
+        "tool_calls": sum(len(t.calls) for t in turns),
+        "tool_call_errors": sum(len(t.errors) for t in turns),
     }

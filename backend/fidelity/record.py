@@ -52,18 +52,36 @@ def _plan(ref: forward.Loaded, vocab: int, traces, corpora, window, top_k, chunk
     if chunk < 1:
         raise ValueError("--chunk must be at least 1")
     entries = [WindowEntry(w.source, w.corpus, len(w.ids), len(w.prompt), ids_digest(w.ids)) for w in windows]
-    header = Header(tokenizer_fingerprint(ref.tokenizer), vocab, window, top_k, chunk,
-                    forward.model_info(ref.path), list(SPANS), entries)
+    header = Header(
+        tokenizer_fingerprint(ref.tokenizer),
+        vocab,
+        window,
+        top_k,
+        chunk,
+        forward.model_info(ref.path),
+        list(SPANS),
+        entries,
+    )
     return windows, header
 
 
-def record(model: str, out: str, *, traces: str | None = None, corpora: list[str] = (), window: int = DEFAULT_WINDOW,
-           top_k: int = DEFAULT_TOP_K, chunk: int = DEFAULT_CHUNK, trust_remote_code: bool = False) -> Path | None:
+def record(
+    model: str,
+    out: str,
+    *,
+    traces: str | None = None,
+    corpora: list[str] = (),
+    window: int = DEFAULT_WINDOW,
+    top_k: int = DEFAULT_TOP_K,
+    chunk: int = DEFAULT_CHUNK,
+    trust_remote_code: bool = False,
+) -> Path | None:
     """Record the BASE of `model` on the windows; returns its path on rank 0 (None on the other ranks)."""
     ref = forward.load(model, trust_remote_code=trust_remote_code)
     vocab = forward.vocab_size(ref.model)  # a forward pass: every rank takes part
     windows, header = forward.share_result(
-        lambda: _plan(ref, vocab, traces, list(corpora), window, top_k, chunk), ref.group)
+        lambda: _plan(ref, vocab, traces, list(corpora), window, top_k, chunk), ref.group
+    )
     writer = BaseWriter(out, header) if ref.rank == 0 else None
     try:
         for n, w in enumerate(windows):

@@ -1,7 +1,12 @@
 """The card's two tables (perplexity per corpus; divergence per span) as text, from compare's report dict."""
 
-SPAN_TITLES = {"tool_call": "tool call", "think": "think", "response": "response", "other": "other",
-               "all": "all tokens"}
+SPAN_TITLES = {
+    "tool_call": "tool call",
+    "think": "think",
+    "response": "response",
+    "other": "other",
+    "all": "all tokens",
+}
 
 
 def _cell(value, spec: str) -> str:
@@ -19,18 +24,37 @@ def _table(title: str, head: list[str], rows: list[list[str]]) -> str:
 
 
 def corpus_table(corpora: dict) -> str:
-    rows = [[name, str(s["tokens"]), _cell(s.get("ppl_ref"), ".3f"), _cell(s.get("ppl_cand"), ".3f"),
-             _cell(s.get("ppl_ratio"), ".2f"), _cell(s.get("kld_mean"), ".4g"), _cell(s.get("top1_agreement"), ".1%")]
-            for name, s in corpora.items()]
-    return _table("Perplexity per corpus", ["corpus", "tokens", "ppl ref", "ppl cand", "ratio", "mean KLD", "top-1"],
-                  rows)
+    rows = [
+        [
+            name,
+            str(s["tokens"]),
+            _cell(s.get("ppl_ref"), ".3f"),
+            _cell(s.get("ppl_cand"), ".3f"),
+            _cell(s.get("ppl_ratio"), ".2f"),
+            _cell(s.get("kld_mean"), ".4g"),
+            _cell(s.get("top1_agreement"), ".1%"),
+        ]
+        for name, s in corpora.items()
+    ]
+    return _table(
+        "Perplexity per corpus", ["corpus", "tokens", "ppl ref", "ppl cand", "ratio", "mean KLD", "top-1"], rows
+    )
 
 
 def span_table(spans: dict) -> str:
-    rows = [[SPAN_TITLES.get(name, name), str(s["tokens"]), _cell(s.get("ppl_ref"), ".3f"),
-             _cell(s.get("ppl_cand"), ".3f"), _cell(s.get("kld_mean"), ".4g"), _cell(s.get("kld_median"), ".4g"),
-             _cell(s.get("top1_agreement"), ".1%"), _cell(s.get("kld_under_0.01"), ".1%")]
-            for name, s in spans.items()]
+    rows = [
+        [
+            SPAN_TITLES.get(name, name),
+            str(s["tokens"]),
+            _cell(s.get("ppl_ref"), ".3f"),
+            _cell(s.get("ppl_cand"), ".3f"),
+            _cell(s.get("kld_mean"), ".4g"),
+            _cell(s.get("kld_median"), ".4g"),
+            _cell(s.get("top1_agreement"), ".1%"),
+            _cell(s.get("kld_under_0.01"), ".1%"),
+        ]
+        for name, s in spans.items()
+    ]
     head = ["span", "tokens", "ppl ref", "ppl cand", "mean KLD", "median KLD", "top-1", "KLD<0.01"]
     return _table("Divergence per span (trace windows)", head, rows)
 
@@ -54,8 +78,11 @@ def render(report: dict) -> str:
     gen = report.get("generate")
     if gen:
         finish = ", ".join(f"{k} {v}" for k, v in gen["finish"].items() if v)
-        parts += ["", f"Generation: {gen['sessions']} sessions at temperature {gen['temp']}, top-p {gen['top_p']}, "
-                  f"at most {gen['max_tokens']} tokens: loop rate {gen['loop_rate']:.1%}, ended on a stop token "
-                  f"{gen['stop_share']:.1%} ({finish}); {gen['tool_calls']} tool calls, "
-                  f"{gen['tool_call_errors']} malformed."]
+        parts += [
+            "",
+            f"Generation: {gen['sessions']} sessions at temperature {gen['temp']}, top-p {gen['top_p']}, "
+            f"at most {gen['max_tokens']} tokens: loop rate {gen['loop_rate']:.1%}, ended on a stop token "
+            f"{gen['stop_share']:.1%} ({finish}); {gen['tool_calls']} tool calls, "
+            f"{gen['tool_call_errors']} malformed.",
+        ]
     return "\n".join(parts)

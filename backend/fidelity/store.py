@@ -49,8 +49,9 @@ class BaseError(ValueError):
 
 def record_dtype(top_k: int) -> np.dtype:
     """One predicted token: span, log P(actual next token), log P(rest), top-k ids and log-probs (descending)."""
-    return np.dtype([("label", "u1"), ("target", "<f4"), ("rest", "<f4"),
-                     ("ids", "<i4", (top_k,)), ("logprobs", "<f4", (top_k,))])
+    return np.dtype(
+        [("label", "u1"), ("target", "<f4"), ("rest", "<f4"), ("ids", "<i4", (top_k,)), ("logprobs", "<f4", (top_k,))]
+    )
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -164,8 +165,13 @@ class Base:
     def records(self, i: int) -> np.ndarray:
         """Window i's records, memory-mapped: slicing reads only what is used."""
         ids_bytes, _ = self.header.sizes(i)
-        return np.memmap(self.path, dtype=record_dtype(self.header.top_k), mode="r",
-                         offset=self._starts[i] + ids_bytes, shape=(self.header.windows[i].tokens - 1,))
+        return np.memmap(
+            self.path,
+            dtype=record_dtype(self.header.top_k),
+            mode="r",
+            offset=self._starts[i] + ids_bytes,
+            shape=(self.header.windows[i].tokens - 1,),
+        )
 
 
 def _read_header(path: Path) -> tuple[Header, list[int]]:
@@ -181,8 +187,10 @@ def _read_header(path: Path) -> tuple[Header, list[int]]:
             raise BaseError(f"{path}: truncated BASE file")
         version = int(np.frombuffer(prefix, "<u4", 1, len(MAGIC))[0])
         if version != FORMAT_VERSION:
-            raise BaseError(f"{path}: BASE format version {version}; this build reads version {FORMAT_VERSION}, "
-                            "re-record it with `k3-backend fidelity record`")
+            raise BaseError(
+                f"{path}: BASE format version {version}; this build reads version {FORMAT_VERSION}, "
+                "re-record it with `k3-backend fidelity record`"
+            )
         length = int(np.frombuffer(prefix, "<u8", 1, len(MAGIC) + 4)[0])
         text = f.read(length) if length <= path.stat().st_size else b""
     try:

@@ -125,8 +125,9 @@ def session_window(tokenizer, source: str, session: dict, window: int, default_t
     try:
         ids = template(tokenizer, messages, tools, add_generation_prompt=False, effort=effort)
         opening = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-        prompt = (template(tokenizer, messages[:opening], tools, add_generation_prompt=True, effort=effort)
-                  if opening else [])
+        prompt = (
+            template(tokenizer, messages[:opening], tools, add_generation_prompt=True, effort=effort) if opening else []
+        )
     except Exception as e:  # the template is the model's code; its errors name no trace line
         raise TraceError(f"{source}: the chat template failed: {e}") from e
     labels = classify(tokenizer, ids)
@@ -136,8 +137,11 @@ def session_window(tokenizer, source: str, session: dict, window: int, default_t
 
 def trace_windows(tokenizer, path: str | Path, window: int, default_tools: list[dict]) -> list[Window]:
     """One window per session of every trace file under `path`."""
-    windows = [session_window(tokenizer, source, session, window, default_tools)
-               for file in trace_files(path) for source, session in read_sessions(file)]
+    windows = [
+        session_window(tokenizer, source, session, window, default_tools)
+        for file in trace_files(path)
+        for source, session in read_sessions(file)
+    ]
     if not windows:
         raise TraceError(f"{path}: no sessions")
     return windows

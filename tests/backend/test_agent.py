@@ -25,38 +25,72 @@ SOURCE = "int f(int n)\n{\n\treturn n;\n}"
 
 def script(d: str) -> list[dict]:
     """The scripted turns, written in dialect ``d``."""
+
     def t(*calls, **kw):
         return turn(*calls, dialect=d, **kw)
 
-    bad_json = ('<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>{not json'
-                "<|close|>json<|sep|><|close|>call<|sep|>")
+    bad_json = (
+        '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>{not json'
+        "<|close|>json<|sep|><|close|>call<|sep|>"
+    )
     think_calls = tools(READ, ("report_finding", F1), dialect="jinja")  # written while thinking
     return [
-        {"unit": "two_findings", "turns": [t(("report_finding", F1), ("report_finding", F2), content="Two bugs.",
-                                             reasoning=WHY)]},
-        {"unit": "reader", "turns": [t(READ, reasoning="Who calls f?", content="Let me read f."),
-                                     t(("report_finding", F1), reasoning=WHY, content="One bug.")]},
-        {"unit": "invalid", "turns": [
-            opening(dialect=d) + OPEN_TOOLS + bad_json + call("report_finding", finding(severity="urgent"), 2, d)
-            + call("report_finding", F1, 3, d) + call("no_such_tool", {}, 4, d) + CLOSE_TOOLS + END]},
+        {
+            "unit": "two_findings",
+            "turns": [t(("report_finding", F1), ("report_finding", F2), content="Two bugs.", reasoning=WHY)],
+        },
+        {
+            "unit": "reader",
+            "turns": [
+                t(READ, reasoning="Who calls f?", content="Let me read f."),
+                t(("report_finding", F1), reasoning=WHY, content="One bug."),
+            ],
+        },
+        {
+            "unit": "invalid",
+            "turns": [
+                opening(dialect=d)
+                + OPEN_TOOLS
+                + bad_json
+                + call("report_finding", finding(severity="urgent"), 2, d)
+                + call("report_finding", F1, 3, d)
+                + call("no_such_tool", {}, 4, d)
+                + CLOSE_TOOLS
+                + END
+            ],
+        },
         {"unit": "rounds", "turns": [t(READ)] * 5},
         {"unit": "streamed", "turns": [opening(dialect=d) + OPEN_TOOLS + call("report_finding", F1, 1, d) + LOOP_TAIL]},
         {"unit": "explained", "turns": [t(content=EXPLANATION, reasoning="Say where n comes from.")]},
-        {"unit": "stray_lines", "turns": [t(
-            ("report_finding", finding(trace=[{"line": 1, "note": "in"}, {"line": 9, "note": "past the unit"}])),
-            ("report_finding", finding(fix={"start_line": 2, "end_line": 7, "replacement": "x"})),
-            ("report_finding", F1))]},
+        {
+            "unit": "stray_lines",
+            "turns": [
+                t(
+                    (
+                        "report_finding",
+                        finding(trace=[{"line": 1, "note": "in"}, {"line": 9, "note": "past the unit"}]),
+                    ),
+                    ("report_finding", finding(fix={"start_line": 2, "end_line": 7, "replacement": "x"})),
+                    ("report_finding", F1),
+                )
+            ],
+        },
         {"unit": "explained_twice", "turns": [t(READ, content="Let me look. "), t(content="It is unchecked.")]},
         {"unit": "explained_tail", "turns": [opening("Compare n with the size <|", dialect=d)]},  # then eos
-        {"unit": "thinks_calls", "turns": [t(reasoning=f"Perhaps {think_calls} no, nothing to report.",
-                                             content="Nothing found.")]},
+        {
+            "unit": "thinks_calls",
+            "turns": [t(reasoning=f"Perhaps {think_calls} no, nothing to report.", content="Nothing found.")],
+        },
     ]
 
 
 @pytest.fixture(scope="module")
 def daemon(checkpoint):
-    with serving(checkpoint.path, script=script(checkpoint.dialect),
-                 args=["--max-tool-rounds", "2", "--effort-tokens", "low=1500"]) as d:
+    with serving(
+        checkpoint.path,
+        script=script(checkpoint.dialect),
+        args=["--max-tool-rounds", "2", "--effort-tokens", "low=1500"],
+    ) as d:
         yield d
 
 
@@ -100,13 +134,16 @@ async def test_read_lines_round_trip_appends_and_continues_from_the_cache(daemon
 
 async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon, checkpoint):
     async with Wire(daemon.endpoint) as wire:
-        msgs = await wire.request("audit", "h1", tools={"read_lines": (True, SOURCE)},
-                                  **audit_fields("reader", path="src/h.c"))
+        msgs = await wire.request(
+            "audit", "h1", tools={"read_lines": (True, SOURCE)}, **audit_fields("reader", path="src/h.c")
+        )
     assert msgs[-1]["kind"] == "done"
     (session,) = [s for s in daemon.sessions("reader") if any("src/h.c" in m["content"] for m in s["messages"])]
     assistants = [m for m in session["messages"] if m["role"] == "assistant"]
     assert [(m["reasoning_content"], m["content"]) for m in assistants] == [
-        ("Who calls f?", "Let me read f."), (WHY, "One bug.")]
+        ("Who calls f?", "Let me read f."),
+        (WHY, "One bug."),
+    ]
     assert [m["tool_calls"][0]["function"]["name"] for m in assistants] == ["read_lines", "report_finding"]
     for m in assistants:
         assert "<|" not in m["content"] and "<|" not in m["reasoning_content"]
@@ -121,8 +158,7 @@ async def test_history_keeps_reasoning_apart_and_content_free_of_markers(daemon,
 
 async def test_a_tool_call_inside_the_think_channel_is_never_run(daemon):
     async with Wire(daemon.endpoint) as wire:
-        msgs = await wire.request("audit", "k1", tools={"read_lines": (True, SOURCE)},
-                                  **audit_fields("thinks_calls"))
+        msgs = await wire.request("audit", "k1", tools={"read_lines": (True, SOURCE)}, **audit_fields("thinks_calls"))
     assert [m["kind"] for m in msgs if m["kind"] in ("tool_request", "finding")] == []
     stats = msgs[-1]["stats"]
     assert msgs[-1]["kind"] == "done" and stats["finish_reason"] == "stop" and stats["rounds"] == 1
@@ -133,8 +169,12 @@ async def test_a_tool_call_inside_the_think_channel_is_never_run(daemon):
 
 async def test_refused_tool_still_ends_cleanly(daemon):
     async with Wire(daemon.endpoint) as wire:
-        msgs = await wire.request("audit", "r2", tools={"read_lines": (False, "outside the workspace")},
-                                  **audit_fields("reader", path="src/g.c"))
+        msgs = await wire.request(
+            "audit",
+            "r2",
+            tools={"read_lines": (False, "outside the workspace")},
+            **audit_fields("reader", path="src/g.c"),
+        )
     assert msgs[-1]["kind"] == "done" and msgs[-1]["stats"]["tool_calls"] == 1
 
 
@@ -201,8 +241,9 @@ async def test_explain_streams_every_round_and_flushes_a_held_tail(daemon):
     """Each generation streams its own response, and text held back because it could have begun a marker is
     sent when the generation ends."""
     async with Wire(daemon.endpoint) as wire:
-        twice = await wire.request("explain", "e2", finding=F1, tools={"read_lines": (True, "int n;")},
-                                   **audit_fields("explained_twice"))
+        twice = await wire.request(
+            "explain", "e2", finding=F1, tools={"read_lines": (True, "int n;")}, **audit_fields("explained_twice")
+        )
         tail = await wire.request("explain", "e3", finding=F1, **audit_fields("explained_tail"))
     assert "".join(m["text"] for m in twice if m["kind"] == "text") == "Let me look. It is unchecked."
     assert twice[-1]["kind"] == "done" and twice[-1]["stats"]["rounds"] == 2

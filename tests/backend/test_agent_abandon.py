@@ -1,6 +1,5 @@
 """An agent that stops reading a generation (its client is gone) cancels it in the engine at once."""
 
-
 import pytest
 
 from backend.agent import Agent, AgentConfig
@@ -33,8 +32,13 @@ async def test_leaving_a_generation_early_cancels_it_before_the_error_propagates
         return False, "no tools here"
 
     agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool, script=SCRIPT)
-    req = {"path": "a.c", "unit": "f", "code": "int f(void)\n{\n\treturn 0;\n}", "context": "",
-           "finding": finding(start_line=1, end_line=2)}
+    req = {
+        "path": "a.c",
+        "unit": "f",
+        "code": "int f(void)\n{\n\treturn 0;\n}",
+        "context": "",
+        "finding": finding(start_line=1, end_line=2),
+    }
     try:
         with pytest.raises(ClientGone):
             await agent.explain(req)  # no wait_for: a task boundary would let a GC-scheduled aclose run first

@@ -20,8 +20,17 @@ from backend.script import parse_script
 from tests.support.kimi import finding, turn
 
 READ = ("read_lines", {"path": "a.c", "start": 1, "end": 4})
-SCRIPT = parse_script([{"unit": "f", "turns": [turn(READ, content="Let me read a.c.", dialect="jinja"),
-                                               turn(("report_finding", finding()), dialect="jinja")]}])
+SCRIPT = parse_script(
+    [
+        {
+            "unit": "f",
+            "turns": [
+                turn(READ, content="Let me read a.c.", dialect="jinja"),
+                turn(("report_finding", finding()), dialect="jinja"),
+            ],
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +40,8 @@ def quirky(jinja_model, tmp_path_factory):
     plain = "{%- if m.content is string -%}{{ m.content }}{%- endif -%}"
     assert plain in config["chat_template"]
     config["chat_template"] = config["chat_template"].replace(
-        plain, "{%- if m.content is string and (m.role != 'assistant' or loop.last) -%}{{ m.content }}{%- endif -%}")
+        plain, "{%- if m.content is string and (m.role != 'assistant' or loop.last) -%}{{ m.content }}{%- endif -%}"
+    )
     (path / "tokenizer_config.json").write_text(json.dumps(config))
     return path
 
@@ -42,8 +52,14 @@ def test_such_a_renderer_is_noticed(quirky):
     messages = prompts.audit_messages(path="a.c", unit="f", code="int f(void)\n{\n\treturn 0;\n}", specials=specials)
     call = prompts.ToolCall(*READ, 1)
     with pytest.raises(prompts.ContinuationError):
-        prompts.continuation(tok, messages, prompts.assistant_message("Let me read a.c.", [call]),
-                             [prompts.tool_message(call, "int f;", specials)], prompts.AUDIT_TOOLS, "low")
+        prompts.continuation(
+            tok,
+            messages,
+            prompts.assistant_message("Let me read a.c.", [call]),
+            [prompts.tool_message(call, "int f;", specials)],
+            prompts.AUDIT_TOOLS,
+            "low",
+        )
 
 
 async def test_the_tool_loop_still_finishes_by_rendering_the_whole_conversation(quirky, caplog):

@@ -28,8 +28,18 @@ SCRIPT = [
 
 @pytest.fixture(scope="module")
 def daemon(tiny_model):
-    args = ["--max-tokens", "3000", "--max-open-per-client", str(MAX_OPEN), "--max-prompt-tokens", "20000",
-            "--prompt-cache-size", "12", "--prompt-cache-bytes", "50000000"]
+    args = [
+        "--max-tokens",
+        "3000",
+        "--max-open-per-client",
+        str(MAX_OPEN),
+        "--max-prompt-tokens",
+        "20000",
+        "--prompt-cache-size",
+        "12",
+        "--prompt-cache-bytes",
+        "50000000",
+    ]
     with serving(tiny_model, script=SCRIPT, args=args) as d:
         yield d
 
@@ -64,8 +74,13 @@ async def test_prompt_cache_flags_reach_the_engine(daemon):
 
 @pytest.mark.parametrize("flag", ["--prompt-cache-bytes", "--max-prompt-tokens", "--prompt-cache-size"])
 def test_serve_refuses_negative_limits_before_loading(flag, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tmp_path / "absent"), flag,
-                           "-1"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "serve", "--model", str(tmp_path / "absent"), flag, "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2 and flag in done.stderr and "cannot load" not in done.stderr
 
 
@@ -122,9 +137,18 @@ MALFORMED = [
     msgpack.packb({"v": 1, "id": "m1", "kind": "audit"}),  # missing fields
     msgpack.packb({"v": 1, "id": "m2", "kind": "frobnicate"}),
     msgpack.packb({"v": 1, "id": "m3", "kind": "audit", "path": 3, "unit": "u", "code": "", "context": ""}),
-    msgpack.packb({"v": 1, "id": "m4", "kind": "explain", "path": "a", "unit": "u", "code": "", "context": "",
-                   "finding": {"cwe": 1, "severity": "high", "title": "t", "message": "", "start_line": 5,
-                               "end_line": 2}}),
+    msgpack.packb(
+        {
+            "v": 1,
+            "id": "m4",
+            "kind": "explain",
+            "path": "a",
+            "unit": "u",
+            "code": "",
+            "context": "",
+            "finding": {"cwe": 1, "severity": "high", "title": "t", "message": "", "start_line": 5, "end_line": 2},
+        }
+    ),
     msgpack.packb({1: 2}),
     msgpack.packb({"v": 1, "id": "x" * 500, "kind": "ping"}),
     msgpack.packb({"v": 1, "id": "m5", "kind": "ping"}) + b"\x00",
@@ -203,8 +227,10 @@ async def test_a_malformed_message_for_an_open_request_ends_it_once(daemon):
         await wire.send_raw(msgpack.packb({"v": 2, "id": "t1", "kind": "cancel"}))
         await wire.send_raw(msgpack.packb({"v": 1, "id": "t9", "kind": "tool_result"}))
         replies = [await wire.recv(30) for _ in range(2)]
-        assert [(r["kind"], r["id"], r["code"]) for r in replies] == [("error", "-", "version"),
-                                                                      ("error", "-", "bad_request")]
+        assert [(r["kind"], r["id"], r["code"]) for r in replies] == [
+            ("error", "-", "version"),
+            ("error", "-", "bad_request"),
+        ]
 
 
 async def test_vanished_client_requests_are_cancelled(daemon):

@@ -15,8 +15,15 @@ from backend.prefill import chunk_for
 from tests.support.engine import drain
 from tests.support.kimi import answer_tokens
 
-FINDING = {"cwe": 120, "severity": "high", "title": "strcpy into a fixed buffer", "message": "no bound",
-           "start_line": 3, "end_line": 3, "trace": [{"line": 1, "note": "p from caller"}, {"line": 3, "note": "sink"}]}
+FINDING = {
+    "cwe": 120,
+    "severity": "high",
+    "title": "strcpy into a fixed buffer",
+    "message": "no bound",
+    "start_line": 3,
+    "end_line": 3,
+    "trace": [{"line": 1, "note": "p from caller"}, {"line": 3, "note": "sink"}],
+}
 rids = itertools.count(1)
 
 
@@ -35,21 +42,32 @@ def new_engine(model, **args) -> Engine:
 
 def unit(tok, name: str, context: str = "#include <string.h>", path: str = "lib/unit.c") -> list[dict]:
     code = f"int {name}(char *p)\n{{\n\tchar b[8];\n\treturn strcpy(b, p) != 0;\n}}"
-    return prompts.audit_messages(path=path, unit=name, code=code, context=context,
-                                  specials=prompts.special_strings(tok))
+    return prompts.audit_messages(
+        path=path, unit=name, code=code, context=context, specials=prompts.special_strings(tok)
+    )
 
 
 def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0, temp=1.0) -> GenRequest:
-    return GenRequest(next(rids), list(tokens) if tokens is not None else None, list(segments), max_tokens, temp,
-                      0.95, seed, priority, list(forced) if forced is not None else None)
+    return GenRequest(
+        next(rids),
+        list(tokens) if tokens is not None else None,
+        list(segments),
+        max_tokens,
+        temp,
+        0.95,
+        seed,
+        priority,
+        list(forced) if forced is not None else None,
+    )
 
 
 def test_forced_report_finding_round_trips(engine):
     tok = engine.tokenizer
     messages = unit(tok, "f1")
     r = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
-    answer = answer_tokens(tok, messages, prompts.AUDIT_TOOLS, "low", "",
-                           [{"name": "report_finding", "arguments": FINDING}])
+    answer = answer_tokens(
+        tok, messages, prompts.AUDIT_TOOLS, "low", "", [{"name": "report_finding", "arguments": FINDING}]
+    )
     req = request(r.tokens, r.segments, forced=answer[:-1])
     engine.submit(req)
     out = drain(engine)[req.rid]
@@ -177,15 +195,25 @@ def test_continuation_after_a_tool_call_only_prefills_the_new_tokens(engine):
     out2 = drain(engine)[second.rid]
     assert out2.stats["cached_tokens"] == len(r1.tokens) + len(answer)
     # Only the tool-result turn and the generation prompt are prefilled.
-    assert tok.decode(prompt[out2.stats["cached_tokens"]:]).startswith('<|open|>message role="tool"')
+    assert tok.decode(prompt[out2.stats["cached_tokens"] :]).startswith('<|open|>message role="tool"')
 
 
 def test_bad_requests_fail_alone(engine):
     tok = engine.tokenizer
     good = request(tok.encode("int ok;"), forced=tok.encode("fine"))
-    bad = [request([]), request([1, 10**6]), request([5], max_tokens=0), request([5], forced=[-1]),
-           request([5, 6], segments=[9]), request([5], temp=-1.0), request([5], temp=float("nan")),
-           request([5], seed="x"), request([5], priority=None), request(None), request([5], temp="hot")]
+    bad = [
+        request([]),
+        request([1, 10**6]),
+        request([5], max_tokens=0),
+        request([5], forced=[-1]),
+        request([5, 6], segments=[9]),
+        request([5], temp=-1.0),
+        request([5], temp=float("nan")),
+        request([5], seed="x"),
+        request([5], priority=None),
+        request(None),
+        request([5], temp="hot"),
+    ]
     for r in [*bad, good]:
         engine.submit(r)
     out = drain(engine)
@@ -265,8 +293,9 @@ def test_prefill_step_shrinks_for_long_prompts():
     assert chunk_for(512, 12000) == 256
     assert chunk_for(128, 10**6) == 128  # never above the configured step
     steps = [chunk_for(2048, n) for n in range(1, 200_000, 997)]
-    assert steps == sorted(steps, reverse=True) and all(s * n <= 2048 * 8192 or s == 256
-                                                       for s, n in zip(steps, range(1, 200_000, 997), strict=True))
+    assert steps == sorted(steps, reverse=True) and all(
+        s * n <= 2048 * 8192 or s == 256 for s, n in zip(steps, range(1, 200_000, 997), strict=True)
+    )
 
 
 def test_pruned_model_serves(pruned_model):

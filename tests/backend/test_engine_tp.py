@@ -18,8 +18,14 @@ pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
 
 
 def start(args: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.support.tp_engine", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.tp_engine", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def result(proc: subprocess.Popen, timeout: float = 180.0) -> dict:

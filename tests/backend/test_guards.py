@@ -39,7 +39,7 @@ def test_short_repeats_pass():
 def brute_first_loop(tokens, span, max_period):
     """Reference: the first index whose last `span` tokens are p-periodic for some p <= max_period."""
     for i in range(span - 1, len(tokens)):
-        tail = tokens[i - span + 1: i + 1]
+        tail = tokens[i - span + 1 : i + 1]
         if any(all(tail[j] == tail[j - p] for j in range(p, span)) for p in range(1, max_period + 1)):
             return i
     return None

@@ -86,4 +86,3 @@ async def test_an_audit_that_waits_longer_than_load_wait_gets_error_loading(tiny
             msgs = await wire.request("audit", "a", **audit_fields("f"))
     assert msgs[-1]["kind"] == "error" and msgs[-1]["code"] == "loading", msgs[-1]
     assert "not ready within 0.5 s" in msgs[-1]["message"]
-

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from backend.engine import FAILED, TOO_LONG, Engine, EngineArgs, GenRequest
+from backend.engine import Engine, EngineArgs, GenRequest
+from k3lsp.protocol import ErrorCode
 from tests.support.engine import drain
 
 rids = itertools.count(1)
@@ -15,8 +16,16 @@ rids = itertools.count(1)
 @pytest.fixture(scope="module")
 def engine(tiny_model):
     # base chunk 512, safe up to 1024 tokens of context: a 3000-token prompt is read in chunks of 256
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, prefill_step_size=512, prefill_context=1024,
-                          max_prompt_tokens=4000, trust_remote_code=True))
+    e = Engine(
+        EngineArgs(
+            model=str(tiny_model),
+            max_tokens=64,
+            prefill_step_size=512,
+            prefill_context=1024,
+            max_prompt_tokens=4000,
+            trust_remote_code=True,
+        )
+    )
     e.warmup()
     return e
 
@@ -28,8 +37,9 @@ def prompt(engine: Engine, n: int, salt: str) -> list[int]:
 
 
 def request(tokens, forced, **kw) -> GenRequest:
-    return GenRequest(next(rids), tokens, kw.pop("segments", []), kw.pop("max_tokens", 64), 1.0, 0.95,
-                      seed=7, forced=forced, **kw)
+    return GenRequest(
+        next(rids), tokens, kw.pop("segments", []), kw.pop("max_tokens", 64), 1.0, 0.95, seed=7, forced=forced, **kw
+    )
 
 
 def test_a_long_prompt_beside_a_short_one_leaves_the_short_ones_chunk_alone(engine):
@@ -72,7 +82,7 @@ def test_a_prompt_over_the_limit_is_refused_before_any_work(engine):
     engine.submit(big)
     engine.submit(ok)
     out = drain(engine)
-    assert out[big.rid].finish == "error" and out[big.rid].stats["code"] == TOO_LONG
+    assert out[big.rid].finish == "error" and out[big.rid].stats["code"] == ErrorCode.TOO_LONG
     assert "4001 tokens" in out[big.rid].stats["error"] and "4000" in out[big.rid].stats["error"]
     assert out[big.rid].stats["prefill_chunks"] == 0 and out[big.rid].events == 1
     assert out[ok.rid].text == "fine"
@@ -90,7 +100,7 @@ def test_a_request_whose_prefill_fails_fails_alone(engine):
     for r in [reqs[0], bad, *reqs[1:]]:
         engine.submit(r)
     out = drain(engine)
-    assert out[bad.rid].finish == "error" and out[bad.rid].stats["code"] == FAILED
+    assert out[bad.rid].finish == "error" and out[bad.rid].stats["code"] == ErrorCode.FAILED
     assert "injected prefill failure" in out[bad.rid].stats["error"]
     assert [out[r.rid].text for r in reqs] == [f"answer {i}" for i in range(3)]
     assert engine.outcome().failed.keys() == {bad.rid}

@@ -28,8 +28,9 @@ def unit_messages(tok, i: int) -> list[dict]:
     """Unit i of one file, with a context of its own (as most units of a real file have)."""
     code = f"int f{i}(char *p)\n{{\n\tchar b[{i + 8}];\n\treturn strcpy(b, p) != 0;\n}}"
     context = f"#include <string.h>\nstruct s{i} {{ int n{i}; }};"
-    return prompts.audit_messages(path="lib/file.c", unit=f"f{i}", code=code, context=context,
-                                  specials=prompts.special_strings(tok))
+    return prompts.audit_messages(
+        path="lib/file.c", unit=f"f{i}", code=code, context=context, specials=prompts.special_strings(tok)
+    )
 
 
 @dataclass
@@ -56,8 +57,7 @@ def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) 
             r = prompts.render(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT)
             rnd.prompt, rnd.segments = r.tokens, r.segments
         calls = [{"name": CALL.name, "arguments": CALL.arguments}] if rnd.number == 1 and rnd.unit % 3 == 0 else []
-        answer = answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing",
-                                       calls)
+        answer = answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing", calls)
         rid = next(rids)
         open_[rid] = rnd
         engine.submit(GenRequest(rid, rnd.prompt, rnd.segments, 256, 1.0, 0.95, rid, forced=answer[:-1]))
@@ -81,8 +81,14 @@ def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) 
                 assistant = prompts.assistant_message("", [CALL])
                 result = prompts.tool_message(CALL, "1| x", prompts.special_strings(tok))
                 suffix = prompts.continuation(tok, rnd.messages, assistant, [result], prompts.AUDIT_TOOLS, EFFORT)
-                follow = Round(rnd.unit, 2, [*rnd.messages, assistant, result], [*rnd.prompt, *ev.tokens, *suffix],
-                               ev.stats["prompt_tokens"] + ev.stats["generated_tokens"], rnd.segments)
+                follow = Round(
+                    rnd.unit,
+                    2,
+                    [*rnd.messages, assistant, result],
+                    [*rnd.prompt, *ev.tokens, *suffix],
+                    ev.stats["prompt_tokens"] + ev.stats["generated_tokens"],
+                    rnd.segments,
+                )
                 later.append((step + tool_steps, follow))
             else:
                 engine.release(ev.rid)
@@ -114,11 +120,13 @@ def test_eviction_keeps_the_system_entry_and_the_tool_continuations_through_a_30
     assert len(rounds) == 40  # 30 first rounds, 10 continuations
     later_firsts = [r for r in rounds if r.number == 1 and r.unit >= 8]  # the first 8 start before anything is cached
     assert all(r.stats["cached_tokens"] >= r.segments[0] for r in later_firsts), [
-        (r.unit, r.stats["cached_tokens"], r.segments[0]) for r in later_firsts]
+        (r.unit, r.stats["cached_tokens"], r.segments[0]) for r in later_firsts
+    ]
     continuations = [r for r in rounds if r.number == 2]
     assert len(continuations) == 10
     assert all(r.stats["cached_tokens"] == r.previous for r in continuations), [
-        (r.unit, r.stats["cached_tokens"], r.previous) for r in continuations]
+        (r.unit, r.stats["cached_tokens"], r.previous) for r in continuations
+    ]
     cache = e.stats()["prompt_cache"]
     assert cache["system"]["n_sequences"] == 1 and cache["continuation"]["n_sequences"] == 0  # all released
     assert e.stats()["prompt_cache_entries"] <= 16
@@ -154,8 +162,9 @@ def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     rendered = []
     for i in range(4):
         code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
-        messages = prompts.audit_messages(path="lib/file.c", unit=f"g{i}", code=code, context=context,
-                                          specials=prompts.special_strings(e.tokenizer))
+        messages = prompts.audit_messages(
+            path="lib/file.c", unit=f"g{i}", code=code, context=context, specials=prompts.special_strings(e.tokenizer)
+        )
         rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
     for rid, r in enumerate(rendered, 1):
         e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))

@@ -20,9 +20,24 @@ QUESTION = "[y/N]"
 
 
 def serve(model, sockets, *flags: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--model", str(model),
-                             "--bind", f"ipc://{sockets}/daemon.sock", *flags], cwd=REPO, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "serve",
+            "--model",
+            str(model),
+            "--bind",
+            f"ipc://{sockets}/daemon.sock",
+            *flags,
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_without_the_flag_serve_refuses_at_once_and_asks_nothing(tiny_model, tmp_path):
@@ -52,8 +67,8 @@ async def test_with_the_flag_the_listening_and_ready_lines_are_alone_on_stdout(t
                 break
             time.sleep(0.1)
         assert len(lines) > 1 and lines[1].startswith(READY), proc.stderr.read() if proc.poll() is not None else lines
-        assert lines[0] == LISTENING + lines[1][len(READY):]
-        async with Wire(lines[1][len(READY):].strip()) as wire:
+        assert lines[0] == LISTENING + lines[1][len(READY) :]
+        async with Wire(lines[1][len(READY) :].strip()) as wire:
             welcome = await wire.ask("hello", "h", client="test", version="0")
         assert welcome["kind"] == "welcome" and welcome["model"] == "noisy"
     finally:

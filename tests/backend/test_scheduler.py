@@ -31,8 +31,9 @@ class FailingOnce(Engine):
 
 def request(sched: Scheduler, engine: Engine, n: int = 8, forced: list[int] | None = None) -> GenRequest:
     prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
-    return GenRequest(rid=sched.new_rid(), prompt=prompt, segments=[], max_tokens=n, temp=1.0, top_p=0.95,
-                      seed=7, forced=forced)
+    return GenRequest(
+        rid=sched.new_rid(), prompt=prompt, segments=[], max_tokens=n, temp=1.0, top_p=0.95, seed=7, forced=forced
+    )
 
 
 async def collect(sched: Scheduler, req: GenRequest):
@@ -218,8 +219,9 @@ async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_
         await sched.close()
 
 
-@pytest.mark.parametrize(("make", "flag", "why"), [(BreakingExchange, "armed", "injected"),
-                                                     (PeerRank, "diverge", "out of lockstep")])
+@pytest.mark.parametrize(
+    ("make", "flag", "why"), [(BreakingExchange, "armed", "injected"), (PeerRank, "diverge", "out of lockstep")]
+)
 async def test_a_failed_exchange_or_ranks_out_of_lockstep_end_the_pair(tiny_model, make, flag, why):
     engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
     engine.ranks = 2  # as on a pair: the other rank may not have failed the same way

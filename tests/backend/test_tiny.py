@@ -26,8 +26,7 @@ def test_loads_as_kimi_k3_with_tool_parser_and_channels(checkpoint):
     assert tok.tool_parser.__module__ == "mlx_lm.tool_parsers.kimi_k3"
     assert tok.tool_call_start == "<|open|>tools<|sep|>"
     assert (tok.think_start, tok.think_end) == ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
-    assert tok.structural_markers == ("<|open|>response<|sep|>", "<|close|>response<|sep|>",
-                                      "<|close|>message<|sep|>")
+    assert tok.structural_markers == ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
     assert tok.eos_token_ids == {tok.convert_tokens_to_ids("<|end_of_msg|>")}
     assert len(tok) <= text.vocab_size
     for tag in ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", *MEDIA_TOKENS, *RESERVED_TOKENS):
@@ -56,20 +55,29 @@ def test_k3_renderer_renders_the_release_format(tiny_model):
     tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
     messages = [
         {"role": "user", "content": "find it"},
-        {"role": "assistant", "reasoning_content": "Search.", "content": "Looking.", "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": "a\"b", "n": 2}}}]},
+        {
+            "role": "assistant",
+            "reasoning_content": "Search.",
+            "content": "Looking.",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": 'a"b', "n": 2}}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "1", "name": "grep", "content": "x.c:1"},
     ]
-    text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
-                                   thinking_effort="high")
+    text = tok.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=False, thinking_effort="high"
+    )
     assert text.startswith('<|open|>message role="system" type="tool-declare"<|sep|># Tools\n')
     assert '```json\n[{"name":"grep","parameters":{"type":"object"}}]\n```' in text
     assert '<|open|>message role="system" type="thinking-effort"<|sep|>' in text and "effort high" in text
-    assert ('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>Search.<|close|>think<|sep|>'
-            "<|open|>response<|sep|>Looking.<|close|>response<|sep|>") in text
+    assert (
+        '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>Search.<|close|>think<|sep|>'
+        "<|open|>response<|sep|>Looking.<|close|>response<|sep|>"
+    ) in text
     assert '<|open|>argument key="n" type="number"<|sep|>2<|close|>argument<|sep|>' in text
     start = text.index(tok.tool_call_start)
-    section = text[start + len(tok.tool_call_start): text.index(tok.tool_call_end)]
+    section = text[start + len(tok.tool_call_start) : text.index(tok.tool_call_end)]
     assert tok.tool_parser(section) == [{"name": "grep", "arguments": {"pattern": 'a"b', "n": 2}}]
     assert '<|open|>message role="tool" name="grep"<|sep|>x.c:1<|close|>message<|sep|><|end_of_msg|>' in text
     assert text.endswith('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>')
@@ -82,14 +90,19 @@ def test_jinja_template_renders_tools_and_tool_calls(jinja_model):
     tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
     messages = [
         {"role": "user", "content": "find it"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": "a\"b"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": 'a"b'}}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "1", "content": "x.c:1"},
     ]
     text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
     assert '<|open|>tool name="grep"<|sep|>' in text
     start = text.index(tok.tool_call_start)
-    section = text[start + len(tok.tool_call_start): text.index(tok.tool_call_end)]
+    section = text[start + len(tok.tool_call_start) : text.index(tok.tool_call_end)]
     assert tok.tool_parser(section) == [{"name": "grep", "arguments": {"pattern": 'a"b'}}]
     assert text.endswith('<|open|>message role="assistant"<|sep|>')
     assert '<|open|>message role="tool" call="1"<|sep|>x.c:1' in text

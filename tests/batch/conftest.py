@@ -9,7 +9,7 @@ from tests.support.daemon import serving
 @pytest.fixture(scope="package")
 def corpus_daemon(tiny_model):
     """Answers `corpus.tree` with its known findings."""
-    with serving(tiny_model, script=corpus.SCRIPT, args=corpus.DAEMON_ARGS) as d:
+    with serving(tiny_model, script=corpus.script(), args=corpus.DAEMON_ARGS) as d:
         yield d
 
 

@@ -1,7 +1,7 @@
 """The C trees the batch tests audit and the scripted daemon answers for them: findings known in advance.
 
 `tree(tmp)` writes a small project (a source with two flagged functions, a header with a low-severity one,
-a clean library, a non-C file and an excluded build directory). `SCRIPT` makes the daemon report the
+a clean library, a non-C file and an excluded build directory). `script()` makes the daemon report the
 findings; `line_of` finds the expected file line from the text itself, so a wrong line mapping in the
 tool cannot be mirrored by the test. `SLOW_SCRIPT` + `slow_tree` give units of a fixed token count for the
 tests that need time to pass between units (interruption, several backends).
@@ -77,12 +77,17 @@ UNINIT = kimi.finding(
 
 MEMCPY_WHY = "n is the caller's and data holds 64 bytes; the copy is not bounded by it."
 
-SCRIPT = [
-    {"unit": "parse_header", "turns": [kimi.turn(("report_finding", MEMCPY), reasoning=MEMCPY_WHY)]},
-    {"unit": "lookup", "turns": [kimi.turn(("report_finding", INDEX))]},
-    {"unit": "proto_version", "turns": [kimi.turn(("report_finding", UNINIT))]},
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+
+def script() -> list[dict]:
+    """Built when a daemon starts, not at import: typed tool calls need transformers (the backend's)."""
+    return [
+        {"unit": "parse_header", "turns": [kimi.turn(("report_finding", MEMCPY), reasoning=MEMCPY_WHY)]},
+        {"unit": "lookup", "turns": [kimi.turn(("report_finding", INDEX))]},
+        {"unit": "proto_version", "turns": [kimi.turn(("report_finding", UNINIT))]},
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
 DAEMON_ARGS = ["--max-tokens", "4000"]
 UNITS = 5  # parse_header, lookup, proto_version, add, twice
 

@@ -59,6 +59,7 @@ def test_sarif_is_schema_valid_with_rules_per_cwe_and_results_on_the_right_lines
     # Regions as the editor's diagnostics: from the first non-blank character (after the tab: column 2)
     # to the end of the last line, end column exclusive, in UTF-16 code units.
     assert corpus.end_column(corpus.PARSE_C, memcpy) == len(corpus.PARSE_C.split("\n")[memcpy - 1]) + 2  # 😀
+
     def region(text: str, first: int, last: int) -> dict:
         return {"startLine": first, "startColumn": 2, "endLine": last, "endColumn": corpus.end_column(text, last)}
 

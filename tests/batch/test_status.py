@@ -8,8 +8,18 @@ import json
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
 
-FIGURES = ("model", "experts", "ranks", "queued", "tokens/s", "thinking effort (default)", "reasoning tokens",
-           "response tokens", "loop rate", "ended on stop token")
+FIGURES = (
+    "model",
+    "experts",
+    "ranks",
+    "queued",
+    "tokens/s",
+    "thinking effort (default)",
+    "reasoning tokens",
+    "response tokens",
+    "loop rate",
+    "ended on stop token",
+)
 
 
 def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
@@ -18,16 +28,32 @@ def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
     body = json.loads(result.stdout)
     assert body["endpoint"] == slow_pair[0].endpoint
     assert body["welcome"]["model"] == body["status"]["model"]
-    for key in ("experts", "ranks", "queued", "tokens_per_s", "loop_rate", "stop_rate", "reasoning_tokens",
-                "response_tokens"):
+    for key in (
+        "experts",
+        "ranks",
+        "queued",
+        "tokens_per_s",
+        "loop_rate",
+        "stop_rate",
+        "reasoning_tokens",
+        "response_tokens",
+    ):
         assert key in body["status"], key
     assert body["welcome"]["limits"]["thinking_effort"] == "low"
 
 
 def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair, tmp_path):
     a, b = slow_pair
-    table = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", b.endpoint, cache=tmp_path, cwd=tmp_path,
-                  env={"COLUMNS": "300"})  # wide enough for two socket paths as column headers
+    table = k3lsp(
+        "status",
+        "--endpoint",
+        a.endpoint,
+        "--endpoint",
+        b.endpoint,
+        cache=tmp_path,
+        cwd=tmp_path,
+        env={"COLUMNS": "300"},
+    )  # wide enough for two socket paths as column headers
     assert table.returncode == 0, table.stderr
     header = next(line for line in table.stdout.splitlines() if a.endpoint in line)
     assert b.endpoint in header
@@ -48,13 +74,26 @@ def test_a_loading_daemon_is_shown_as_loading_with_its_percentage():
     """What `k3lsp status` prints for a daemon's status while it reads its model (the map serve sends then)."""
     from rich.console import Console
 
-    from k3lsp.report import BackendStatus, print_status
+    from k3lsp.terminal import BackendStatus, print_status
 
-    status = {"model": "Kimi-K3-Audit-451E", "state": "loading", "open_requests": 1,
-              "loading": {"state": "loading", "stage": "weights", "bytes_done": 84, "bytes_total": 200,
-                          "percent": 42, "seconds": 61.5, "eta_seconds": 84.9}}
+    status = {
+        "model": "Kimi-K3-Audit-451E",
+        "state": "loading",
+        "open_requests": 1,
+        "loading": {
+            "state": "loading",
+            "stage": "weights",
+            "bytes_done": 84,
+            "bytes_total": 200,
+            "percent": 42,
+            "seconds": 61.5,
+            "eta_seconds": 84.9,
+        },
+    }
     console = Console(record=True, width=120)
     print_status([BackendStatus("tcp://mac-a:5555", {"model": "Kimi-K3-Audit-451E"}, status)], console)
     text = console.export_text()
-    assert any(line.lstrip("│ ").startswith("state") and "backend loading (42 %, about 85 s left)" in line
-               for line in text.splitlines()), text
+    assert any(
+        line.lstrip("│ ").startswith("state") and "backend loading (42 %, about 85 s left)" in line
+        for line in text.splitlines()
+    ), text

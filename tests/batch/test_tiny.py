@@ -23,6 +23,9 @@ def test_tiny_checkpoint_audits_every_unit_into_valid_sarif(tiny_model, tmp_path
     assert result.returncode == (2 if cut else 1 if run["results"] else 0), result.stderr
     assert invocation["executionSuccessful"] is (cut == 0) and invocation["exitCode"] == result.returncode
     for r in run["results"]:  # whatever it said passed the same validation as in the editor
-        assert r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] in ("src/net/parse.c",
-                                                                                  "src/net/proto.h", "lib/util.c")
+        assert r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] in (
+            "src/net/parse.c",
+            "src/net/proto.h",
+            "lib/util.c",
+        )
     assert (stats(again)["cached"], stats(again)["audited"]) == (corpus.UNITS - cut, cut)  # only complete ones stored

@@ -18,7 +18,7 @@ async def basic(sock, ident, msg):
     elif msg["kind"] == "audit":
         # Two interleaved requests stream back on one socket: answer in reverse order to prove routing by id.
         await asyncio.sleep(0.05 if msg["unit"] == "first" else 0)
-        await reply(sock, ident, "progress", msg["id"], stage="generating", detail=msg["unit"])
+        await reply(sock, ident, "progress", msg["id"], stage="decode", detail=msg["unit"])
         await reply(sock, ident, "tool_request", msg["id"], call="c1", tool="read_lines", args={"path": "a.c"})
     elif msg["kind"] == "tool_result":
         await reply(sock, ident, "text", msg["id"], text=msg["result"])
@@ -103,7 +103,6 @@ async def test_leaving_a_stream_early_cancels_it_on_the_daemon():
             await asyncio.sleep(0.02)
     assert first["kind"] == "progress"
     assert "cancel" in seen
-
 
 
 async def test_close_does_not_raise_when_a_background_task_died():

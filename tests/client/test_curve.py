@@ -34,8 +34,9 @@ async def curve_daemon(keyring):
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
-    curve = secure_router(sock, "tcp://127.0.0.1:0", Security(keyring["server"][1], keyring["allowed"],
-                                                                            keys_reload_seconds=0))
+    curve = secure_router(
+        sock, "tcp://127.0.0.1:0", Security(keyring["server"][1], keyring["allowed"], keys_reload_seconds=0)
+    )
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     users = []
 
@@ -62,8 +63,15 @@ async def curve_daemon(keyring):
 
 
 async def connect(endpoint, server_key=None, client_key=None):
-    client = BackendClient(ClientOptions(endpoint=endpoint, server_key=server_key, client_key=client_key,
-                                         connect_timeout=3.0, insecure=not (server_key or client_key)))
+    client = BackendClient(
+        ClientOptions(
+            endpoint=endpoint,
+            server_key=server_key,
+            client_key=client_key,
+            connect_timeout=3.0,
+            insecure=not (server_key or client_key),
+        )
+    )
     try:
         return await asyncio.wait_for(client.connect(), 10)
     finally:

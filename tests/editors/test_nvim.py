@@ -68,11 +68,16 @@ OFF_BY_ONE = {
     "start_line": 4, "end_line": 5, "confidence": 0.8,
     "trace": [{"line": 4, "note": "i <= n"}, {"line": 5, "note": "v[i] read"}],
 }
-SCRIPT = [
-    {"unit": "copy_name", "turns": [kimi.turn(("report_finding", OVERFLOW))]},
-    {"unit": "sum", "turns": [kimi.turn(("report_finding", OFF_BY_ONE))]},
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+
+
+def script() -> list[dict]:
+    return [
+        {"unit": "copy_name", "turns": [kimi.turn(("report_finding", OVERFLOW))]},
+        {"unit": "sum", "turns": [kimi.turn(("report_finding", OFF_BY_ONE))]},
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
 EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
 
 
@@ -116,7 +121,7 @@ def values(lines: list[tuple], tag: str) -> list:
 
 @pytest.fixture(scope="module")
 def daemon(tiny_model) -> Iterator[str]:
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512"]) as backend:
+    with serving(tiny_model, script=script(), args=["--max-tokens", "512"]) as backend:
         yield backend.endpoint
 
 
@@ -219,14 +224,16 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
 
     rejected = values(lines, "REJECT")
-    assert [r["ok"] for r in rejected] == [False] * 6
-    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort")
+    assert [r["ok"] for r in rejected] == [False] * 7
+    options = ("trigger", "bogus", "max_file_bytes", "cmd or python", "include", "thinking_effort", "endpoint")
     for reject, option in zip(rejected, options, strict=True):
         assert reject["err"].startswith("k3lsp.setup: ") and option in reject["err"], reject
     assert values(lines, "UNCHANGED") == [default]  # a rejected setup{} leaves the previous one in place
 
     minimal = values(lines, "MINIMAL")[0]  # nothing set: nothing sent, the server's defaults apply
     assert minimal["init_options"] is None and minimal["settings"] is None
+    several = values(lines, "LIST")[0]  # several Mac pairs: the list goes to the server as it is
+    assert several["init_options"] == {"endpoint": [endpoint, "ipc:///nowhere/k3.sock"]}
 
     full = values(lines, "FULL")[0]
     home = os.environ["HOME"]
@@ -304,7 +311,7 @@ def test_lsp_enable_alone_uses_the_shipped_config_shows_cached_findings_and_help
 def test_the_statusline_shows_a_backend_that_is_still_loading(tiny_model, workspace):
     """The daemon reads its weights slowly (--load-pace): the status line says "k3: backend loading (N %)"
     while it does, and the audit started meanwhile ends with the findings."""
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512", "--load-pace", "3"],
+    with serving(tiny_model, script=script(), args=["--max-tokens", "512", "--load-pace", "3"],
                  until=launch.LISTENING) as backend:
         lines = run_scenario("loading.lua", workspace, backend.endpoint)
     statuslines = values(lines, "STATUSLINES")[0]

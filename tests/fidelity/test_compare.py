@@ -16,8 +16,10 @@ from tests.support.spans_oracle import expected_labels
 
 
 def _rows(report: dict) -> dict:
-    return {**{f"corpus {k}": v for k, v in report["corpora"].items()}, **{f"span {k}": v for k, v in
-                                                                          report["spans"].items()}}
+    return {
+        **{f"corpus {k}": v for k, v in report["corpora"].items()},
+        **{f"span {k}": v for k, v in report["spans"].items()},
+    }
 
 
 def test_checkpoint_against_itself(tiny_model, tiny_base):
@@ -50,9 +52,28 @@ def test_pruned_against_its_parent_diverges_on_every_span(tiny_model, pruned_mod
 
 def test_cli_json_with_generated_sessions(tiny_model, tiny_base):
     out = subprocess.run(
-        [sys.executable, "-m", "backend.cli", "fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model),
-         "--base", str(tiny_base), "--json", "--generate", "3", "--max-tokens", "12"],
-        capture_output=True, text=True, timeout=240, check=True)
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "fidelity",
+            "compare",
+            "--trust-remote-code",
+            "--model",
+            str(tiny_model),
+            "--base",
+            str(tiny_base),
+            "--json",
+            "--generate",
+            "3",
+            "--max-tokens",
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
     report = json.loads(out.stdout)
     gen = report["generate"]
     assert gen["sessions"] == 3 and (gen["temp"], gen["top_p"]) == (1.0, 0.95)
@@ -65,6 +86,17 @@ def test_tables_name_every_span_and_corpus(tiny_model, tiny_base):
     from backend.fidelity.report import render
 
     text = render(compare(str(tiny_model), str(tiny_base), trust_remote_code=True))
-    for label in ("Perplexity per corpus", "kernel", "traces", "tool call", "think", "response", "other",
-                  "all tokens", "median KLD", "KLD<0.01", "top-16"):
+    for label in (
+        "Perplexity per corpus",
+        "kernel",
+        "traces",
+        "tool call",
+        "think",
+        "response",
+        "other",
+        "all tokens",
+        "median KLD",
+        "KLD<0.01",
+        "top-16",
+    ):
         assert label in text

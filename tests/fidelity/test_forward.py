@@ -38,7 +38,7 @@ def test_chunks_are_bounded_and_equal_one_pass(tiny):
     assert max(model.lengths) == 64 and sum(model.lengths) == len(ids) - 1
     assert [s for s, _ in chunked] == list(range(0, len(ids) - 1, 64))
     whole = np.concatenate([lp for _, lp in chunked])
-    (_, one), = list(forward.log_probs(tiny.model, ids, len(ids)))
+    ((_, one),) = list(forward.log_probs(tiny.model, ids, len(ids)))
     assert whole.shape == (len(ids) - 1, forward.vocab_size(tiny.model))
     assert np.allclose(whole, np.array(one), atol=1e-4)
     assert np.allclose(np.log(np.exp(whole.astype(np.float64)).sum(axis=1)), 0.0, atol=1e-4)

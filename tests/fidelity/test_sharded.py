@@ -14,8 +14,9 @@ pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
 
 
 def test_two_ranks_match_one_process(tiny_model, tiny_base):
-    cmd = launch_command(["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base",
-                          str(tiny_base), "--json"])
+    cmd = launch_command(
+        ["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base", str(tiny_base), "--json"]
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)  # rank 0 alone prints
@@ -30,8 +31,25 @@ def test_two_ranks_match_one_process(tiny_model, tiny_base):
 
 def test_a_base_recorded_by_two_ranks_matches_one_process(tiny_model, tiny_base, trace_file, tmp_path):
     out_path = tmp_path / "pair.k3fb"
-    cmd = launch_command(["fidelity", "record", "--trust-remote-code", "--model", str(tiny_model), "--traces",
-                          str(trace_file), "--top-k", "16", "--chunk", "96", "--window", "2048", "-o", str(out_path)])
+    cmd = launch_command(
+        [
+            "fidelity",
+            "record",
+            "--trust-remote-code",
+            "--model",
+            str(tiny_model),
+            "--traces",
+            str(trace_file),
+            "--top-k",
+            "16",
+            "--chunk",
+            "96",
+            "--window",
+            "2048",
+            "-o",
+            str(out_path),
+        ]
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert out.returncode == 0 and out.stdout.count(f"wrote {out_path}") == 1, out.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pair.k3fb"]
@@ -47,8 +65,9 @@ def test_a_refused_base_stops_both_ranks_with_the_reason(tiny_model, tiny_base, 
     data = bytearray(tiny_base.read_bytes())
     data[len(data) // 2] ^= 1
     broken.write_bytes(bytes(data))
-    cmd = launch_command(["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base",
-                          str(broken)])
+    cmd = launch_command(
+        ["fidelity", "compare", "--trust-remote-code", "--model", str(tiny_model), "--base", str(broken)]
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     # mlx.launch itself exits 0 whatever its ranks do; it logs their exit codes. The first rank to exit
     # exits 2; the launcher may then stop the other one before it does.

@@ -29,8 +29,11 @@ def test_a_short_window_keeps_the_end_and_the_labels_of_the_whole_session(tokeni
     window = session_window(tokenizer, source, session, 40, AUDIT_TOOLS)
     assert window.ids == ids[-40:]
     assert window.labels == expected[-40:]
-    assert window.prompt == list(tokenizer.apply_chat_template(session["messages"][:2], tools=AUDIT_TOOLS,
-                                                               add_generation_prompt=True, thinking_effort="high"))
+    assert window.prompt == list(
+        tokenizer.apply_chat_template(
+            session["messages"][:2], tools=AUDIT_TOOLS, add_generation_prompt=True, thinking_effort="high"
+        )
+    )
 
 
 def _ids(tokenizer, text: str) -> list[int]:
@@ -56,13 +59,18 @@ def test_a_tokenizer_without_the_tags_is_refused(tokenizer):
         classify(Plain(), [0])
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("{not json", "known.jsonl:1: not JSON"),
-    ('{"messages": []}', "non-empty"),
-    ('{"messages": [{"role": "robot", "content": "x"}]}', "message 0: needs a role"),
-    ('{"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "grep", "arguments": "{x"}}]}]}',
-     "tool call 0: arguments are not JSON"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "known.jsonl:1: not JSON"),
+        ('{"messages": []}', "non-empty"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}', "message 0: needs a role"),
+        (
+            '{"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "grep", "arguments": "{x"}}]}]}',
+            "tool call 0: arguments are not JSON",
+        ),
+    ],
+)
 def test_bad_traces_name_file_and_line(tmp_path, line, message):
     path = tmp_path / "known.jsonl"
     path.write_text(line + "\n")

@@ -123,18 +123,27 @@ def test_cli_reports_a_refused_base_and_exits_2(tiny_model, copy, capsys):
 def test_generate_needs_trace_prompts(tiny_model, corpus_dir, tmp_path):
     from backend.fidelity.record import record
 
-    base = record(str(tiny_model), str(tmp_path / "code.k3fb"), corpora=[str(corpus_dir)], window=256, top_k=8,
-                  trust_remote_code=True)
+    base = record(
+        str(tiny_model),
+        str(tmp_path / "code.k3fb"),
+        corpora=[str(corpus_dir)],
+        window=256,
+        top_k=8,
+        trust_remote_code=True,
+    )
     with pytest.raises(BaseError, match="--generate needs trace sessions"):
         compare(str(tiny_model), str(base), generate=1, trust_remote_code=True)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({}, "nothing to record"),
-    ({"window": 1}, "at least 2 tokens"),
-    ({"top_k": 512}, "--top-k must be in 1..511"),
-    ({"corpora": ["/nonexistent/dir"]}, "must be a directory"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "nothing to record"),
+        ({"window": 1}, "at least 2 tokens"),
+        ({"top_k": 512}, "--top-k must be in 1..511"),
+        ({"corpora": ["/nonexistent/dir"]}, "must be a directory"),
+    ],
+)
 def test_record_refuses_bad_arguments_and_writes_nothing(tiny_model, trace_file, tmp_path, kwargs, message):
     from backend.fidelity.record import record
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+
+from lsprotocol import types as lsp
 
 from tests.support import kimi
 
@@ -61,21 +64,60 @@ SLOT_FINDING = kimi.finding(
 
 COPY_WHY = "src and n both come from the caller; buf holds 16 bytes and nothing compares n with that."
 
-SCRIPT = [
-    {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING), reasoning=COPY_WHY)]},
-    {"unit": "get_slot", "turns": [kimi.turn(("report_finding", SLOT_FINDING))]},
-    {"unit": "slow_unit", "turns": [{"repeat": LONG_PERIOD, "tokens": 3000}]},
-    {
-        "unit": "leaky",
-        "turns": [
-            kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
-            kimi.turn(("read_lines", {"path": "demo.c", "start": 1, "end": 2})),
-            kimi.turn(content="nothing to report"),
-        ],
+
+@functools.cache
+def _script() -> list[dict]:
+    """The daemon's --script: model turns, written with the checkpoint's tokenizer code (transformers)."""
+    return [
+        {"unit": "copy_msg", "turns": [kimi.turn(("report_finding", COPY_FINDING), reasoning=COPY_WHY)]},
+        {"unit": "get_slot", "turns": [kimi.turn(("report_finding", SLOT_FINDING))]},
+        {"unit": "slow_unit", "turns": [{"repeat": LONG_PERIOD, "tokens": 3000}]},
+        {
+            "unit": "leaky",
+            "turns": [
+                kimi.turn(("read_lines", {"path": "../outside/secret.c", "start": 1, "end": 5})),
+                kimi.turn(("read_lines", {"path": "demo.c", "start": 1, "end": 2})),
+                kimi.turn(content="nothing to report"),
+            ],
+        },
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
+def __getattr__(name: str) -> object:
+    """``SCRIPT`` is built on first use, so the logic tier imports this module where the backend is not installed."""
+    if name == "SCRIPT":
+        return _script()
+    raise AttributeError(name)
+
+
+# The same answers from the fake auditor (tests/support/fake_auditor.py), for the tier without a daemon.
+FAKE = {
+    "units": {
+        "copy_msg": {"findings": [COPY_FINDING | {"reasoning": COPY_WHY}]},
+        "get_slot": {"findings": [SLOT_FINDING]},
+        "slow_unit": {"hold": True},
     },
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+    "explain": ["n is copied ", "without a bound."],
+}
+
 DAEMON_ARGS = ["--max-tokens", "4000"]
+
+
+def lines_and_codes(diagnostics: list[lsp.Diagnostic]) -> list[tuple[int, str]]:
+    return sorted((d.range.start.line, d.code) for d in diagnostics)
+
+
+def demo_copy_diagnostic(diagnostics: list[lsp.Diagnostic]) -> lsp.Diagnostic:
+    """Check demo.c's two findings as the editor shows them (lines, codes, the memcpy's range from after the tab to
+    the end of its line, severity, its trace as related locations) and return the memcpy's, for more checks."""
+    assert lines_and_codes(diagnostics) == [(COPY_MSG_LINE, "CWE-787"), (GET_SLOT_LINE, "CWE-129")], diagnostics
+    copy = next(d for d in diagnostics if d.code == "CWE-787")
+    line = DEMO_C.split("\n")[COPY_MSG_LINE]
+    assert copy.range == lsp.Range(lsp.Position(COPY_MSG_LINE, 1), lsp.Position(COPY_MSG_LINE, len(line)))
+    assert copy.source == "k3-audit" and copy.severity == lsp.DiagnosticSeverity.Error
+    assert [r.location.range.start.line for r in copy.related_information] == [6, 8]
+    return copy
 
 
 def workspace(tmp: Path) -> Path:

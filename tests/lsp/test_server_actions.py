@@ -1,4 +1,5 @@
-"""Hover, each code action and diagnostics following edits, through a real server and a scripted `k3-backend`."""
+"""Hover, each code action and diagnostics following edits, through a real server on the fake auditor (the answers
+of tests/lsp/scripted.py without a daemon)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from tests.support.lsp import WAIT, editor
 
 
 @pytest.fixture
-async def ed(daemon, tmp_path):
+async def ed(fake, tmp_path):
     root = scripted.workspace(tmp_path)
-    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "cache") as ed:
+    async with editor(root, fake=fake, cache_dir=tmp_path / "cache") as ed:
         uri = ed.open("demo.c")
         summary = await ed.command("k3lsp.auditFile", uri)
         assert summary["findings"] == 2
@@ -93,29 +94,31 @@ async def test_reaudit_function_sends_only_that_unit_again(ed):
     before = (await ed.status())["counters"]
     command = by_title(await actions_at(ed, uri, scripted.GET_SLOT_LINE), "Re-audit get_slot")
     summary = await ed.command(command.command.command, *command.command.arguments)
-    after = (await ed.status())["counters"]
+    status = await ed.status()
+    after = status["counters"]
     assert summary["units"] == 1
     assert after["sent"] == before["sent"] + 1 and after["cached"] == before["cached"]
+    lookup, audit = status["backend"]["calls"][-2:]  # past the cache (force), and past the daemon's store (fresh)
+    assert lookup == {"op": "lookup", "units": ["get_slot"], "priority": "interactive", "force": True}
+    assert audit["op"] == "audit" and audit["units"] == ["get_slot"] and audit["fresh"] is True
 
 
 async def test_explain_streams_the_backend_answer_with_progress(ed):
     uri = ed.uri("demo.c")
     command = by_title(await actions_at(ed, uri, scripted.COPY_MSG_LINE), "Explain this CWE-787")
     answer = await ed.command(command.command.command, *command.command.arguments)
-    # The reasoning that came with the finding leads; then the model's answer (the scripted turn has none).
-    assert answer == f"Why it was flagged: {scripted.COPY_WHY}\n\n(the model gave no explanation)"
+    # The reasoning that came with the finding leads; then the model's answer, its pieces joined.
+    assert answer == f"Why it was flagged: {scripted.COPY_WHY}\n\nn is copied without a bound."
     assert any(answer[:40] in m.message for m in ed.client.messages)  # shown to the user
-    titles = [
-        v.title for vs in ed.client.progress_reports.values() for v in vs if isinstance(v, lsp.WorkDoneProgressBegin)
-    ]
-    assert "Explaining CWE-787" in titles
+    assert ed.progress_token("Explaining CWE-787") is not None
 
 
 async def test_diagnostics_shift_with_lines_inserted_above_and_drop_when_their_function_changes(ed):
     uri = ed.uri("demo.c")
     ed.change(uri, lsp.Range(at(1, 0), at(1, 0)), "/* one */\n/* two */\n")  # above both functions
     diags = await ed.wait_diagnostics(uri, lambda ds: min(d.range.start.line for d in ds) == scripted.COPY_MSG_LINE + 2)
-    assert codes(diags) == [(scripted.COPY_MSG_LINE + 2, "CWE-787"), (scripted.GET_SLOT_LINE + 2, "CWE-129")]
+    moved = [(scripted.COPY_MSG_LINE + 2, "CWE-787"), (scripted.GET_SLOT_LINE + 2, "CWE-129")]
+    assert scripted.lines_and_codes(diags) == moved
     assert all(d.range.start.character == 1 for d in diags)
     copy = next(d for d in diags if d.code == "CWE-787")
     assert [r.location.range.start.line for r in copy.related_information] == [8, 10]
@@ -123,12 +126,8 @@ async def test_diagnostics_shift_with_lines_inserted_above_and_drop_when_their_f
     # Typing inside copy_msg drops its finding (it may no longer hold); get_slot's stays where it is.
     ed.change(uri, lsp.Range(at(scripted.COPY_MSG_LINE + 2, 1), at(scripted.COPY_MSG_LINE + 2, 1)), "x")
     diags = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 1)
-    assert codes(diags) == [(scripted.GET_SLOT_LINE + 2, "CWE-129")]
+    assert scripted.lines_and_codes(diags) == [(scripted.GET_SLOT_LINE + 2, "CWE-129")]
     hover = lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri), position=at(scripted.GET_SLOT_LINE + 2))
     assert (
         "unchecked index" in (await asyncio.wait_for(ed.client.text_document_hover_async(hover), WAIT)).contents.value
     )
-
-
-def codes(diagnostics):
-    return sorted((d.range.start.line, d.code) for d in diagnostics)

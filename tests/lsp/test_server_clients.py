@@ -1,6 +1,7 @@
-"""What every real client meets, through a real server and a scripted `k3-backend`: hover formats, settings that
-are removed, findings from the cache on open and after a restart, one publish per change, code action kinds,
-status states and the backend status, and no log noise from cancellations."""
+"""What every real client meets, through a real server: hover formats, settings that are removed, one publish per
+change, code action kinds and no log noise from cancellations on the fake auditor (the answers are all these
+need); findings from the cache on open and after a restart, status states and the backend status through a
+scripted `k3-backend`."""
 
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ async def hover_at(ed, uri: str, line: int) -> lsp.Hover:
     return await asyncio.wait_for(ed.client.text_document_hover_async(params), WAIT)
 
 
-async def test_hover_in_the_format_the_client_asks_for(daemon, root, tmp_path):
+async def test_hover_in_the_format_the_client_asks_for(fake, root, tmp_path):
     caps = with_hover([lsp.MarkupKind.PlainText, lsp.MarkupKind.Markdown])
-    async with editor(root, capabilities=caps, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+    async with editor(root, capabilities=caps, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 2
         hover = await hover_at(ed, uri, scripted.COPY_MSG_LINE)
@@ -57,9 +58,9 @@ async def test_hover_in_the_format_the_client_asks_for(daemon, root, tmp_path):
         assert markup not in text, markup
 
 
-async def test_a_client_that_shows_the_diagnostic_gets_only_what_it_lacks(daemon, root, tmp_path):
+async def test_a_client_that_shows_the_diagnostic_gets_only_what_it_lacks(fake, root, tmp_path):
     caps = with_hover([lsp.MarkupKind.Markdown], shows_diagnostics=True)
-    async with editor(root, capabilities=caps, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+    async with editor(root, capabilities=caps, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 2
         text = (await hover_at(ed, uri, scripted.COPY_MSG_LINE)).contents.value
@@ -69,13 +70,13 @@ async def test_a_client_that_shows_the_diagnostic_gets_only_what_it_lacks(daemon
     assert "min_t(int, n, sizeof(m->buf))" in text
 
 
-async def test_a_removed_setting_gets_its_default_back(daemon, root, tmp_path):
-    settings = {"endpoint": daemon.endpoint, "minSeverity": "high"}
-    async with editor(root, settings=settings, configuration=settings, cache_dir=tmp_path / "c") as ed:
+async def test_a_removed_setting_gets_its_default_back(fake, root, tmp_path):
+    settings = {"minSeverity": "high"}
+    async with editor(root, settings=settings, configuration=settings, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         ed.save(uri)
         await ed.wait_diagnostics(uri, lambda ds: [d.code for d in ds] == ["CWE-787"])
-        ed.client.set_configuration({"endpoint": daemon.endpoint}, section="k3lsp")  # minSeverity removed
+        ed.client.set_configuration({}, section="k3lsp")  # minSeverity removed
         ed.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
         diags = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
     assert sorted(d.code for d in diags) == ["CWE-129", "CWE-787"]
@@ -94,9 +95,8 @@ async def test_findings_show_from_the_cache_on_open_and_after_a_restart(daemon, 
     assert counters["sent"] == 0 and counters["cached"] == 2
 
 
-async def test_each_change_is_published_once(daemon, root, tmp_path):
-    settings = {"endpoint": daemon.endpoint}
-    async with editor(root, settings=settings, configuration=settings, cache_dir=tmp_path / "c") as ed:
+async def test_each_change_is_published_once(fake, root, tmp_path):
+    async with editor(root, configuration={}, fake=fake, cache_dir=tmp_path / "c") as ed:
         # VS Code announces its settings right after `initialized`, as this does.
         ed.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
         uri = ed.open("demo.c")
@@ -115,8 +115,8 @@ async def test_each_change_is_published_once(daemon, root, tmp_path):
     assert reads == 2, reads  # at start one read answers both `initialized` and the announcement; then one more
 
 
-async def test_every_action_is_a_quick_fix_so_kind_filters_offer_them(daemon, root, tmp_path):
-    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+async def test_every_action_is_a_quick_fix_so_kind_filters_offer_them(fake, root, tmp_path):
+    async with editor(root, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 2
 
@@ -158,8 +158,8 @@ async def test_status_says_what_is_true_and_the_backend_status_has_its_figures(d
         assert key in backend, (key, backend)
 
 
-async def test_a_late_cancel_is_not_logged(daemon, root, tmp_path, capfd):
-    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+async def test_a_late_cancel_is_not_logged(fake, root, tmp_path, capfd):
+    async with editor(root, fake=fake, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         await hover_at(ed, uri, 0)
         ed.client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=987654))  # long answered, or never sent

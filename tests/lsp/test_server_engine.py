@@ -34,8 +34,12 @@ def root(tmp_path):
 
 
 def reports(ed) -> list[str]:
-    return [v.message or "" for vs in ed.client.progress_reports.values() for v in vs
-            if isinstance(v, lsp.WorkDoneProgressReport)]
+    return [
+        v.message or ""
+        for vs in ed.client.progress_reports.values()
+        for v in vs
+        if isinstance(v, lsp.WorkDoneProgressReport)
+    ]
 
 
 async def test_prefill_progress_reaches_the_editor(limited, root, tmp_path):
@@ -73,9 +77,13 @@ async def test_a_function_too_long_to_audit_is_shown_once_and_never_sent_again(l
 
 async def test_k3lsp_audit_reports_a_function_too_long_to_audit_and_shows_prefill_progress(limited, root, tmp_path):
     notes: list[str] = []
-    report = await batch.audit_paths([root / "big.c"], Options(endpoint=limited.endpoint),
-                                     ResultCache(tmp_path / "r.sqlite3"), jobs=2,
-                                     on_progress=lambda done, total, note: notes.append(note))
+    report = await batch.audit_paths(
+        [root / "big.c"],
+        Options(endpoint=limited.endpoint),
+        ResultCache(tmp_path / "r.sqlite3"),
+        jobs=2,
+        on_progress=lambda done, total, note: notes.append(note),
+    )
     assert any(n.startswith("copy_msg: prefill ") for n in notes) and any(": decode " in n for n in notes)
     (error,) = report.errors
     assert error.startswith("big.c: huge: too long to audit: the prompt has ") and report.exit_status() == 2

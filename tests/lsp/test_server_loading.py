@@ -18,8 +18,13 @@ async def test_the_server_shows_the_backend_loading_then_audits(tiny_model, tmp_
         endpoint = f"ipc://{private}/daemon.sock"
         # The language server first (it starts slowly on a busy machine), then the daemon it will find loading.
         async with editor(root, settings={"endpoint": endpoint}, cache_dir=tmp_path / "c") as ed:
-            with serving(tiny_model, script=scripted.SCRIPT, bind=endpoint, until=launch.LISTENING,
-                         args=[*scripted.DAEMON_ARGS, "--load-pace", "1.0"]):
+            with serving(
+                tiny_model,
+                script=scripted.SCRIPT,
+                bind=endpoint,
+                until=launch.LISTENING,
+                args=[*scripted.DAEMON_ARGS, "--load-pace", "1.0"],
+            ):
                 uri = ed.open("demo.c")
                 status = await ed.status()  # asks the daemon itself, while it loads
                 assert status["backend"]["state"] == "loading", status

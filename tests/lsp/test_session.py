@@ -19,4 +19,5 @@ async def test_after_shutdown_no_audit_starts_and_the_client_stays_closed(tmp_pa
     assert result == {"units": 0, "error": SHUTTING_DOWN}
     summary = await asyncio.wait_for(session.audit_workspace(), 5)
     assert summary == {"files": 0, "error": SHUTTING_DOWN}
-    assert not session._tasks and session.auditor._client._sock is None  # nothing reconnected to the daemon
+    assert not session._tasks  # nothing reconnected to the daemon:
+    assert all(a._client._sock is None for a in session.auditor.auditors.values())

@@ -12,8 +12,7 @@ import json
 
 import pytest
 
-from k3lsp import cli, tools, units
-from tests.batch.test_sarif import valid_sarif
+from k3lsp import cli, sandbox, units
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
@@ -35,7 +34,7 @@ def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(sou
     assert note is not None and f"{len(split)} windows of up to {units.WINDOW_LINES} lines" in note
     assert units.fallback_note(units.split(scripted.DEMO_C)) is None
     (tmp_path / "deep.c").write_text(source)
-    assert "no definition of f0" in tools.find_definition(tmp_path, "f0")  # the model's tool survives it too
+    assert "no definition of f0" in sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too
 
 
 def test_the_recursion_limit_itself_also_falls_back(monkeypatch):
@@ -51,6 +50,8 @@ def workspace(tmp_path):
 
 
 def test_the_batch_audit_keeps_its_exit_codes_and_writes_sarif(daemon, tmp_path):
+    from tests.batch.test_sarif import valid_sarif  # its corpus is model turns: transformers, like the daemon
+
     workspace(tmp_path)
     args = ("--endpoint", daemon.endpoint)
     result = k3lsp("audit", "ws", *args, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)

@@ -12,8 +12,15 @@ from tests.support.pair import REPO, free_port_block, launch_command
 
 
 def run(cmd: list[str], env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=REPO, env=env or dict(os.environ), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=env or dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_doctor_passes_on_the_local_pair(tiny_model):
@@ -61,11 +68,28 @@ def test_doctor_names_the_files_in_which_the_ranks_checkpoints_differ(tiny_model
     hostfile = tmp_path / "ring.json"
     first = free_port_block(2)
     hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
-    ranks = [subprocess.Popen([sys.executable, "-m", "backend.cli", "doctor", "--model", str(model),
-                               "--trust-remote-code", "--bandwidth-mb", "1"], cwd=REPO, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": str(rank)})
-             for rank, model in enumerate([tiny_model, copy])]
+    ranks = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "backend.cli",
+                "doctor",
+                "--model",
+                str(model),
+                "--trust-remote-code",
+                "--bandwidth-mb",
+                "1",
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ | {"MLX_HOSTFILE": str(hostfile), "MLX_RANK": str(rank)},
+        )
+        for rank, model in enumerate([tiny_model, copy])
+    ]
     try:
         outs = [rank.communicate(timeout=240) for rank in ranks]
     finally:

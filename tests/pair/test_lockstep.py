@@ -32,8 +32,7 @@ async def _posted_events_delivered() -> None:
 
 def request(engine: Engine, rid: int, forced: list[int]) -> GenRequest:
     prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
-    return GenRequest(rid=rid, prompt=prompt, segments=[], max_tokens=20, temp=1.0, top_p=0.95, seed=rid,
-                      forced=forced)
+    return GenRequest(rid=rid, prompt=prompt, segments=[], max_tokens=20, temp=1.0, top_p=0.95, seed=rid, forced=forced)
 
 
 async def test_idle_leader_runs_an_empty_turn_every_tick(engine):
@@ -63,8 +62,11 @@ async def test_idle_leader_runs_an_empty_turn_every_tick(engine):
 
 def test_follower_runs_the_commands_it_receives_until_stop(engine, caplog):
     """No commands of its own: every turn's come from the exchange, like rank 1 receiving rank 0's steps."""
-    feed = [Commands(submits=[request(engine, 1, [100, 101]), request(engine, 2, [102] * 15)]), Commands(),
-            Commands(cancels=[2])]
+    feed = [
+        Commands(submits=[request(engine, 1, [100, 101]), request(engine, 2, [102] * 15)]),
+        Commands(),
+        Commands(cancels=[2]),
+    ]
 
     def exchange(own: Commands, outcome: Outcome):
         assert not own  # a follower never has commands of its own

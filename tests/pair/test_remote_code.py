@@ -16,8 +16,15 @@ def test_without_the_flag_the_ranks_refuse_it(tiny_model, tmp_path):
     """Both ranks check before loading; the launcher ends the other rank once the first one exited, so the
     second refusal may or may not have been printed by then."""
     cmd = launch_command(["serve", "--model", str(tiny_model), "--bind", f"ipc://{tmp_path}/daemon.sock"])
-    done = subprocess.run(cmd, input="y\n", capture_output=True, text=True, timeout=240, cwd=REPO,
-                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        cmd,
+        input="y\n",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
     log = done.stdout + done.stderr
     assert READY not in done.stdout and "[y/N]" not in log
     assert re.search(r"rank [01] exited with code 1\b", log), log[-3000:]

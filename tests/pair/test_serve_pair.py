@@ -44,8 +44,9 @@ async def explain_texts(endpoint: str) -> list[tuple[str, str]]:
     out = []
     async with Wire(endpoint, timeout=120) as wire:
         for unit in UNITS:
-            msgs = await wire.request("explain", unit, **audit_fields(unit, code=CODE), finding=finding(),
-                                      thinking_effort="off")
+            msgs = await wire.request(
+                "explain", unit, **audit_fields(unit, code=CODE), finding=finding(), thinking_effort="off"
+            )
             assert msgs[-1]["kind"] == "done", msgs[-1]
             out.append(("".join(m["text"] for m in msgs if m["kind"] == "text"), msgs[-1]["stats"]["finish_reason"]))
     return out
@@ -81,8 +82,9 @@ async def test_pruned_pair_equals_one_process(pruned_model, tmp_path):
 async def test_concurrent_requests_batch_on_the_pair(pair):
     async with Wire(pair.endpoint, timeout=120) as wire:
         for i in range(3):
-            await wire.send("audit", f"b{i}", **audit_fields("long", code=f"int g{i}(void)\n{{\n\treturn {i};\n}}\n",
-                                                             max_tokens=60))
+            await wire.send(
+                "audit", f"b{i}", **audit_fields("long", code=f"int g{i}(void)\n{{\n\treturn {i};\n}}\n", max_tokens=60)
+            )
         results = [await wire.finish(f"b{i}") for i in range(3)]
         status = (await wire.ask("status", "s"))["status"]
     assert all(r[-1]["kind"] == "done" for r in results), [r[-1] for r in results]

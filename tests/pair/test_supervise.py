@@ -28,8 +28,15 @@ class Supervised:
         cmd = [sys.executable, "-m", "backend.cli", "supervise", *flags, "--", *launch_command(serve_args)]
         self.log = log
         with open(log, "wb") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                                         env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=REPO,
+                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                text=True,
+            )
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
 
@@ -42,7 +49,7 @@ class Supervised:
             time.sleep(0.1)
         ready = self.ready_lines()
         assert len(ready) >= count, self.log.read_text()[-4000:]
-        return ready[count - 1][len(READY):].strip()
+        return ready[count - 1][len(READY) :].strip()
 
     def ranks(self) -> dict[int, int]:
         """MLX_RANK -> PID of the ranks of the launcher the supervisor runs now."""
@@ -65,8 +72,15 @@ class Supervised:
 
 
 async def test_a_killed_rank_gets_the_pair_restarted_and_serving_again(tiny_model, tmp_path):
-    serve = ["serve", "--model", str(tiny_model), "--bind", f"ipc://{tmp_path}/daemon.sock", "--trust-remote-code",
-             *script_args(tmp_path)]
+    serve = [
+        "serve",
+        "--model",
+        str(tiny_model),
+        "--bind",
+        f"ipc://{tmp_path}/daemon.sock",
+        "--trust-remote-code",
+        *script_args(tmp_path),
+    ]
     sup = Supervised(serve, ["--backoff", "0.5", "--max-failures", "3"], tmp_path / "supervise.log")
     ranks: dict[int, int] = {}
     try:
@@ -99,8 +113,9 @@ def test_a_pair_that_fails_at_start_every_time_is_given_up_after_n_tries(tmp_pat
         sup.stop()
     log = sup.log.read_text()
     assert sup.proc.returncode == 1, log[-4000:]
-    assert "giving up after 2 failures in a row of the same kind (at start: exit 1; the last: rank 0 exit 1" in log, \
+    assert "giving up after 2 failures in a row of the same kind (at start: exit 1; the last: rank 0 exit 1" in log, (
         log[-4000:]
+    )
     assert log.count("restarting in") == 1 and "restarting in 0.1 s" in log
     assert "cannot load model" in log.split("giving up")[1]  # the reason, in the last lines it quotes
     assert not sup.ready_lines()

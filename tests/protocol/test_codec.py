@@ -43,7 +43,7 @@ EXAMPLES = {
             "ranks": 2,
             "limits": {"max_tokens": 1024},
         },
-        "progress": {"stage": "generating", "tokens": 12, "detail": "x_ioctl"},
+        "progress": {"stage": "decode", "tokens": 12, "detail": "x_ioctl"},
         "finding": {"finding": FINDING},
         "tool_request": {"call": "c1", "tool": "read_lines", "args": {"path": "a.c", "start": 1, "end": 9}},
         "text": {"text": "The length"},

@@ -49,8 +49,16 @@ def test_finding_fields_are_documented():
 def test_every_error_code_is_documented_with_its_kind():
     table = DOC.split("| code | kind | sent by | meaning |")[1].split("\n\n")[0]
     documented = dict(re.findall(r"^\| `(\w+)` \| ([a-z-]+) \|", table, flags=re.M))
-    kinds = {"transient": protocol.TRANSIENT_CODES, "request": protocol.REQUEST_CODES, "set-up": protocol.SETUP_CODES}
-    assert documented == {code: kind for kind, codes in kinds.items() for code in codes}
+    assert documented == {code.value: code.kind.value for code in protocol.ErrorCode}
+
+
+def test_the_editor_state_of_each_code_is_documented():
+    table = DOC.split("| state | codes |")[1].split("\n\n")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", table, flags=re.M))
+    assert rows.pop("down") == "every other code"
+    documented = {state: set(re.findall(r"`(\w+)`", codes)) for state, codes in rows.items()}
+    states = {code.state for code in protocol.ErrorCode} - {"down"}
+    assert documented == {state: {c.value for c in protocol.ErrorCode if c.state == state} for state in states}
 
 
 def test_progress_stages_are_documented():

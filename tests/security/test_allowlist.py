@@ -45,7 +45,7 @@ def test_a_key_file_deleted_between_listing_and_reading_is_skipped(keydir, monke
 
 def test_a_malformed_key_file_is_reported_by_name_and_the_valid_keys_keep_working(keydir, caplog):
     alice, bob = _client(keydir, "alice"), _client(keydir, "bob")
-    (keydir / "broken.key").write_text("metadata\ncurve\n    public-key = \"short\"\n")
+    (keydir / "broken.key").write_text('metadata\ncurve\n    public-key = "short"\n')
     (keydir / "binary.key").write_bytes(b"\xff\xfe\x00garbage")
     (keydir / "dir.key").mkdir()
     allow = AllowList(keydir)

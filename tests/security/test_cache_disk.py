@@ -32,8 +32,12 @@ def small_filesystem(tmp_path, size_kib: int):
     """A tmpfs of ``size_kib`` KiB at tmp_path/fs, unmounted afterwards; skips where mounting is not allowed."""
     point = tmp_path / "fs"
     point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(point)],
-                             capture_output=True, text=True, timeout=30)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(point)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
     try:

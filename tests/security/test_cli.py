@@ -17,8 +17,14 @@ TIMEOUT = 120
 
 
 def run(*args: str, module: str = "k3lsp.cli", env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=TIMEOUT, env=os.environ | (env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=TIMEOUT,
+        env=os.environ | (env or {}),
+    )
 
 
 def test_keys_init_makes_private_pairs_and_says_what_goes_where(tmp_path):
@@ -56,8 +62,12 @@ def test_serve_refuses_before_binding_a_non_loopback_address(tiny_model, keyring
     readable = tmp_path / "readable.key_secret"
     readable.write_bytes(keyring.server_secret.read_bytes())
     readable.chmod(0o644)
-    paths = {"authorized": keyring.authorized, "secret": keyring.server_secret, "public": keyring.server_public,
-             "readable": readable}
+    paths = {
+        "authorized": keyring.authorized,
+        "secret": keyring.server_secret,
+        "public": keyring.server_public,
+        "readable": readable,
+    }
     args = [a.format(**paths) for a in extra]
     # 0.0.0.0 only here: the refusal comes before the model load and long before any bind.
     done = run("serve", "--model", str(tiny_model), "--bind", "tcp://0.0.0.0:0", *args, module="backend.cli")
@@ -67,13 +77,28 @@ def test_serve_refuses_before_binding_a_non_loopback_address(tiny_model, keyring
 
 
 def test_status_with_keys_works_and_a_refused_key_is_named(curve_daemon, keyring):
-    ok = run("status", "--endpoint", curve_daemon.endpoint, "--json", "--server-key", str(keyring.server_public),
-             "--client-key", str(keyring.clients["alice"][1]))
+    ok = run(
+        "status",
+        "--endpoint",
+        curve_daemon.endpoint,
+        "--json",
+        "--server-key",
+        str(keyring.server_public),
+        "--client-key",
+        str(keyring.clients["alice"][1]),
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["welcome"]["kind"] == "welcome"
 
-    refused = run("status", "--endpoint", curve_daemon.endpoint, "--server-key", str(keyring.server_public),
-                  "--client-key", str(keyring.clients["mallory"][1]))
+    refused = run(
+        "status",
+        "--endpoint",
+        curve_daemon.endpoint,
+        "--server-key",
+        str(keyring.server_public),
+        "--client-key",
+        str(keyring.clients["mallory"][1]),
+    )
     assert refused.returncode == 2 and "refused this client's key" in refused.stderr
 
     plain = run("status", "--endpoint", curve_daemon.endpoint, "--timeout", "3")
@@ -84,8 +109,15 @@ def test_batch_audit_with_keys(curve_daemon, keyring, tmp_path):
     src = tmp_path / "ok.c"
     src.write_text("int ok(int n)\n{\n\treturn n;\n}\n")
     env = {"K3LSP_CACHE_DIR": str(tmp_path / "cache")}
-    args = ["audit", str(src), "--json", "--endpoint", curve_daemon.endpoint,
-            "--server-key", str(keyring.server_public)]
+    args = [
+        "audit",
+        str(src),
+        "--json",
+        "--endpoint",
+        curve_daemon.endpoint,
+        "--server-key",
+        str(keyring.server_public),
+    ]
     good = run(*args, "--client-key", str(keyring.clients["alice"][1]), env=env)
     assert good.returncode == 0, good.stderr + good.stdout
     bad = run(*args, "--client-key", str(keyring.clients["mallory"][1]), env=env)

@@ -42,8 +42,9 @@ async def test_refused_clients_are_told_why_while_the_authorised_one_keeps_worki
         if client is None:
             options = ClientOptions(endpoint=curve_daemon.endpoint, connect_timeout=3.0)
         else:
-            options = keyring.options(curve_daemon.endpoint, client,
-                                      server=keyring.other_server_public if server else None)
+            options = keyring.options(
+                curve_daemon.endpoint, client, server=keyring.other_server_public if server else None
+            )
         refused = BackendClient(options)
         try:
             with pytest.raises(BackendError) as err:

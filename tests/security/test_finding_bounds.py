@@ -20,7 +20,7 @@ from k3lsp.auditor import Auditor
 from k3lsp.options import Options
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
-from tests.support.daemon import Wire, audit_fields, serving
+from tests.support.daemon import Wire, audit_fields, module_daemon
 from tests.support.peer import WELCOME, peer, reply
 
 SMALL = {"cwe": 787, "severity": "low", "title": "t", "message": "", "start_line": 1, "end_line": 1}
@@ -29,11 +29,9 @@ SIX_LINES = "int f(char *p, int n)\n{\n\tp[n] = 0;\n\tp[n + 1] = 0;\n\treturn n;
 UNIT = units.split(SIX_LINES)[0]
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    script = [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}]
-    with serving(tiny_model, script=script, args=["--max-tokens", "20000"]) as d:
-        yield d
+daemon = module_daemon(
+    lambda: [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}], ["--max-tokens", "20000"]
+)
 
 
 async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(daemon):
@@ -80,11 +78,15 @@ async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Aud
     return results, auditor, store
 
 
-@pytest.mark.parametrize(("findings", "kept"), [
-    ([SMALL] * 2_000, bounds.MAX_FINDINGS_PER_UNIT),  # too many
-    ([big(100_000), SMALL], 1),  # one too large on its own
-    ([big(60_000, n) for n in range(12)], bounds.MAX_RESULT_BYTES // bounds.finding_bytes(big(60_000, 10))),
-], ids=["count", "finding-bytes", "result-bytes"])  # the last: each fits, together they do not
+@pytest.mark.parametrize(
+    ("findings", "kept"),
+    [
+        ([SMALL] * 2_000, bounds.MAX_FINDINGS_PER_UNIT),  # too many
+        ([big(100_000), SMALL], 1),  # one too large on its own
+        ([big(60_000, n) for n in range(12)], bounds.MAX_RESULT_BYTES // bounds.finding_bytes(big(60_000, 10))),
+    ],
+    ids=["count", "finding-bytes", "result-bytes"],
+)  # the last: each fits, together they do not
 async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings, kept, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="k3lsp.auditor"):
         (result,), auditor, store = await asyncio.wait_for(audit_with(findings, tmp_path), 120)
@@ -109,8 +111,9 @@ async def test_the_stats_kept_with_a_result_are_bounded_too(tmp_path):
 async def test_the_batch_report_stays_bounded_and_says_what_was_dropped(tmp_path):
     (tmp_path / "f.c").write_text(SIX_LINES)
     async with peer(Flooding([SMALL] * 20_000), sndhwm=0) as endpoint:
-        code, out, err = await run_k3lsp("audit", "f.c", "--endpoint", endpoint, "--json",
-                                         cache=tmp_path / "c", cwd=tmp_path)
+        code, out, err = await run_k3lsp(
+            "audit", "f.c", "--endpoint", endpoint, "--json", cache=tmp_path / "c", cwd=tmp_path
+        )
     assert code == 1, err
     assert len(json.loads(out)["findings"]) == bounds.MAX_FINDINGS_PER_UNIT and len(out) < 200_000
     assert f"f.c: f: {20_000 - bounds.MAX_FINDINGS_PER_UNIT + 3} findings beyond the bounds" in err

@@ -32,9 +32,20 @@ async def healthy_round(keyring, endpoint: str) -> float:
 
 def start_frozen(keyring, endpoint: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.stream_client", endpoint, str(keyring.server_public),
-         str(keyring.clients["bob"][1]), "chatty"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "tests.support.stream_client",
+            endpoint,
+            str(keyring.server_public),
+            str(keyring.clients["bob"][1]),
+            "chatty",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
     reader.start()
@@ -53,8 +64,10 @@ async def test_a_frozen_client_does_not_delay_another_clients_results(curve_daem
     try:
         frozen.send_signal(signal.SIGSTOP)
         with_frozen = await asyncio.wait_for(healthy_round(keyring, endpoint), 120)
-        print(f"healthy client, {ROUNDS} audits: alone {alone:.2f} s, with a frozen client {with_frozen:.2f} s "
-              f"(ratio {with_frozen / alone:.2f})")
+        print(
+            f"healthy client, {ROUNDS} audits: alone {alone:.2f} s, with a frozen client {with_frozen:.2f} s "
+            f"(ratio {with_frozen / alone:.2f})"
+        )
 
         async with keyring.client(endpoint, "alice") as client:  # the daemon lets go of the frozen request
             for _ in range(120):

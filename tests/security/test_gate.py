@@ -58,6 +58,7 @@ async def test_on_a_local_socket_another_uid_is_refused_and_a_missing_one_left_t
     ctx = zmq.asyncio.Context()
     keeper = gate.Gate(ctx, allow=None, local_uid=501)
     try:
+
         def status(address: bytes) -> bytes:
             request = [b"1.0", b"1", gate.ZAP_DOMAIN.encode(), address, b"", b"NULL"]
             return keeper._reply([b"peer", b"", *request])[4]

@@ -16,14 +16,13 @@ import asyncio
 import json
 import re
 
-import pytest
 from lsprotocol import types as lsp
 
 from k3lsp import sanitize
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
-from tests.support.batch import k3lsp, run_k3lsp
-from tests.support.daemon import serving
+from tests.support.batch import k3lsp, project, run_k3lsp
+from tests.support.daemon import module_daemon
 from tests.support.lsp import WAIT, editor
 from tests.support.peer import WELCOME, peer, reply
 
@@ -34,19 +33,33 @@ MESSAGE = "n is\x9b2J unchecked\r\x1b[2Kall good\u2066 here"
 NOTE = "from\x00 the \x1b[8mcaller"
 TROJAN_FIX = "\tif (n < 16 /*\u202e } \u2066*/) buf[n] = 0;"  # Trojan Source: reads otherwise than it compiles
 HOSTILE_FINDING = kimi.finding(
-    title=TITLE, message=MESSAGE, start_line=3, end_line=3, trace=[{"line": 1, "note": NOTE}],
+    title=TITLE,
+    message=MESSAGE,
+    start_line=3,
+    end_line=3,
+    trace=[{"line": 1, "note": NOTE}],
     fix={"start_line": 3, "end_line": 3, "replacement": TROJAN_FIX},
 )
-GARBLED = (kimi.opening() + kimi.OPEN_TOOLS
-           + '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>'
-           '{"title": "' + OSC_TITLE + '" oops<|close|>json<|sep|><|close|>call<|sep|>' + kimi.CLOSE_TOOLS + kimi.END)
-SCRIPT = [
-    {"unit": "hostile", "turns": [kimi.turn(("report_finding", HOSTILE_FINDING))]},
-    {"unit": "garbled", "turns": [GARBLED]},  # an invalid call: the daemon logs its text
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+GARBLED = (
+    kimi.opening()
+    + kimi.OPEN_TOOLS
+    + '<|open|>call tool="report_finding" index="1"<|sep|><|open|>json type="object"<|sep|>'
+    '{"title": "' + OSC_TITLE + '" oops<|close|>json<|sep|><|close|>call<|sep|>' + kimi.CLOSE_TOOLS + kimi.END
+)
 HOSTILE_C = "int hostile(char *buf, int n)\n{\n\tbuf[n] = 0;\n\treturn n;\n}\n"
 GARBLED_C = "int garbled(int n)\n{\n\treturn n;\n}\n"
+PROJECT = {"hostile.c": HOSTILE_C, "garbled.c": GARBLED_C}
+
+
+def script() -> list[dict]:
+    return [
+        {"unit": "hostile", "turns": [kimi.turn(("report_finding", HOSTILE_FINDING))]},
+        {"unit": "garbled", "turns": [GARBLED]},  # an invalid call: the daemon logs its text
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+
+
+daemon = module_daemon(script)
 
 _RAW = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{sanitize.BIDI_CONTROLS}]")
 
@@ -56,22 +69,8 @@ def raw_controls(text: str) -> list[str]:
     return _RAW.findall(text)
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=SCRIPT) as d:
-        yield d
-
-
-def project(tmp_path):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "hostile.c").write_text(HOSTILE_C)
-    (root / "garbled.c").write_text(GARBLED_C)
-    return root
-
-
 def test_the_audit_prints_model_text_as_text_and_the_daemon_logs_it_so(daemon, tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     result = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, cache=tmp_path / "c", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert raw_controls(result.stdout) == [] and raw_controls(result.stderr) == []
@@ -82,7 +81,7 @@ def test_the_audit_prints_model_text_as_text_and_the_daemon_logs_it_so(daemon, t
 
 
 def test_json_and_sarif_escape_what_they_carry_and_drop_a_trojan_source_fix(daemon, tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     common = ("audit", "proj/hostile.c", "--endpoint", daemon.endpoint)
     as_json = k3lsp(*common, "--json", cache=tmp_path / "c", cwd=tmp_path)
     as_sarif = k3lsp(*common, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
@@ -129,12 +128,19 @@ class HostileDaemon:
 
 async def test_status_shows_daemon_strings_as_data_not_markup_or_commands(tmp_path):
     async with peer(HostileDaemon()) as endpoint:
-        code, out, err = await run_k3lsp("status", "--endpoint", endpoint, cache=tmp_path / "c", cwd=tmp_path,
-                                         env={"COLUMNS": "200"})
+        code, out, err = await run_k3lsp(
+            "status", "--endpoint", endpoint, cache=tmp_path / "c", cwd=tmp_path, env={"COLUMNS": "200"}
+        )
         assert code == 0, err
         assert raw_controls(out) == [] and "[link=https://evil.example/]" in out  # shown, not a hyperlink
-        _, forced, _ = await run_k3lsp("status", "--endpoint", endpoint, cache=tmp_path / "c", cwd=tmp_path,
-                                       env={"FORCE_COLOR": "1", "COLUMNS": "200"})
+        _, forced, _ = await run_k3lsp(
+            "status",
+            "--endpoint",
+            endpoint,
+            cache=tmp_path / "c",
+            cwd=tmp_path,
+            env={"FORCE_COLOR": "1", "COLUMNS": "200"},
+        )
     assert "\x1b]8;" not in forced and "evil.example" in forced  # rich writes colours, never the data's link
     assert OSC_TITLE not in forced and "\u202e" not in forced
     async with peer(HostileDaemon(refuse_hello=True)) as endpoint:
@@ -143,7 +149,7 @@ async def test_status_shows_daemon_strings_as_data_not_markup_or_commands(tmp_pa
 
 
 async def test_the_audit_prints_daemon_errors_as_text(tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     (tmp_path / "proj" / "hostile.c").unlink()
     async with peer(HostileDaemon()) as endpoint:
         code, out, err = await run_k3lsp("audit", "proj", "--endpoint", endpoint, cache=tmp_path / "c", cwd=tmp_path)
@@ -152,9 +158,11 @@ async def test_the_audit_prints_daemon_errors_as_text(tmp_path):
 
 
 async def test_the_editor_gets_no_control_or_bidi_characters_from_the_model_or_the_daemon(tmp_path):
-    root = project(tmp_path)
-    async with peer(HostileDaemon()) as endpoint, editor(root, settings={"endpoint": endpoint},
-                                                          cache_dir=tmp_path / "c") as ed:
+    root = project(tmp_path, PROJECT)
+    async with (
+        peer(HostileDaemon()) as endpoint,
+        editor(root, settings={"endpoint": endpoint}, cache_dir=tmp_path / "c") as ed,
+    ):
         uri = ed.open("hostile.c")
         summary = await ed.command("k3lsp.auditFile", uri)
         assert summary["findings"] == 1, summary
@@ -163,11 +171,22 @@ async def test_the_editor_gets_no_control_or_bidi_characters_from_the_model_or_t
         shown = [diagnostic.message, *(r.message for r in diagnostic.related_information or [])]
 
         position = lsp.Position(2, 3)
-        hover = await asyncio.wait_for(ed.client.text_document_hover_async(
-            lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri), position=position)), WAIT)
-        actions = await asyncio.wait_for(ed.client.text_document_code_action_async(lsp.CodeActionParams(
-            text_document=lsp.TextDocumentIdentifier(uri=uri), range=lsp.Range(position, position),
-            context=lsp.CodeActionContext(diagnostics=[diagnostic]))), WAIT)
+        hover = await asyncio.wait_for(
+            ed.client.text_document_hover_async(
+                lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri), position=position)
+            ),
+            WAIT,
+        )
+        actions = await asyncio.wait_for(
+            ed.client.text_document_code_action_async(
+                lsp.CodeActionParams(
+                    text_document=lsp.TextDocumentIdentifier(uri=uri),
+                    range=lsp.Range(position, position),
+                    context=lsp.CodeActionContext(diagnostics=[diagnostic]),
+                )
+            ),
+            WAIT,
+        )
         titles = [a.title for a in actions]
         assert not any(t.startswith("Apply suggested fix") for t in titles)  # the Trojan Source fix is dropped
         fingerprint = diagnostic.data["fingerprint"]

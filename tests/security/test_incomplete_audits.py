@@ -10,42 +10,31 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from backend.fingerprint import checkpoint_fingerprint
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
-from tests.support.batch import k3lsp
-from tests.support.daemon import Wire, serving
+from tests.support.batch import k3lsp, project
+from tests.support.daemon import Wire, module_daemon
 from tests.support.lsp import editor
 
 LONG = " ".join(f"w{i}" for i in range(40)) + " "  # a period too long for the loop guard
 FINDING = kimi.finding(title="write past buf", start_line=3, end_line=3, trace=[])
-TRUNCATED = kimi.opening() + kimi.tools(("report_finding", FINDING)) + LONG * 30 + kimi.END
-SCRIPT = [
-    {"unit": "truncated", "turns": [TRUNCATED]},  # a finding, then prose past the token budget: `length`
-    {"unit": "looping", "turns": [{"repeat": "ab ", "tokens": 2000}]},  # the loop guard: `loop`
-    {"unit": "asks", "turns": [kimi.turn(("read_lines", {"path": "a.c", "start": 1, "end": 2}))]},  # `budget`
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
-ARGS = ["--max-tokens", "600", "--max-tool-rounds", "0"]
-
 A_C = "int truncated(char *buf, int n)\n{\n\tbuf[n] = 0;\n\treturn n;\n}\n\nint clean(int n)\n{\n\treturn n;\n}\n"
 B_C = "int looping(int n)\n{\n\treturn n;\n}\n\nint asks(int n)\n{\n\treturn n;\n}\n"
+PROJECT = {"a.c": A_C, "b.c": B_C}
 
 
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=SCRIPT, args=ARGS) as d:
-        yield d
+def script() -> list[dict]:
+    truncated = kimi.opening() + kimi.tools(("report_finding", FINDING)) + LONG * 30 + kimi.END
+    return [
+        {"unit": "truncated", "turns": [truncated]},  # a finding, then prose past the token budget: `length`
+        {"unit": "looping", "turns": [{"repeat": "ab ", "tokens": 2000}]},  # the loop guard: `loop`
+        {"unit": "asks", "turns": [kimi.turn(("read_lines", {"path": "a.c", "start": 1, "end": 2}))]},  # `budget`
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
 
 
-def project(tmp_path):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.c").write_text(A_C)
-    (root / "b.c").write_text(B_C)
-    return root
+daemon = module_daemon(script, ["--max-tokens", "600", "--max-tool-rounds", "0"])
 
 
 async def test_the_welcome_names_the_checkpoint_served(daemon, tiny_model):
@@ -56,7 +45,7 @@ async def test_the_welcome_names_the_checkpoint_served(daemon, tiny_model):
 
 
 def test_cut_short_units_make_the_batch_audit_incomplete_and_are_audited_again(daemon, tmp_path):
-    project(tmp_path)
+    project(tmp_path, PROJECT)
     args = ("audit", "proj", "--endpoint", daemon.endpoint, "--format", "sarif")
     first = k3lsp(*args, cache=tmp_path / "c", cwd=tmp_path)
     assert first.returncode == 2, first.stderr  # not 1 ("findings") and never 0: the audit is not complete
@@ -78,9 +67,18 @@ def test_cut_short_units_make_the_batch_audit_incomplete_and_are_audited_again(d
 
 def test_allow_incomplete_makes_cut_short_units_warnings_and_the_status_says_findings(daemon, tmp_path):
     """`k3-backend demo` on random weights: every unit is cut short, which must not read as a failed run."""
-    project(tmp_path)
-    run = k3lsp("audit", "proj", "--endpoint", daemon.endpoint, "--format", "sarif", "--allow-incomplete",
-                cache=tmp_path / "c", cwd=tmp_path)
+    project(tmp_path, PROJECT)
+    run = k3lsp(
+        "audit",
+        "proj",
+        "--endpoint",
+        daemon.endpoint,
+        "--format",
+        "sarif",
+        "--allow-incomplete",
+        cache=tmp_path / "c",
+        cwd=tmp_path,
+    )
     assert run.returncode == 1, run.stderr  # the finding of the complete unit, nothing else
     invocation = valid_sarif(run.stdout)["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is True
@@ -91,14 +89,16 @@ def test_allow_incomplete_makes_cut_short_units_warnings_and_the_status_says_fin
 
 
 async def test_the_editor_warns_about_a_cut_short_unit_and_audits_it_again(daemon, tmp_path):
-    root = project(tmp_path)
+    root = project(tmp_path, PROJECT)
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("a.c")
         summary = await ed.command("k3lsp.auditFile", uri)
         assert summary["incomplete"] == 1 and summary["error"] is None
         warnings = [m.message for m in ed.client.messages if "cut short" in m.message]
-        assert warnings == ["k3 audit of a.c was cut short for truncated (length): findings there may be missing. "
-                            "Not cached: audited again on the next save."]
+        assert warnings == [
+            "k3 audit of a.c was cut short for truncated (length): findings there may be missing. "
+            "Not cached: audited again on the next save."
+        ]
         shown = await ed.wait_diagnostics(uri, lambda d: len(d) == 1)
         assert shown[0].message.startswith("write past buf")  # what it found is shown
 

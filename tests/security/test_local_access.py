@@ -14,7 +14,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -28,8 +27,9 @@ import zmq
 from backend import launch
 from k3lsp import local, options, protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
-from tests.security.conftest import LONG, SCRIPT
-from tests.support.daemon import REPO, Wire, audit_fields, serving
+from tests.security.conftest import LONG, script
+from tests.support.daemon import REPO, Wire, audit_fields, module_daemon
+from tests.support.pair import free_port_block
 
 NOBODY = 65534
 
@@ -119,16 +119,7 @@ def impostor(endpoints: list[str], seconds: float) -> list[str]:
     return received
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def daemon(tiny_model):
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "6000", "--max-open-per-client", "4"]) as d:
-        yield d
+daemon = module_daemon(script, ["--max-tokens", "6000", "--max-open-per-client", "4"])
 
 
 # --- the default endpoint --------------------------------------------------------------------------------------
@@ -145,10 +136,13 @@ def test_daemon_and_clients_default_to_one_private_ipc_socket(tiny_model, tmp_pa
 
     src = tmp_path / "ok.c"
     src.write_text("int ok(int n)\n{\n\treturn n;\n}\n")
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    proc, endpoint = launch.start(["--model", str(tiny_model), "--script", str(script), "--trust-remote-code"],
-                                  cwd=REPO, stderr=subprocess.DEVNULL)  # no --bind
+    script_file = tmp_path / "script.json"
+    script_file.write_text(json.dumps(script()))
+    proc, endpoint = launch.start(
+        ["--model", str(tiny_model), "--script", str(script_file), "--trust-remote-code"],
+        cwd=REPO,
+        stderr=subprocess.DEVNULL,
+    )  # no --bind
     try:
         assert endpoint == default
         assert stat.S_IMODE((runtime / "k3lsp").stat().st_mode) == 0o700
@@ -202,7 +196,7 @@ async def test_a_daemon_of_another_user_gets_nothing_from_the_client(shared_tmp,
     squatted = shared_tmp / "run"  # e.g. /tmp/runtime-<uid> taken by someone else before the user's first login
     squatted.mkdir(mode=0o700)
     os.chown(squatted, NOBODY, NOBODY)
-    ipc, tcp = f"ipc://{squatted}/k3lsp/daemon.sock", f"tcp://127.0.0.1:{free_port()}"
+    ipc, tcp = f"ipc://{squatted}/k3lsp/daemon.sock", f"tcp://127.0.0.1:{free_port_block(1)}"
     fake = OtherUser(impostor, [ipc, tcp], 6.0)
     await asyncio.sleep(1.0)  # the fake daemon is listening
     refusals = {}
@@ -212,9 +206,13 @@ async def test_a_daemon_of_another_user_gets_nothing_from_the_client(shared_tmp,
             await client.connect()
         await client.close()
         refusals[endpoint] = err.value
-    audit = subprocess.run([sys.executable, "-m", "k3lsp.cli", "audit", str(REPO / "examples"), "--endpoint", ipc],
-                           capture_output=True, text=True, timeout=60,
-                           env=os.environ | {"K3LSP_CACHE_DIR": str(tmp_path / "cache")})
+    audit = subprocess.run(
+        [sys.executable, "-m", "k3lsp.cli", "audit", str(REPO / "examples"), "--endpoint", ipc],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"K3LSP_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert fake.result() == []  # not a byte of code, not even a hello
     assert refusals[ipc].code == "insecure" and f"belongs to uid {NOBODY}" in str(refusals[ipc])
     assert refusals[tcp].code == "insecure" and "plain tcp" in str(refusals[tcp])
@@ -225,18 +223,39 @@ def test_serve_refuses_a_socket_directory_others_could_enter_or_own(tiny_model, 
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model),
-                           "--bind", f"ipc://{shared}/daemon.sock"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "serve",
+            "--model",
+            str(tiny_model),
+            "--bind",
+            f"ipc://{shared}/daemon.sock",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "may be entered by others (mode 755)" in done.stderr
-    plain = subprocess.run([sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model),
-                            "--bind", "tcp://127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model), "--bind", "tcp://127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plain.returncode == 2 and "--insecure" in plain.stderr
 
 
 @pytest.mark.parametrize(
     ("layout", "why"),
-    [("open", "may be entered by others"), ("foreign", f"belongs to uid {NOBODY}"),
-     ("writable parent", "writable by others without the sticky bit"), ("file", "is not a socket")],
+    [
+        ("open", "may be entered by others"),
+        ("foreign", f"belongs to uid {NOBODY}"),
+        ("writable parent", "writable by others without the sticky bit"),
+        ("file", "is not a socket"),
+    ],
 )
 def test_the_socket_directory_must_be_this_users_alone(tmp_path, layout, why):
     parent = tmp_path / "parent"

@@ -28,8 +28,11 @@ def workspace(tmp_path):
 
 
 def settings(daemon, keyring, client: str) -> dict:
-    return {"endpoint": daemon.endpoint, "serverKey": str(keyring.server_public),
-            "clientKey": str(keyring.clients[client][1])}
+    return {
+        "endpoint": daemon.endpoint,
+        "serverKey": str(keyring.server_public),
+        "clientKey": str(keyring.clients[client][1]),
+    }
 
 
 async def test_tool_calls_leaving_the_workspace_are_refused(curve_daemon, keyring, tmp_path):

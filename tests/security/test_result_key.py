@@ -20,8 +20,15 @@ from k3lsp.options import Options
 from tests.support.peer import WELCOME, peer, reply
 
 UNIT = units.split("int f(char *p, int n)\n{\n\tp[n] = 0;\n\treturn n;\n}\n")[0]
-FINDING = {"cwe": 787, "severity": "high", "title": "write past p", "message": "n is unchecked",
-           "start_line": 3, "end_line": 3, "trace": []}
+FINDING = {
+    "cwe": 787,
+    "severity": "high",
+    "title": "write past p",
+    "message": "n is unchecked",
+    "start_line": 3,
+    "end_line": 3,
+    "trace": [],
+}
 FINGERPRINT = "a" * 64
 
 
@@ -29,8 +36,11 @@ class Daemon:
     """A scripted daemon: its welcome and the finish reason of its next audits can change between audits."""
 
     def __init__(self, **welcome):
-        self.welcome = WELCOME | {"model": "Kimi-K3-Audit-451E", "fingerprint": FINGERPRINT,
-                                  "limits": {"prompt_version": "p1"}} | welcome
+        self.welcome = (
+            WELCOME
+            | {"model": "Kimi-K3-Audit-451E", "fingerprint": FINGERPRINT, "limits": {"prompt_version": "p1"}}
+            | welcome
+        )
         self.finish = "stop"
         self.audits = 0
 

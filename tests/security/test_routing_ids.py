@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from k3lsp import keys
-from tests.security.conftest import DAEMON_ARGS, SCRIPT
+from tests.security.conftest import DAEMON_ARGS, script
 from tests.support.daemon import Wire, serving
 
 # The first ids a ROUTER generates when it is the process's 1st, 2nd or 3rd caller of libzmq's generate_random()
@@ -45,15 +45,19 @@ async def collide(endpoint: str, **curve) -> list[str]:
 def plain_daemon(tiny_model, request):
     """The default private ipc socket, and a plain tcp socket on loopback (--insecure)."""
     tcp = request.param == "tcp"
-    with serving(tiny_model, script=SCRIPT, args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
-                 bind="tcp://127.0.0.1:0" if tcp else None) as d:
+    with serving(
+        tiny_model,
+        script=script(),
+        args=[*DAEMON_ARGS, *(["--insecure"] if tcp else [])],
+        bind="tcp://127.0.0.1:0" if tcp else None,
+    ) as d:
         yield d
 
 
 @pytest.fixture
 def curve_only_daemon(tiny_model, keyring):
     args = [*DAEMON_ARGS, "--server-key", str(keyring.server_secret), "--authorized-keys", str(keyring.authorized)]
-    with serving(tiny_model, script=SCRIPT, args=args) as d:
+    with serving(tiny_model, script=script(), args=args) as d:
         yield d
 
 
@@ -63,8 +67,9 @@ async def test_clients_claiming_generated_routing_ids_do_not_abort_a_plain_daemo
     assert answers == ["pong"] * len(answers)
 
 
-async def test_an_authorised_key_claiming_generated_routing_ids_does_not_abort_a_curve_daemon(curve_only_daemon,
-                                                                                               keyring):
+async def test_an_authorised_key_claiming_generated_routing_ids_does_not_abort_a_curve_daemon(
+    curve_only_daemon, keyring
+):
     public, secret = keys.load_secret(keyring.clients["alice"][1])
     answers = await collide(curve_only_daemon.endpoint, curve=(keys.load_public(keyring.server_public), public, secret))
     assert curve_only_daemon.proc.poll() is None, curve_only_daemon.log_text()[-2000:]

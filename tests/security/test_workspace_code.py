@@ -15,16 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import tools
+from k3lsp import sandbox
 from tests.support import kimi
 from tests.support.batch import k3lsp_env
 from tests.support.daemon import serving
 
 GREPPER_C = "static int grepper(int n)\n{\n\treturn n + 1;\n}\n"
-SCRIPT = [
-    {"unit": "grepper", "turns": [kimi.turn(("grep", {"pattern": "return"})), kimi.turn(content="nothing")]},
-    {"unit": "*", "turns": [kimi.turn(content="no findings")]},
-]
+
+
+def script() -> list[dict]:
+    return [
+        {"unit": "grepper", "turns": [kimi.turn(("grep", {"pattern": "return"})), kimi.turn(content="nothing")]},
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
 
 
 def plant(repo: Path, marker: Path, *packages: str) -> None:
@@ -32,7 +35,8 @@ def plant(repo: Path, marker: Path, *packages: str) -> None:
     for name in packages:
         (repo / name).mkdir(parents=True)
         (repo / name / "__init__.py").write_text(
-            f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran {name} from the repository')\n")
+            f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran {name} from the repository')\n"
+        )
 
 
 @pytest.fixture
@@ -49,7 +53,7 @@ def daemon(tiny_model, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("daemon-cwd")
     marker = cwd.parent / "daemon-marker"
     plant(cwd, marker, "backend", "k3lsp")
-    with serving(tiny_model, script=SCRIPT, args=["--max-tokens", "512"], cwd=cwd) as d:
+    with serving(tiny_model, script=script(), args=["--max-tokens", "512"], cwd=cwd) as d:
         yield d, marker
 
 
@@ -63,7 +67,7 @@ def test_the_grep_child_imports_nothing_from_the_workspace(repo, tmp_path, monke
     marker = tmp_path / "marker"
     plant(repo, marker, "k3lsp")
     monkeypatch.chdir(repo)  # the language server runs in the workspace
-    ok, text = tools.run_tool(repo, "grep", {"pattern": "return n"})
+    ok, text = sandbox.run_tool(repo, "grep", {"pattern": "return n"})
     assert not marker.exists(), marker.read_text()
     assert ok and "src/grepper.c:3:" in text, text
 
@@ -73,8 +77,14 @@ def test_k3lsp_audit_inside_the_repository_runs_none_of_its_code(daemon, repo, t
     marker = tmp_path / "marker"
     plant(repo, marker, "k3lsp")
     k3lsp = Path(sys.executable).with_name("k3lsp")  # the installed command, as a user runs it
-    done = subprocess.run([str(k3lsp), "audit", "src", "--endpoint", started.endpoint], cwd=repo, capture_output=True,
-                          text=True, timeout=180, env=k3lsp_env(tmp_path / "cache"))
+    done = subprocess.run(
+        [str(k3lsp), "audit", "src", "--endpoint", started.endpoint],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=k3lsp_env(tmp_path / "cache"),
+    )
     assert not marker.exists(), marker.read_text()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 audited" in done.stdout

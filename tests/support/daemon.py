@@ -5,6 +5,8 @@ fresh 0700 directory, like the default one), waits (bounded) for its ready line,
 endpoint, and stops the process by PID at the end (SIGTERM, then SIGKILL if it does not exit). LSP, CLI and
 editor tests reuse it with their own scripts; `bind=` gives another endpoint (plain tcp needs --insecure).
 
+`module_daemon(script, args)` makes the common fixture of that: one scripted daemon for a test module.
+
 `Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire. Many
 coroutines may wait on one Wire for different requests: one of them at a time reads the socket and keeps
 what it reads for the others, who look there before they read.
@@ -17,7 +19,7 @@ import contextlib
 import json
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,17 +51,35 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def serving(model: str | Path, *, script: list | None = None, args: list[str] = (),
-            ready_timeout: float = 180.0, cwd: Path = REPO, bind: str | None = None,
-            trust: bool = True, until: str = launch.READY) -> Iterator[Daemon]:
+def serving(
+    model: str | Path,
+    *,
+    script: list | None = None,
+    args: list[str] = (),
+    ready_timeout: float = 180.0,
+    cwd: Path = REPO,
+    bind: str | None = None,
+    trust: bool = True,
+    until: str = launch.READY,
+    store: Path | bool = False,
+) -> Iterator[Daemon]:
     """Run `k3-backend serve --model MODEL --bind ENDPOINT --trace-file T [--script FILE] *args` for the block,
     in ``cwd``, with `--trust-remote-code` (the tiny checkpoint's tokenizer class is this repository's code)
     unless `trust` is false; from its ready line on, or from its listening line (still loading) when ``until``
-    is launch.LISTENING."""
+    is launch.LISTENING. ``store``: the daemon's result store file, True for a fresh one of its own, False for
+    none (the tests' default)."""
     with tempfile.TemporaryDirectory(prefix="k3d-") as tmp:
         traces = Path(tmp) / "traces.jsonl"
-        cmd = ["--model", str(model), "--bind", bind or f"ipc://{tmp}/daemon.sock", "--trace-file", str(traces),
-               *(["--trust-remote-code"] if trust else [])]
+        cmd = [
+            "--model",
+            str(model),
+            "--bind",
+            bind or f"ipc://{tmp}/daemon.sock",
+            "--trace-file",
+            str(traces),
+            *(["--trust-remote-code"] if trust else []),
+        ]
+        cmd += ["--store", str(Path(tmp) / "store.sqlite3" if store is True else store)] if store else ["--no-store"]
         if script is not None:
             path = Path(tmp) / "script.json"
             path.write_text(json.dumps(script))
@@ -67,8 +87,9 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start([*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd,
-                                              line=until)
+                proc, endpoint = launch.start(
+                    [*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd, line=until
+                )
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
@@ -77,11 +98,30 @@ def serving(model: str | Path, *, script: list | None = None, args: list[str] = 
             stop(proc)
 
 
+def module_daemon(script: Callable[[], list[dict]], args: Sequence[str] = ()) -> Callable:
+    """A module-scoped ``daemon`` fixture (assign it to ``daemon`` in the module): `serving` the tiny checkpoint
+    with ``script()`` and ``args``. The script is built when the daemon starts, not at import: typed tool calls
+    are written with the checkpoint's tokenizer code (transformers), which the tiers without the backend lack."""
+    import pytest  # here: bench/ scripts use this module without the dev extra
+
+    @pytest.fixture(scope="module")
+    def daemon(tiny_model) -> Iterator[Daemon]:
+        with serving(tiny_model, script=script(), args=list(args)) as d:
+            yield d
+
+    return daemon
+
+
 class Wire:
     """One DEALER connected to the daemon; every receive is bounded."""
 
-    def __init__(self, endpoint: str, timeout: float = 60.0, curve: tuple[bytes, bytes, bytes] | None = None,
-                 routing_id: bytes | None = None):
+    def __init__(
+        self,
+        endpoint: str,
+        timeout: float = 60.0,
+        curve: tuple[bytes, bytes, bytes] | None = None,
+        routing_id: bytes | None = None,
+    ):
         """``curve`` = (server public, client public, client secret) z85 keys for a CurveZMQ daemon;
         ``routing_id`` claims an identity on the daemon's ROUTER (tests of handover)."""
         self.ctx = zmq.asyncio.Context()
@@ -153,8 +193,7 @@ class Wire:
         await self.send(kind, msg_id, **fields)
         return await self.next_for(msg_id)
 
-    async def request(self, kind: str, msg_id: str, tools: dict[str, Any] | None = None,
-                      **fields: Any) -> list[dict]:
+    async def request(self, kind: str, msg_id: str, tools: dict[str, Any] | None = None, **fields: Any) -> list[dict]:
         """Send a request and collect its messages up to and including the terminal one.
 
         ``tools`` maps a tool name to the (ok, result) the test answers each tool_request with.
@@ -180,7 +219,13 @@ def nowhere(directory: Path) -> str:
     return f"ipc://{directory}/nowhere/daemon.sock"
 
 
-def audit_fields(unit: str, *, code: str = "int f(int n)\n{\n\treturn n;\n}\n", path: str = "src/f.c",
-                 context: str = "#include <stddef.h>", **extra: Any) -> dict:
+def audit_fields(
+    unit: str,
+    *,
+    code: str = "int f(int n)\n{\n\treturn n;\n}\n",
+    path: str = "src/f.c",
+    context: str = "#include <stddef.h>",
+    **extra: Any,
+) -> dict:
     """The fields of an `audit` message for a unit (scripts match on the unit name)."""
     return {"path": path, "unit": unit, "code": code, "context": context, **extra}

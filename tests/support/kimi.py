@@ -15,8 +15,6 @@ assistant turn, an oracle that does not depend on how this module writes turns.
 
 import json
 
-from backend.tokenization_kimi import call as typed_call
-
 DIALECTS = ("k3", "jinja")
 OPEN_TOOLS, CLOSE_TOOLS = "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"
 OPEN_THINK, CLOSE_THINK = "<|open|>think<|sep|>", "<|close|>think<|sep|>"
@@ -27,10 +25,14 @@ END = "<|close|>message<|sep|>"
 def call(name: str, arguments: dict, index: int = 1, dialect: str = "k3") -> str:
     """One tool call: typed arguments (k3) or a JSON object body (jinja)."""
     if dialect == "k3":
+        from backend.tokenization_kimi import call as typed_call  # here: transformers, only where turns are made
+
         return typed_call({"name": name, "arguments": arguments}, index)
     body = json.dumps(arguments, ensure_ascii=False)
-    return (f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"<|sep|>{body}'
-            "<|close|>json<|sep|><|close|>call<|sep|>")
+    return (
+        f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"<|sep|>{body}'
+        "<|close|>json<|sep|><|close|>call<|sep|>"
+    )
 
 
 def tools(*calls: tuple[str, dict], dialect: str = "k3") -> str:
@@ -52,12 +54,26 @@ def turn(*calls: tuple[str, dict], content: str = "", reasoning: str = "", diale
 
 def finding(**overrides) -> dict:
     """A valid report_finding argument map."""
-    return {"cwe": 787, "severity": "high", "title": "Out-of-bounds write", "message": "n is not checked",
-            "start_line": 2, "end_line": 3, "trace": [{"line": 1, "note": "n comes from the caller"}]} | overrides
+    return {
+        "cwe": 787,
+        "severity": "high",
+        "title": "Out-of-bounds write",
+        "message": "n is not checked",
+        "start_line": 2,
+        "end_line": 3,
+        "trace": [{"line": 1, "note": "n comes from the caller"}],
+    } | overrides
 
 
-def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], effort: str, content: str = "",
-                  calls: list[dict] | None = None, reasoning: str = "") -> list[int]:
+def answer_tokens(
+    tokenizer,
+    messages: list[dict],
+    tools: list[dict],
+    effort: str,
+    content: str = "",
+    calls: list[dict] | None = None,
+    reasoning: str = "",
+) -> list[int]:
     """The tokens the model generates for an assistant turn (reasoning, content, then tool calls), as the
     renderer renders that turn after the generation prompt (the stop token last)."""
     from backend import prompts  # here: the turns above serve tests whose process never loads mlx
@@ -68,4 +84,4 @@ def answer_tokens(tokenizer, messages: list[dict], tools: list[dict], effort: st
     full = prompts.template(tokenizer, [*messages, turn], tools, add_generation_prompt=False, effort=effort)
     if full[: len(prompt)] != prompt:
         raise ValueError("the chat template does not render an assistant turn as an extension of the prompt")
-    return full[len(prompt):]
+    return full[len(prompt) :]

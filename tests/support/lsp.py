@@ -20,6 +20,8 @@ from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from tests.support.fake_auditor import FakeScript
+
 WAIT = 60.0  # seconds: an audit on the tiny model on 2 busy cores takes a few
 
 
@@ -129,6 +131,13 @@ class Editor:
 
         return await asyncio.wait_for(poll(), timeout)
 
+    def progress_token(self, title: str) -> Any:
+        """The token of the work-done progress the server began under ``title``; None until it begins."""
+        for token, values in self.client.progress_reports.items():
+            if any(isinstance(v, lsp.WorkDoneProgressBegin) and v.title == title for v in values):
+                return token
+        return None
+
     async def wait_for(self, condition: Callable[[], Any], timeout: float = WAIT) -> Any:
         async def poll() -> Any:
             while not (value := condition()):
@@ -148,12 +157,15 @@ async def editor(
     env: dict | None = None,
     capabilities: lsp.ClientCapabilities | None = None,
     configuration: dict | None = None,
+    fake: FakeScript | None = None,
 ) -> AsyncIterator[Editor]:
     """``settings`` go as initializationOptions; ``configuration`` (when given) is the ``k3lsp`` section the client
-    answers workspace/configuration with; ``capabilities`` replace the profile's."""
+    answers workspace/configuration with; ``capabilities`` replace the profile's; with ``fake``, the server's
+    auditor is the fake answering from that script (tests/support/fake_auditor.py), not the daemons."""
+    command = fake.server if fake is not None else [sys.executable, "-m", "k3lsp.cli"]
     config = ClientServerConfig(
-        server_command=[sys.executable, "-m", "k3lsp.cli"],
-        server_env=os.environ | {"K3LSP_CACHE_DIR": str(cache_dir)} | (env or {}),
+        server_command=command,
+        server_env=os.environ | {"K3LSP_CACHE_DIR": str(cache_dir)} | (fake.env if fake else {}) | (env or {}),
     )
     client = await asyncio.wait_for(config.start(), WAIT)
     _tell_code_actions_from_commands(client)

@@ -54,8 +54,20 @@ def free_port_block(n: int = 2, tries: int = 50) -> int:
 
 def launch_command(args: list[str], hostfile: Path = LOCAL_PAIR) -> list[str]:
     """`mlx.launch --backend ring --hostfile H --starting-port P -- python -m backend.cli ARGS`."""
-    return [LAUNCH, "--backend", "ring", "--hostfile", str(hostfile), "--starting-port", str(free_port_block()),
-            "--", sys.executable, "-m", "backend.cli", *args]
+    return [
+        LAUNCH,
+        "--backend",
+        "ring",
+        "--hostfile",
+        str(hostfile),
+        "--starting-port",
+        str(free_port_block()),
+        "--",
+        sys.executable,
+        "-m",
+        "backend.cli",
+        *args,
+    ]
 
 
 @dataclass
@@ -111,8 +123,15 @@ def launched(serve_args: list[str], *, ready_timeout: float = 240.0) -> Iterator
         log = Path(tmp) / "launcher.log"
         cmd = launch_command(["serve", "--bind", f"ipc://{tmp}/daemon.sock", "--trust-remote-code", *serve_args])
         with open(log, "wb") as err:
-            launcher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                                        env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True)
+            launcher = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=REPO,
+                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                text=True,
+            )
         pids: dict[int, int] = {}
         try:
             endpoint = _ready(launcher, ready_timeout, log)

@@ -153,17 +153,38 @@ def code_server(workspace: Path, settings: dict, *, env: dict, start_timeout: fl
         (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
         config = root / "config.yaml"
         config.write_text("")  # not the user's ~/.config/code-server/config.yaml
-        base = [str(NODE_BIN), str(MODULES / "code-server" / "out" / "node" / "entry.js"), "--config", str(config),
-                "--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
+        base = [
+            str(NODE_BIN),
+            str(MODULES / "code-server" / "out" / "node" / "entry.js"),
+            "--config",
+            str(config),
+            "--user-data-dir",
+            str(user_data),
+            "--extensions-dir",
+            str(extensions),
+        ]
         full_env = os.environ | env
         _run([*base, "--install-extension", str(ensure_vsix())], cwd=root, env=full_env, what="install the .vsix")
         log = root / "code-server.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [*base, "--auth", "none", "--bind-addr", "127.0.0.1:0", "--disable-workspace-trust",
-                 "--disable-telemetry", "--disable-update-check", "--disable-getting-started-override",
-                 "--ignore-last-opened", str(workspace)],
-                cwd=workspace, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                [
+                    *base,
+                    "--auth",
+                    "none",
+                    "--bind-addr",
+                    "127.0.0.1:0",
+                    "--disable-workspace-trust",
+                    "--disable-telemetry",
+                    "--disable-update-check",
+                    "--disable-getting-started-override",
+                    "--ignore-last-opened",
+                    str(workspace),
+                ],
+                cwd=workspace,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         try:
             url = _listening(log, proc, start_timeout)

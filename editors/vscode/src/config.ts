@@ -67,14 +67,19 @@ export function serverCommand(settings: SettingsView): ServerCommand {
 export const SYNCHRONIZED_SETTINGS: readonly string[] = SERVER_KEYS.map((key) => `k3lsp.${key}`);
 
 function isUnset(value: unknown): boolean {
-  return value === undefined || value === null || (typeof value === "string" && value.trim() === "");
+  return (
+    value === undefined ||
+    value === null ||
+    (typeof value === "string" && value.trim() === "") ||
+    (Array.isArray(value) && value.length === 0)
+  );
 }
 
 /**
  * The server keys that are actually set, for initializationOptions and `workspace/configuration`.
  *
- * Empty strings and null mean "the server's default" (e.g. endpoint from K3LSP_ENDPOINT), and the
- * server rejects `""` as an endpoint, so they are left out. `server.*` and `trace.*` are dropped:
+ * Empty strings, empty lists and null mean "the server's default" (e.g. endpoint from K3LSP_ENDPOINT),
+ * and the server rejects `""` and `[]` as an endpoint, so they are left out. `server.*` and `trace.*` are dropped:
  * the server reports unknown keys as errors.
  */
 export function serverSettings(settings: SettingsView): Record<string, unknown> {

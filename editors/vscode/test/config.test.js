@@ -44,3 +44,11 @@ test("a blank server path falls back to k3lsp", () => {
     args: [],
   });
 });
+
+test("an endpoint list is sent as a list; an empty one, like an empty string, is left to the server", () => {
+  const list = ["tcp://pair-a:5555", "tcp://pair-b:5555"];
+  const view = (endpoint) => ({ get: (key) => (key === "endpoint" ? endpoint : undefined) });
+  assert.deepEqual(config.serverSettings(view(list)), { endpoint: list });
+  assert.deepEqual(config.serverSettings(view([])), {});
+  assert.deepEqual(config.serverSettings(view("")), {});
+});

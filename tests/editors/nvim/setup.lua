@@ -36,6 +36,7 @@ report.run(function()
     { cmd = { 'k3lsp' }, python = 'python3' },
     { include = '**/*.c' },
     { thinking_effort = 'medium' },
+    { endpoint = {} },
   }
   for _, opts in ipairs(bad) do
     local ok, err = pcall(k3lsp.setup, opts)
@@ -44,6 +45,8 @@ report.run(function()
   out('UNCHANGED', config())
   k3lsp.setup({ python = vim.env.K3_TEST_PYTHON })
   out('MINIMAL', config())
+  k3lsp.setup({ python = vim.env.K3_TEST_PYTHON, endpoint = { vim.env.K3_TEST_ENDPOINT, 'ipc:///nowhere/k3.sock' } })
+  out('LIST', config())
 
   k3lsp.setup({
     python = vim.env.K3_TEST_PYTHON,

@@ -93,9 +93,13 @@ local function check_keys(opts)
   return ok
 end
 
---- One line about the model from `k3lsp status --json` (`{welcome = {...}, status = {...}}`).
+--- One line about the model from `k3lsp status --json` (`{welcome = {...}, status = {...}}`, or a list of
+--- them for several endpoints: the first one's).
 local function describe(stdout)
   local ok, decoded = pcall(vim.json.decode, stdout)
+  if ok and type(decoded) == 'table' and vim.islist(decoded) then
+    decoded = decoded[1]
+  end
   if not ok or type(decoded) ~= 'table' or type(decoded.welcome) ~= 'table' then
     return 'answered'
   end
@@ -104,11 +108,11 @@ local function describe(stdout)
 end
 
 local function check_backend(k3lsp, cmd, opts)
-  local configured = k3lsp.endpoint(opts)
-  local endpoint = configured or "the daemon's default socket"
+  local configured = k3lsp.endpoints(opts)
+  local endpoint = configured and table.concat(configured, ', ') or "the daemon's default socket"
   local status = vim.list_extend(vim.deepcopy(cmd), { 'status', '--json', '--timeout', tostring(STATUS_TIMEOUT_S) })
-  if configured then
-    vim.list_extend(status, { '--endpoint', configured })
+  for _, each in ipairs(configured or {}) do
+    vim.list_extend(status, { '--endpoint', each })
   end
   if opts.insecure then
     table.insert(status, '--insecure')
@@ -124,7 +128,7 @@ local function check_backend(k3lsp, cmd, opts)
     vim.health.ok(('backend reachable at %s: %s'):format(endpoint, describe(stdout)))
   else
     vim.health.error(('backend not reachable at %s: %s'):format(endpoint, last_line(output)), {
-      'start it: k3-backend serve --model PATH' .. (configured and (' --bind ' .. configured) or ''),
+      'start it: k3-backend serve --model PATH' .. (configured and (' --bind ' .. configured[1]) or ''),
       'or point `endpoint` in setup{} (or $K3LSP_ENDPOINT) at the running daemon',
     })
   end

@@ -93,8 +93,14 @@ local function validate(opts)
       fail(('unknown option %s'):format(vim.inspect(key)))
     end
   end
-  for _, key in ipairs({ 'python', 'endpoint', 'server_key', 'client_key' }) do
+  for _, key in ipairs({ 'python', 'server_key', 'client_key' }) do
     check_type(opts, key, 'string')
+  end
+  if type(opts.endpoint) ~= 'string' then -- one endpoint, or a list of them (several Mac pairs)
+    check_strings(opts, 'endpoint')
+    if opts.endpoint ~= nil and #opts.endpoint == 0 then
+      fail('endpoint must be a string or a non-empty list of strings')
+    end
   end
   check_type(opts, 'lsp', 'table')
   check_type(opts, 'insecure', 'boolean')
@@ -144,11 +150,15 @@ function M.server_settings(opts)
   return settings
 end
 
---- The endpoint configured for the server, for messages and the health check; nil means the server's
---- default: the private ipc socket of this user's daemon (see `k3lsp status --help`).
-function M.endpoint(opts)
+--- The endpoints configured for the server, as a list, for messages and the health check; nil means the
+--- server's default: the private ipc socket of this user's daemon (see `k3lsp status --help`).
+function M.endpoints(opts)
   opts = opts or M.options or {}
-  return opts.endpoint or vim.env.K3LSP_ENDPOINT
+  local configured = opts.endpoint or vim.env.K3LSP_ENDPOINT
+  if type(configured) == 'string' then
+    return { configured }
+  end
+  return configured
 end
 
 --- C sources always; other filetypes (cpp, from `filetypes`) only for `*.h` headers.

@@ -42,11 +42,30 @@ GREP_SECONDS = SEARCH_SECONDS + 3.0  # grep's child process is killed here (one 
 TOOL_SECONDS = GREP_SECONDS + 2.0  # the auditor's bound on any tool call: answered with a refusal after this
 C_SUFFIXES = (".c", ".h")
 # macOS ~/Library folders holding credentials and private data (not Mobile Documents: iCloud Drive may hold code).
-LIBRARY_SECRETS = ("Keychains", "Cookies", "Application Support", "Containers", "Group Containers", "Mail",
-                   "Messages", "Safari")
+LIBRARY_SECRETS = (
+    "Keychains",
+    "Cookies",
+    "Application Support",
+    "Containers",
+    "Group Containers",
+    "Mail",
+    "Messages",
+    "Safari",
+)
 # Private keys and key stores, by name: never code to audit, wherever they lie.
-SECRET_NAMES = ("*.key_secret", "*.pem", "*.p12", "*.pfx", "*.kdbx", "*.keychain", "*.keychain-db",
-                "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*")
+SECRET_NAMES = (
+    "*.key_secret",
+    "*.pem",
+    "*.p12",
+    "*.pfx",
+    "*.kdbx",
+    "*.keychain",
+    "*.keychain-db",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+)
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
@@ -61,14 +80,19 @@ class ToolError(Exception):
 def secret_places() -> tuple[Path, ...]:
     """Directories whose files never reach the model, even inside the workspace: this machine's k3lsp and
     k3-backend keys, the result cache, and macOS's ~/Library folders of credentials (keychains, cookies, mail)."""
-    places = (keys.default_dir("k3lsp"), keys.default_dir("k3-backend"), cache.default_path().parent,
-              *(Path.home() / "Library" / name for name in LIBRARY_SECRETS))
+    places = (
+        keys.default_dir("k3lsp"),
+        keys.default_dir("k3-backend"),
+        cache.default_path().parent,
+        *(Path.home() / "Library" / name for name in LIBRARY_SECRETS),
+    )
     return tuple(Path(os.path.realpath(p)) for p in places)
 
 
 def _secret(real: Path, places: tuple[Path, ...]) -> bool:
     return any(fnmatch.fnmatch(real.name, pattern) for pattern in SECRET_NAMES) or any(
-        real.is_relative_to(place) for place in places)
+        real.is_relative_to(place) for place in places
+    )
 
 
 def resolve(root: str | os.PathLike[str], path: Any) -> Path:
@@ -142,8 +166,12 @@ def _files(root: Path, under: Path, suffixes: tuple[str, ...] | None) -> Iterato
                 real = Path(dirpath, name).resolve(strict=True)
             except (OSError, RuntimeError):
                 continue
-            if (real.is_relative_to(root) and not _hidden(real.relative_to(root)) and not _secret(real, places)
-                    and real.is_file()):
+            if (
+                real.is_relative_to(root)
+                and not _hidden(real.relative_to(root))
+                and not _secret(real, places)
+                and real.is_file()
+            ):
                 yield real, real.relative_to(root).as_posix()
 
 
@@ -246,7 +274,7 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
     request = json.dumps({"root": str(root), "pattern": pattern, "path": path, "seconds": SEARCH_SECONDS})
-    command = isolated.python_command("k3lsp.tools")
+    command = isolated.python_command("k3lsp.sandbox")
     try:
         child = subprocess.run(command, input=request, capture_output=True, text=True, timeout=GREP_SECONDS)
     except subprocess.TimeoutExpired:  # run() has killed it

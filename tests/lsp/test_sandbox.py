@@ -1,4 +1,4 @@
-"""tools: the model's workspace tools stay read-only, inside the root, and bounded."""
+"""sandbox: the model's workspace tools stay read-only, inside the root, and bounded."""
 
 import os
 import re
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import keys, tools
+from k3lsp import keys, sandbox
 from tests.lsp.conftest import EXAMPLES
 
 
@@ -55,38 +55,38 @@ def ws(tmp_path, examples):
     ],
 )
 def test_read_lines_refuses_escapes_and_bad_files(ws, path, why):
-    ok, text = tools.run_tool(ws, "read_lines", {"path": path, "start": 1, "end": 3})
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": path, "start": 1, "end": 3})
     assert not ok and why in text
     assert "stolen_key" not in text
 
 
 def test_read_lines_reads_numbered_lines_inside_the_workspace(ws):
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo_chardev.c", "start": 22, "end": 23})
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "drivers/k3demo_chardev.c", "start": 22, "end": 23})
     assert ok
     assert text.split("\n") == [
         "drivers/k3demo_chardev.c:22-23 of 97 lines",
         "    22  static long k3demo_write_msg(void __user *argp)",
         "    23  {",
     ]
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "inside_link.c", "start": 1, "end": 1})
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "inside_link.c", "start": 1, "end": 1})
     assert ok and "SPDX" in text  # a symlink that stays inside is fine
-    assert tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 500, "end": 501}) == (
+    assert sandbox.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 500, "end": 501}) == (
         False,
         "read_lines: drivers/k3demo.h has only 33 lines",
     )
-    assert not tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 5, "end": 2})[0]
+    assert not sandbox.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": 5, "end": 2})[0]
 
 
 def test_results_are_size_limited(ws, monkeypatch):
     (ws / "big.c").write_text("".join(f"int v{i} = {i}; /* {'x' * 100} */\n" for i in range(5000)))
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 5000})
-    assert ok and len(text) <= tools.MAX_RESULT_CHARS + 200
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 5000})
+    assert ok and len(text) <= sandbox.MAX_RESULT_CHARS + 200
     assert "ask for" in text.split("\n")[-1]
-    ok, text = tools.run_tool(ws, "grep", {"pattern": r"int v\d+"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": r"int v\d+"})
     assert ok and re.match(r"\d+\+ matching lines", text)  # "+": there were more
-    assert len(text) <= tools.MAX_RESULT_CHARS + 200 and len(text.split("\n")) <= tools.MAX_RESULT_LINES + 3
-    monkeypatch.setattr(tools, "MAX_FILE_BYTES", 1000)
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 2})
+    assert len(text) <= sandbox.MAX_RESULT_CHARS + 200 and len(text.split("\n")) <= sandbox.MAX_RESULT_LINES + 3
+    monkeypatch.setattr(sandbox, "MAX_FILE_BYTES", 1000)
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "big.c", "start": 1, "end": 2})
     assert not ok and "over the 1000-byte limit" in text
 
 
@@ -98,61 +98,61 @@ def test_find_definition_finds_functions_types_macros_and_globals(ws):
         "k3demo_fops": "drivers/k3demo_chardev.c:73-77 (global)",
     }
     for symbol, where in cases.items():
-        ok, text = tools.run_tool(ws, "find_definition", {"symbol": symbol})
+        ok, text = sandbox.run_tool(ws, "find_definition", {"symbol": symbol})
         assert ok and text.startswith(where), (symbol, text)
-    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "k3demo_session_register"})
+    ok, text = sandbox.run_tool(ws, "find_definition", {"symbol": "k3demo_session_register"})
     assert text.startswith("drivers/k3demo_session.c:63-66 (function)")  # the definition before the prototype
     assert "drivers/k3demo_session.c:31-31 (prototype)" in text
-    assert tools.run_tool(ws, "find_definition", {"symbol": "stolen_key"}) == (
+    assert sandbox.run_tool(ws, "find_definition", {"symbol": "stolen_key"}) == (
         True,
         "no definition of stolen_key found in the workspace's C files",
     )
-    assert not tools.run_tool(ws, "find_definition", {"symbol": "a b; rm -rf"})[0]
+    assert not sandbox.run_tool(ws, "find_definition", {"symbol": "a b; rm -rf"})[0]
 
 
 def test_grep_regex_fallbacks_and_confinement(ws):
-    ok, text = tools.run_tool(ws, "grep", {"pattern": r"copy_from_user\(.*hdr\.len"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": r"copy_from_user\(.*hdr\.len"})
     assert ok and text.split("\n")[1].startswith("drivers/k3demo_chardev.c:33: if (copy_from_user(slot->buf")
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "copy_from_user(", "path": "drivers/k3demo_syscalls.c"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "copy_from_user(", "path": "drivers/k3demo_syscalls.c"})
     assert ok and "invalid regex" in text and "drivers/k3demo_syscalls.c:54:" in text
-    ok, text = tools.run_tool(ws, "grep", {"pattern": r"(\w+)+;$", "path": "drivers/k3demo.h"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": r"(\w+)+;$", "path": "drivers/k3demo.h"})
     assert ok and "(regex)" in text  # nested quantifiers are fine where they finish
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "stolen_key"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "stolen_key"})
     assert ok and text.startswith("0 matching lines")  # no symlink out of the workspace, no hidden file
-    assert not tools.run_tool(ws, "grep", {"pattern": "stolen_key", "path": ".ssh"})[0]
-    assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "out_dir"})[0]
-    assert not tools.run_tool(ws, "grep", {"pattern": "x", "path": "../secret"})[0]
-    assert not tools.run_tool(ws, "grep", {"pattern": ""})[0]
+    assert not sandbox.run_tool(ws, "grep", {"pattern": "stolen_key", "path": ".ssh"})[0]
+    assert not sandbox.run_tool(ws, "grep", {"pattern": "x", "path": "out_dir"})[0]
+    assert not sandbox.run_tool(ws, "grep", {"pattern": "x", "path": "../secret"})[0]
+    assert not sandbox.run_tool(ws, "grep", {"pattern": ""})[0]
 
 
 @pytest.mark.parametrize("pattern", ["(a|aa)+$", "((a+))+$", "(a+)+$"])
 def test_grep_stops_a_catastrophic_regex_by_killing_its_child(ws, monkeypatch, pattern):
     """One line can keep `re` busy for ever without releasing the GIL: only a killed child process stops it."""
     (ws / "drivers" / "aaa.c").write_text("/* " + "a" * 64 + "! */\n")
-    monkeypatch.setattr(tools, "GREP_SECONDS", 1.5)  # the bound under test, shortened for the test's sake
-    ok, text = tools.run_tool(ws, "grep", {"pattern": pattern, "path": "drivers/aaa.c"})
+    monkeypatch.setattr(sandbox, "GREP_SECONDS", 1.5)  # the bound under test, shortened for the test's sake
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": pattern, "path": "drivers/aaa.c"})
     assert not ok and "was stopped (catastrophic backtracking?)" in text
-    ok, text = tools.run_tool(ws, "grep", {"pattern": pattern, "path": "drivers/k3demo.h"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": pattern, "path": "drivers/k3demo.h"})
     assert ok and text.startswith("0 matching lines")  # the same pattern on ordinary code is answered
 
 
 def test_special_files_are_refused_not_read(ws):
     os.mkfifo(ws / "drivers" / "pipe.c")  # reading a FIFO would block the server forever
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "k3demo_ioctl"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "k3demo_ioctl"})
     assert ok and "drivers/k3demo_chardev.c:59:" in text
-    assert tools.run_tool(ws, "read_lines", {"path": "drivers/pipe.c", "start": 1, "end": 1}) == (
+    assert sandbox.run_tool(ws, "read_lines", {"path": "drivers/pipe.c", "start": 1, "end": 1}) == (
         False,
         "read_lines: drivers/pipe.c: not a regular file",
     )
-    assert tools.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})[0]
+    assert sandbox.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})[0]
 
 
 def test_dispatch_errors_are_answers(ws):
-    assert tools.run_tool(ws, "rm", {}) == (False, "unknown tool 'rm'; available: find_definition, grep, read_lines")
-    assert tools.run_tool(ws, "grep", ["x"]) == (False, "grep: arguments must be an object")
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "x", "cmd": "sh"})
+    assert sandbox.run_tool(ws, "rm", {}) == (False, "unknown tool 'rm'; available: find_definition, grep, read_lines")
+    assert sandbox.run_tool(ws, "grep", ["x"]) == (False, "grep: arguments must be an object")
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "x", "cmd": "sh"})
     assert not ok and "unknown arguments ['cmd']" in text
-    assert not tools.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": "1", "end": 2})[0]
+    assert not sandbox.run_tool(ws, "read_lines", {"path": "drivers/k3demo.h", "start": "1", "end": 2})[0]
 
 
 json_values = st.recursive(
@@ -168,15 +168,15 @@ json_values = st.recursive(
     args=st.dictionaries(st.sampled_from(["path", "start", "end", "symbol", "pattern", "x"]), json_values, max_size=4),
 )
 def test_run_tool_never_raises(name, args):
-    ok, text = tools.run_tool(EXAMPLES, name, args)
-    assert isinstance(ok, bool) and isinstance(text, str) and len(text) <= tools.MAX_RESULT_CHARS + 1000
+    ok, text = sandbox.run_tool(EXAMPLES, name, args)
+    assert isinstance(ok, bool) and isinstance(text, str) and len(text) <= sandbox.MAX_RESULT_CHARS + 1000
 
 
 def test_searches_stop_at_the_time_limit(ws, monkeypatch):
-    monkeypatch.setattr(tools, "SEARCH_SECONDS", -1.0)  # already past the deadline: stop at once
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "k3demo"})
+    monkeypatch.setattr(sandbox, "SEARCH_SECONDS", -1.0)  # already past the deadline: stop at once
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "k3demo"})
     assert ok and "stopped after -1 s" in text
-    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})
+    ok, text = sandbox.run_tool(ws, "find_definition", {"symbol": "k3demo_ioctl"})
     assert ok and text == "no definition of k3demo_ioctl found in the workspace's C files " + (
         "(search stopped after -1 s: later files were not searched)"
     )
@@ -186,19 +186,19 @@ def test_a_hard_link_to_a_file_outside_is_out_of_every_tools_reach(ws, tmp_path)
     outside = tmp_path / "secret" / "creds.c"
     outside.write_text("int stolen_key = 45;\n")
     os.link(outside, ws / "drivers" / "harmless.c")  # no symlink to see: the same file under a second name
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/harmless.c", "start": 1, "end": 3})
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "drivers/harmless.c", "start": 1, "end": 3})
     assert not ok and "has other hard links" in text and "stolen_key" not in text
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "stolen_key"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "stolen_key"})
     assert ok and text.startswith("0 matching lines")
-    ok, text = tools.run_tool(ws, "find_definition", {"symbol": "stolen_key"})
+    ok, text = sandbox.run_tool(ws, "find_definition", {"symbol": "stolen_key"})
     assert "no definition" in text
 
 
 def test_a_nul_after_the_first_8_kib_still_makes_a_binary_file(ws):
     (ws / "drivers" / "late.c").write_bytes(b"int plain_text;\n" * 1000 + b"\0\x7fELF stolen_key")
-    ok, text = tools.run_tool(ws, "read_lines", {"path": "drivers/late.c", "start": 1, "end": 2})
+    ok, text = sandbox.run_tool(ws, "read_lines", {"path": "drivers/late.c", "start": 1, "end": 2})
     assert not ok and "binary file" in text
-    ok, text = tools.run_tool(ws, "grep", {"pattern": "plain_text|stolen_key", "path": "drivers/late.c"})
+    ok, text = sandbox.run_tool(ws, "grep", {"pattern": "plain_text|stolen_key", "path": "drivers/late.c"})
     assert ok and text.startswith("0 matching lines")
 
 
@@ -220,16 +220,23 @@ def test_a_workspace_at_the_home_folder_keeps_keys_and_other_secrets_out_of_reac
     (home / "work" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY----- stolen_key\n")
     (home / "work" / "server.pem").write_text("-----BEGIN PRIVATE KEY----- stolen_key\n")
     (home / "work" / "main.c").write_text("int main(void) { return 0; }\n")
-    secrets = ["conf/k3lsp/keys/alice.key_secret", "conf/k3lsp/keys/alice.key", "conf/k3-backend/keys/server.key",
-               "caches/k3lsp/notes.c", "Library/Keychains/login.txt", "work/id_ed25519", "work/server.pem"]
+    secrets = [
+        "conf/k3lsp/keys/alice.key_secret",
+        "conf/k3lsp/keys/alice.key",
+        "conf/k3-backend/keys/server.key",
+        "caches/k3lsp/notes.c",
+        "Library/Keychains/login.txt",
+        "work/id_ed25519",
+        "work/server.pem",
+    ]
     for path in secrets:
-        ok, text = tools.run_tool(home, "read_lines", {"path": path, "start": 1, "end": 3})
+        ok, text = sandbox.run_tool(home, "read_lines", {"path": path, "start": 1, "end": 3})
         assert not ok and "secrets are not available" in text, (path, text)
     (home / "Library" / "Mobile Documents").mkdir()  # iCloud Drive: code may live there
     (home / "Library" / "Mobile Documents" / "icloud.c").write_text("int synced;\n")
-    assert tools.run_tool(home, "read_lines", {"path": "Library/Mobile Documents/icloud.c", "start": 1, "end": 1})[0]
-    ok, text = tools.run_tool(home, "grep", {"pattern": "."})
+    assert sandbox.run_tool(home, "read_lines", {"path": "Library/Mobile Documents/icloud.c", "start": 1, "end": 1})[0]
+    ok, text = sandbox.run_tool(home, "grep", {"pattern": "."})
     assert ok and "work/main.c:1:" in text
     assert not any(path in text for path in secrets) and "stolen_key" not in text and "BEGIN" not in text
-    ok, text = tools.run_tool(home, "find_definition", {"symbol": "cached_result"})
+    ok, text = sandbox.run_tool(home, "find_definition", {"symbol": "cached_result"})
     assert "no definition" in text

@@ -35,6 +35,20 @@ def _percent(value: object) -> str:
     return f"{value * 100:.1f} %" if isinstance(value, int | float) else "-"
 
 
+def _queues(value: object) -> str | None:
+    """``you 5/0/2, client-1a2b3c4d 190/188/2``: each client's requests open, waiting for a turn and running."""
+    if not isinstance(value, dict):
+        return None
+    return (
+        ", ".join(
+            f"{who} {q.get('open')}/{q.get('waiting')}/{q.get('running')}"
+            for who, q in value.items()
+            if isinstance(q, dict)
+        )
+        or "none"
+    )
+
+
 # (row label, where the value is, how to show it): what an auditor checks before trusting the findings.
 _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
     ("state", lambda w, s: loading.describe(s.get("loading")) if loading.is_loading(s) else s.get("state")),
@@ -50,6 +64,8 @@ _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
     ("reasoning tokens", lambda w, s: s.get("reasoning_tokens")),
     ("response tokens", lambda w, s: s.get("response_tokens")),
     ("generations", lambda w, s: s.get("generations")),
+    ("queues (open/waiting/running)", lambda w, s: _queues(s.get("queues"))),
+    ("answered from the store", lambda w, s: (s.get("store") or {}).get("answered")),
     ("loop rate", lambda w, s: _percent(s.get("loop_rate"))),
     ("ended on stop token", lambda w, s: _percent(s.get("stop_rate"))),
 ]
@@ -79,8 +95,13 @@ def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Calla
     if not enabled:
         yield lambda done, total, note="": None
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[note]}"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=None, note="")
 

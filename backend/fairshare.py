@@ -1,0 +1,115 @@
+"""Fair admission of requests to the engine: interactive first, then round-robin between client identities.
+
+A team shares one Mac pair. Left first-come-first-served, one person's workspace audit (hundreds of units,
+as many open requests as their cap allows) would fill the engine's queue, and a colleague's five units would
+wait behind all of it. So a generation enters the engine only through a slot here. There are as many slots
+as the engine decodes at once (``--max-concurrency``), and background requests leave the engine's
+interactive reserve free, as its own admission does (docs/engine.md). When a slot frees, it goes to a
+waiting interactive request before any background one; among the identities waiting at that priority, to
+the one with the fewest slots now, and among equals to the one served least recently. Someone who arrives
+while another holds every slot thus gets each slot that frees until both hold as many: no one takes more
+than their share while others wait, and an idle pair is still all one person's.
+
+The identity is the User-Id the gate gave the connection (backend/gate.py: the CurveZMQ key, ``uid:N``, or
+``addr:IP``): more connections do not buy more share. A slot is held for one generation of a request's
+audit loop: a request waiting for its editor's tool results holds none (a slow or silent editor cannot
+park the engine's capacity), and a request answered from the result store never takes one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator
+
+INTERACTIVE, BACKGROUND = 0, 1
+
+
+class FairShare:
+    """The engine's admission slots; used from the daemon's event loop only."""
+
+    def __init__(self, slots: int, interactive_reserve: int = 1):
+        """``slots``: requests the engine runs at once; ``interactive_reserve``: of those, how many background
+        requests leave free (but they always get one), as the engine's own admission does."""
+        self.slots = max(1, slots)
+        self.background_slots = max(1, self.slots - interactive_reserve)
+        self._holding: Counter[str] = Counter()  # identity -> slots held
+        self._levels: Counter[int] = Counter()  # priority level -> slots held
+        # priority -> identity -> its waiting requests, oldest first; identity order = least recently served first
+        self._waiting: dict[int, OrderedDict[str, deque[asyncio.Future]]] = {
+            INTERACTIVE: OrderedDict(),
+            BACKGROUND: OrderedDict(),
+        }
+
+    @contextlib.asynccontextmanager
+    async def slot(self, identity: str, priority: int) -> AsyncIterator[None]:
+        """Hold one engine slot for the block, waiting for a fair turn when all are taken."""
+        level = INTERACTIVE if priority <= INTERACTIVE else BACKGROUND
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting[level].setdefault(identity, deque()).append(turn)
+        while self._grant():  # a free slot goes to the fairest turn, which may be this one
+            pass
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # given a slot just as it was cancelled: hand it on
+                self._release(identity, level)
+            else:
+                self._forget(level, identity, turn)
+            raise
+        try:
+            yield
+        finally:
+            self._release(identity, level)
+
+    def depths(self) -> dict[str, dict[str, int]]:
+        """Per identity: requests waiting for a slot and slots held (for ``status``)."""
+        out: dict[str, dict[str, int]] = {}
+        for identity, held in self._holding.items():
+            if held:
+                out.setdefault(identity, {"waiting": 0, "running": 0})["running"] = held
+        for queues in self._waiting.values():
+            for identity, waiting in queues.items():
+                out.setdefault(identity, {"waiting": 0, "running": 0})["waiting"] += len(waiting)
+        return out
+
+    def _free(self, level: int) -> bool:
+        total = self._levels.total()
+        return total < self.slots and (level == INTERACTIVE or self._levels[BACKGROUND] < self.background_slots)
+
+    def _take(self, identity: str, level: int) -> None:
+        self._holding[identity] += 1
+        self._levels[level] += 1
+
+    def _release(self, identity: str, level: int) -> None:
+        self._holding[identity] -= 1
+        self._levels[level] -= 1
+        if self._holding[identity] <= 0:
+            del self._holding[identity]
+        while self._grant():
+            pass
+
+    def _grant(self) -> bool:
+        """Give one free slot to the next fair turn; False when nobody waits or no slot is free for them."""
+        for level in (INTERACTIVE, BACKGROUND):
+            queues = self._waiting[level]
+            if not queues or not self._free(level):
+                continue
+            identity = min(queues, key=lambda who: self._holding[who])  # ties: the first, least recently served
+            turns = queues.pop(identity)
+            turns.popleft().set_result(None)
+            if turns:
+                queues[identity] = turns  # back at the end of the round
+            self._take(identity, level)
+            return True
+        return False
+
+    def _forget(self, level: int, identity: str, turn: asyncio.Future) -> None:
+        turns = self._waiting[level].get(identity)
+        if turns is None:
+            return
+        with contextlib.suppress(ValueError):
+            turns.remove(turn)
+        if not turns:
+            del self._waiting[level][identity]
