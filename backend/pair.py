@@ -24,7 +24,6 @@ non-zero and the supervisor (`mlx.launch` under launchd/systemd) restarts the pa
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -35,8 +34,6 @@ import zmq
 from backend import dist
 from backend.engine import Engine, Outcome
 from backend.scheduler import Commands, RankFailure, Scheduler
-
-log = logging.getLogger(__name__)
 
 WAKE = b"w"
 JOIN_TIMEOUT = 60.0  # seconds rank 0 waits for every follower's wake-up socket

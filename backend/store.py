@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -33,13 +32,12 @@ from typing import Any
 
 import platformdirs
 
+from backend.agent import Send
 from backend.script import Script
 from k3lsp.auditor import cut_short
 from k3lsp.cache import CachedResult, ResultCache
 from k3lsp.resultkey import ResultKey
 from k3lsp.units import unit_key
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
 FILE_NAME = "store.sqlite3"
@@ -56,8 +54,6 @@ SPENT = (
     "rounds",
     "batch_size_peak",
 )
-
-Send = Callable[..., Awaitable[None]]  # send(kind, **fields)
 
 
 def default_path() -> Path | None:

@@ -16,8 +16,6 @@ from k3lsp import __version__, actions, sanitize
 from k3lsp.pool import Pool
 from k3lsp.session import AuditorFactory, Session
 
-log = logging.getLogger(__name__)
-
 
 class Utf16Protocol(LanguageServerProtocol):
     """Always negotiate UTF-16 columns, the only encoding k3lsp computes (``findings.utf16_len``).
