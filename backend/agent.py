@@ -39,9 +39,9 @@ from backend.engine import EngineArgs, GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
 from backend.settings import flag
-from k3lsp import protocol
-from k3lsp.bounds import FindingBounds, fit_lines
-from k3lsp.protocol import CodedError, ErrorCode
+from k3lsp.wire import protocol
+from k3lsp.wire.bounds import FindingBounds, fit_lines
+from k3lsp.wire.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Stats:
     invalid_tool_calls: int = 0
     think_tool_calls: int = 0  # calls written inside the think channel (never run)
     dropped_findings: int = 0
-    findings_over_limit: int = 0  # valid findings beyond k3lsp.bounds (per unit, per finding, per result)
+    findings_over_limit: int = 0  # valid findings beyond k3lsp.wire.bounds (per unit, per finding, per result)
     rounds: int = 0
     batch_size_peak: int = 0
     thinking_effort: str = ""
@@ -379,7 +379,7 @@ class FindingStream:
     """Sends each ``report_finding`` call as a ``finding`` as soon as the call closes in a tool-call section.
 
     The model's arguments are untrusted: a call that fails the protocol's finding schema, or names a line past
-    the ``lines`` of the audited unit (``k3lsp.bounds.fit_lines``, the editor's check too), is dropped with a
+    the ``lines`` of the audited unit (``k3lsp.wire.bounds.fit_lines``, the editor's check too), is dropped with a
     log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
     full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
     reasoning written before it in the think channel.

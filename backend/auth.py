@@ -2,7 +2,7 @@
 
 Every daemon socket sits behind the gate (backend/gate.py: the ZAP handler that decides who may connect
 and names every connection). Without keys the socket is plain: the default is an ipc socket in a directory
-only the daemon's user may enter (k3lsp/local.py); a plain tcp socket, even on loopback, is reachable by
+only the daemon's user may enter (k3lsp/wire/local.py); a plain tcp socket, even on loopback, is reachable by
 every local user and needs ``--insecure``. With keys it is a CurveZMQ server whose clients must hold a key
 from the allow-list (backend/allowlist.py). Two pitfalls of libzmq, reproduced with pyzmq, are closed
 here: ``ZAP_ENFORCE_DOMAIN`` without a ``zap_domain`` skips ZAP altogether, so both are set, and the ZAP
@@ -21,7 +21,7 @@ import zmq.asyncio
 from backend.allowlist import RELOAD_SECONDS, AllowList, unsafe
 from backend.gate import ZAP_DOMAIN, Gate
 from backend.settings import flag
-from k3lsp import keys, local
+from k3lsp.wire import keys, local
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The daemon's socket: one ZeroMQ ROUTER (zmq.asyncio) speaking k3lsp/protocol.py to any number of editors.
+"""The daemon's socket: one ZeroMQ ROUTER (zmq.asyncio) speaking k3lsp/wire/protocol.py to any number of editors.
 
 The event loop only moves messages: decoding, the job table, pings and status are answered here at once,
 while generation runs in the scheduler's engine thread and each request's audit loop in its own task. So a
@@ -52,8 +52,9 @@ from backend.scheduler import Scheduler
 from backend.script import Script
 from backend.settings import flag
 from backend.store import ResultStore
-from k3lsp import __version__, local, protocol
-from k3lsp.protocol import ErrorCode
+from k3lsp import __version__
+from k3lsp.wire import local, protocol
+from k3lsp.wire.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import platformdirs
 
 from backend import launch
-from k3lsp import isolated
+from k3lsp.wire import isolated
 
 NOTICE = (
     "NOTE: this run uses a tiny checkpoint with RANDOM weights, built on this machine. It proves that the\n"

@@ -45,7 +45,7 @@ from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
 from backend.settings import flag
-from k3lsp.protocol import ErrorCode
+from k3lsp.wire.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`k3-backend keys init`: the daemon's CurveZMQ key pair and the ``authorized/`` directory of client keys.
 
-The files are made by k3lsp.keys (secret 0600 in a 0700 directory), the same code the editors use, so
+The files are made by k3lsp.wire.keys (secret 0600 in a 0700 directory), the same code the editors use, so
 both sides agree on the format; this module only parses the command line.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from k3lsp import keys
+from k3lsp.wire import keys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from k3lsp import isolated
+from k3lsp.wire import isolated
 
 READY = "k3-backend ready on "  # printed by serve (followed by the endpoint) once it serves, read here
 LISTENING = "k3-backend listening on "  # printed by serve once bound, before the model is loaded
@@ -37,7 +37,7 @@ def start(
     """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves.
 
     Returns once the daemon printed ``line``: READY (the model is loaded), or LISTENING (bound, still loading).
-    The daemon imports nothing from ``cwd`` (k3lsp.isolated): the demo starts it in the user's directory.
+    The daemon imports nothing from ``cwd`` (k3lsp.wire.isolated): the demo starts it in the user's directory.
     """
     proc = subprocess.Popen(
         isolated.python_command("backend.cli", "serve", *serve_args, unbuffered=True),

@@ -26,7 +26,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from k3lsp.protocol import CodedError, ErrorCode
+from k3lsp.wire.protocol import CodedError, ErrorCode
 
 LOADING, READY, FAILED = "loading", "ready", "failed"
 PROGRESS_EVERY = 2.0  # seconds between the progress messages of a request waiting for the load

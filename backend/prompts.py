@@ -29,7 +29,7 @@ from typing import Any
 from mlx_lm.tool_parsers import kimi_k3
 
 from backend import channels
-from k3lsp.protocol import EFFORTS
+from k3lsp.wire.protocol import EFFORTS
 
 PROMPT_VERSION = "k3lsp-audit-3"
 

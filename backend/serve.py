@@ -6,7 +6,7 @@ for the model (at most --load-wait seconds, with ``progress`` messages). Two lin
 are: ``k3-backend listening on ENDPOINT`` once bound, and the ready line (``k3-backend ready on ENDPOINT``)
 once the model is loaded and its kernels compiled, so whoever starts the daemon (tests, a supervisor) knows
 from one line that requests will be served at once, and on which port when it bound tcp port 0. By default
-the socket is ``ipc://`` in a directory only this user may enter (k3lsp/local.py).
+the socket is ``ipc://`` in a directory only this user may enter (k3lsp/wire/local.py).
 
 Under `mlx.launch` (hostfiles/README.md) every rank runs this command: each loads its tensor-parallel shard,
 rank 0 alone binds the ROUTER and prints the ready line, the others follow rank 0's scheduling steps
@@ -38,8 +38,8 @@ from backend.launch import LISTENING, READY
 from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
 from backend.settings import add_flags, from_args
-from k3lsp import keys, sanitize
-from k3lsp.protocol import EFFORTS, ErrorCode
+from k3lsp.wire import keys, sanitize
+from k3lsp.wire.protocol import EFFORTS, ErrorCode
 
 log = logging.getLogger(__name__)
 

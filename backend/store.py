@@ -1,18 +1,18 @@
 """The daemon's result store: one team's complete audits, answered again to any authorised client at once.
 
 A pair of Macs serves a whole team, and ten people opening one repository ask it about the same functions
-ten times. Each editor keeps its own cache (``k3lsp.cache``), but only the daemon sees everyone's requests,
+ten times. Each editor keeps its own cache (``k3lsp.wire.cache``), but only the daemon sees everyone's requests,
 so it keeps the results too: an ``audit`` whose key is stored is answered from here with no generation at
 all (``stats.from_store`` true, ``generated_tokens`` 0), and one that is not is audited and, if complete,
 stored for the next person.
 
-The storage is the editor's own result cache (``k3lsp.cache.ResultCache``: sqlite, bounded in bytes with
+The storage is the editor's own result cache (``k3lsp.wire.cache.ResultCache``: sqlite, bounded in bytes with
 least-recently-used eviction, 0600 in a 0700 directory, a full disk told apart from corruption), and the key
-is built the way the editor builds its own (``k3lsp.resultkey``): the unit's content address (text and
-context, ``k3lsp.units.unit_key``) under a result key naming what answers (the checkpoint fingerprint, and
+is built the way the editor builds its own (``k3lsp.wire.address``): the unit's content address (text and
+context, ``k3lsp.wire.address.unit_key``) under a result key naming what answers (the checkpoint fingerprint, and
 the script when answers are scripted: a scripted demo must never answer for the model), the prompt version
 and the thinking effort. A result at a higher effort answers a request at a lower one (the model thought at
-least as long). Only complete audits are stored (finish reason ``stop``, as ``k3lsp.auditor`` decides for
+least as long). Only complete audits are stored (finish reason ``stop``, as ``k3lsp.wire.address.cut_short`` decides for
 the editor's cache): a cut-short audit is audited again next time, never kept as "no findings".
 
 Who may read it is who may send an audit at all: requests are refused before they reach the store when the
@@ -34,10 +34,8 @@ import platformdirs
 
 from backend.agent import Send
 from backend.script import Script
-from k3lsp.auditor import cut_short
-from k3lsp.cache import CachedResult, ResultCache
-from k3lsp.resultkey import ResultKey
-from k3lsp.units import unit_key
+from k3lsp.wire.address import ResultKey, cut_short, unit_key
+from k3lsp.wire.cache import CachedResult, ResultCache
 
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
 FILE_NAME = "store.sqlite3"

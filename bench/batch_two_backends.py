@@ -34,8 +34,8 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import batch  # noqa: E402
-from k3lsp.cache import ResultCache  # noqa: E402
 from k3lsp.options import Options  # noqa: E402
+from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 
 # 40 distinct words: a period the loop guard ignores, so every unit generates exactly --tokens tokens.

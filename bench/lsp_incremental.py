@@ -40,7 +40,8 @@ from pathlib import Path
 import platformdirs
 from tree_sitter import Parser
 
-from k3lsp import cache, units
+from k3lsp import units
+from k3lsp.wire import cache
 
 PACKAGE = "better-sqlite3@12"
 MEMBER = "package/deps/sqlite3/sqlite3.c"

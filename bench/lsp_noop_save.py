@@ -28,8 +28,9 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 from lsprotocol import types as lsp  # noqa: E402
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import cache, resultkey, units  # noqa: E402
+from k3lsp import units  # noqa: E402
 from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
+from k3lsp.wire import address, cache  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 from tests.support.lsp import WAIT, editor  # noqa: E402
@@ -41,7 +42,7 @@ async def _result_key(endpoint: str) -> str:
     """The key the server's cached results are filed under for this daemon (as k3lsp.auditor computes it)."""
     options = ClientOptions(endpoint=endpoint)
     async with BackendClient(options) as client:
-        key = resultkey.for_welcome(client.welcome, effort=resultkey.DEFAULT_EFFORT, daemon=client.daemon_identity)
+        key = address.for_welcome(client.welcome, effort=address.DEFAULT_EFFORT, daemon=client.daemon_identity)
     assert key is not None, "the daemon names no checkpoint fingerprint"
     return key.digest()
 

@@ -45,9 +45,9 @@ from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import batch, units  # noqa: E402
-from k3lsp.cache import ResultCache  # noqa: E402
 from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
 from k3lsp.options import Options  # noqa: E402
+from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 
 CORPUS = REPO / "bench" / "corpus"

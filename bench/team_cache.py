@@ -36,9 +36,10 @@ os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx 
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import batch, keys  # noqa: E402
-from k3lsp.cache import ResultCache  # noqa: E402
+from k3lsp import batch  # noqa: E402
 from k3lsp.options import Options  # noqa: E402
+from k3lsp.wire import keys  # noqa: E402
+from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Audit orchestration shared by the language server and ``k3lsp audit``: units in, findings per unit out.
 
 The expensive thing is the model, so this module's job is to ask it as little as possible: a unit whose
-content key (text + context) was audited before under the same result key (``k3lsp.resultkey``: the
+content key (text + context) was audited before under the same result key (``k3lsp.wire.address``: the
 daemon's checkpoint, prompt version, thinking effort and identity) is answered from the cache, and only the
 others are sent, a bounded number at a time, interactive ones first. Tool requests of the model are
 answered from the workspace through the sandbox in ``k3lsp.sandbox``. Only complete audits are cached: one
@@ -9,7 +9,7 @@ the daemon cut short (deadline, token or tool-round budget, loop guard) is shown
 reported as incomplete (:attr:`UnitResult.cut_short`) and audited again next time, never kept as a lasting
 "no findings".
 
-Errors come in three kinds (``k3lsp.protocol``): a transient one (the daemon restarts, its queue is full) is
+Errors come in three kinds (``k3lsp.wire.protocol``): a transient one (the daemon restarts, its queue is full) is
 retried after a backoff, a bounded number of times (RETRY_DELAYS); a request-level one fails that unit only
 and is never retried (a unit too long to audit is remembered, so it is not even sent again); a set-up one
 (keys, versions) is not retried. When the daemon cannot serve at all, the audit ends with one
@@ -26,22 +26,22 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from k3lsp import loading, protocol, resultkey, sandbox, sanitize
-from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
-from k3lsp.cache import ResultCache
+from k3lsp import loading, sandbox
 from k3lsp.client import BackendClient, BackendError, ClientOptions
 from k3lsp.options import Options
-from k3lsp.protocol import CodedError, CodeKind, ErrorCode, kind_of
-from k3lsp.resultkey import ResultKey
 from k3lsp.slots import PrioritySlots
 from k3lsp.units import Unit
+from k3lsp.wire import address, protocol, sanitize
+from k3lsp.wire.address import ResultKey
+from k3lsp.wire.bounds import OVER_LIMIT, FindingBounds, bounded_stats
+from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import CodedError, CodeKind, ErrorCode, kind_of
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new attempt after a transient error; then give up
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 DEFAULT_CONCURRENCY = 4  # in-flight audit requests per client; the daemon batches them
-COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
 
 
 class BackendUnavailable(CodedError):
@@ -82,21 +82,12 @@ class UnitResult:
     def cut_short(self) -> str | None:
         """Why the daemon stopped the audit before the model ended it (e.g. ``deadline``); None if complete,
         or never started (a refusal)."""
-        return None if self.refusal is not None else cut_short(self.stats)
+        return None if self.refusal is not None else address.cut_short(self.stats)
 
     @property
     def over_limit(self) -> int:
-        """Findings dropped beyond ``k3lsp.bounds``, by the daemon and by this side together."""
+        """Findings dropped beyond ``k3lsp.wire.bounds``, by the daemon and by this side together."""
         return _count(self.stats.get(OVER_LIMIT))
-
-
-def cut_short(stats: dict) -> str | None:
-    """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
-    or odd reason counts as incomplete: only a daemon that says the model finished gets its result kept."""
-    reason = stats.get("finish_reason")
-    if reason == COMPLETE:
-        return None
-    return reason[:64] if isinstance(reason, str) and reason else "unknown"
 
 
 Progress = Callable[[Unit, dict], None]  # (unit, the daemon's progress message)
@@ -138,7 +129,7 @@ class Counters:
     refused: int = 0  # too long to audit: not sent again
     retries: int = 0  # attempts repeated after a transient error
     findings: int = 0
-    over_limit: int = 0  # findings dropped beyond k3lsp.bounds (by the daemon or here)
+    over_limit: int = 0  # findings dropped beyond k3lsp.wire.bounds (by the daemon or here)
     tokens: int = 0  # prompt + generated tokens, as the daemon reported them
 
     @classmethod
@@ -273,7 +264,7 @@ class Auditor:
             welcome = await self._client.connect()
         except BackendError as exc:
             raise self._unavailable(exc.code, str(exc)) from exc
-        key = resultkey.for_welcome(welcome, daemon=self._client.daemon_identity)
+        key = address.for_welcome(welcome, daemon=self._client.daemon_identity)
         self.welcome, self._result_key, self._connected = welcome, key, True
         if loading.is_loading(welcome):
             self._loading(welcome.get("loading"))

@@ -26,11 +26,12 @@ from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import pipeline, sanitize, suppress, units
+from k3lsp import pipeline, suppress, units
 from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options, admitted_files
 from k3lsp.spread import Spread
+from k3lsp.wire import sanitize
+from k3lsp.wire.cache import ResultCache
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -280,7 +281,7 @@ class _Run:
                 if result.over_limit:
                     self.report.warnings.append(
                         f"{source.rel}: {unit.name}: {result.over_limit} findings beyond the bounds of one unit "
-                        "were dropped (k3lsp.bounds)"
+                        "were dropped (k3lsp.wire.bounds)"
                     )
                 if result.cut_short is not None:  # not a clean pass: its findings may be missing
                     self.incomplete.append(

@@ -14,10 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-from k3lsp import sanitize
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
 from k3lsp.options import THINKING_EFFORTS
-from k3lsp.protocol import SEVERITIES
+from k3lsp.wire import sanitize
+from k3lsp.wire.protocol import SEVERITIES
 
 
 def _endpoints(args: argparse.Namespace) -> list[str]:
@@ -132,7 +132,7 @@ def _audit_run(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from k3lsp import keys
+    from k3lsp.wire import keys
 
     try:
         directory = (args.dir or keys.default_dir("k3lsp")).expanduser()

@@ -10,7 +10,7 @@ is back.
 
 Nothing is sent to a daemon whose identity is not established first (``daemon_identity``): with keys,
 CurveZMQ proves the daemon holds the secret half of the configured server key; on an ``ipc://`` socket,
-its directory must be this user's alone (k3lsp/local.py); a plain tcp endpoint proves nothing and is
+its directory must be this user's alone (k3lsp/wire/local.py); a plain tcp endpoint proves nothing and is
 used only with ``insecure``.
 """
 
@@ -30,8 +30,9 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from k3lsp import __version__, keys, local, protocol
-from k3lsp.protocol import CodedError, ErrorCode
+from k3lsp import __version__
+from k3lsp.wire import keys, local, protocol
+from k3lsp.wire.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
-was reported for (`bounds.fit_lines`, the daemon's check too), and its text goes through `k3lsp.sanitize`
+was reported for (`bounds.fit_lines`, the daemon's check too), and its text goes through `k3lsp.wire.sanitize`
 (no control or bidi characters reach a diagnostic, hover, code-action title, terminal or report). A bad
 finding is dropped with a log line and never shown; a bad trace step or fix (one past the unit, or a fix
 hiding control or bidi characters in code) is dropped from an otherwise good finding. Line numbers are
@@ -23,8 +23,8 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from k3lsp import bounds, protocol, sanitize
 from k3lsp.units import Unit
+from k3lsp.wire import bounds, protocol, sanitize
 
 log = logging.getLogger(__name__)
 

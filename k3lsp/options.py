@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
-from k3lsp.protocol import EFFORTS, SEVERITIES
+from k3lsp.wire.protocol import EFFORTS, SEVERITIES
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
 # auto: low for what the user waits on (audits on save and open, explain), high for workspace and batch audits

@@ -29,11 +29,11 @@ from k3lsp.auditor import (
     Progress,
     UnitResult,
 )
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options
-from k3lsp.protocol import ErrorCode
 from k3lsp.spread import Spread
 from k3lsp.units import Unit
+from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import ErrorCode
 
 _END = object()  # the end of one audit's results
 

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from k3lsp import cache, isolated, keys, units
+from k3lsp import units
+from k3lsp.wire import cache, isolated, keys
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
 
     The search runs in a child process killed after GREP_SECONDS: Python's ``re`` can backtrack on one line
     for ever (``(a|aa)+$``) without releasing the GIL, and no pattern check catches every such shape. The
-    child imports nothing from the workspace, which is usually the current directory (k3lsp.isolated).
+    child imports nothing from the workspace, which is usually the current directory (k3lsp.wire.isolated).
     """
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")

@@ -12,9 +12,10 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from k3lsp import __version__, actions, sanitize
+from k3lsp import __version__, actions
 from k3lsp.pool import Pool
 from k3lsp.session import AuditorFactory, Session
+from k3lsp.wire import sanitize
 
 
 class Utf16Protocol(LanguageServerProtocol):

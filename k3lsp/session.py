@@ -22,14 +22,15 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
-from k3lsp import actions, findings, options, sanitize, suppress, units
+from k3lsp import actions, findings, options, suppress, units
 from k3lsp.auditor import BackendState, BackendUnavailable, Lookup, Progress, UnitResult, describe
-from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.documents import Document, View, notices, present
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.units import Unit
+from k3lsp.wire import sanitize
+from k3lsp.wire.cache import ResultCache
 
 log = logging.getLogger(__name__)
 

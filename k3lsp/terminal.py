@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from k3lsp import loading, sanitize
+from k3lsp import loading
+from k3lsp.wire import sanitize
 
 
 @dataclass(frozen=True)

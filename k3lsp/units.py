@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import bisect
 import functools
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import tree_sitter_c
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
+
+from k3lsp.wire.address import unit_key
 
 C_LANGUAGE = Language(tree_sitter_c.language())
 _DEFINITIONS = Query(C_LANGUAGE, "(function_definition) @f")
@@ -163,16 +164,6 @@ class _Span:
     start: int
     end: int
     header: tuple[int, int] | None = None  # bytes of a function's header, for its prototype
-
-
-def unit_key(text: str, context: str) -> str:
-    """The content address of a unit: the same text and context give the same key in every process."""
-    h = hashlib.sha256()
-    h.update(b"k3lsp-unit-v1\0")
-    h.update(text.encode("utf-8", "surrogatepass"))
-    h.update(b"\0")
-    h.update(context.encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=16)  # a few open documents; each entry holds its text

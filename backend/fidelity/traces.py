@@ -30,7 +30,7 @@ from pathlib import Path
 
 from backend.fidelity.spans import OTHER, classify
 from backend.prompts import template
-from k3lsp.protocol import EFFORTS
+from k3lsp.wire.protocol import EFFORTS
 
 log = logging.getLogger(__name__)
 

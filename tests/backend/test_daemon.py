@@ -8,7 +8,7 @@ import sys
 import msgpack
 import pytest
 
-from k3lsp import protocol
+from k3lsp.wire import protocol
 from tests.support.daemon import Wire, audit_fields, serving
 from tests.support.kimi import turn
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from backend.engine import Engine, EngineArgs, GenRequest
-from k3lsp.protocol import ErrorCode
+from k3lsp.wire.protocol import ErrorCode
 from tests.support.engine import drain
 
 rids = itertools.count(1)

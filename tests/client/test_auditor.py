@@ -9,9 +9,9 @@ import pytest
 from k3lsp import auditor as auditor_module
 from k3lsp import units
 from k3lsp.auditor import Auditor, BackendUnavailable
-from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.options import Options
+from k3lsp.wire.cache import ResultCache
 from tests.support.peer import WELCOME, peer, reply
 
 UNIT = units.split("int f(int a)\n{\n\treturn a;\n}\n")[0]

@@ -1,9 +1,9 @@
-"""What the editor side does with each error code follows k3lsp.protocol.ErrorCode: retry, whole-daemon state."""
+"""What the editor side does with each error code follows k3lsp.wire.protocol.ErrorCode: retry, whole-daemon state."""
 
 import pytest
 
 from k3lsp.auditor import concerns_daemon, retried, state_for
-from k3lsp.protocol import CodeKind, ErrorCode
+from k3lsp.wire.protocol import CodeKind, ErrorCode
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import zmq
 import zmq.asyncio
 
 from backend.auth import Security, secure_router
-from k3lsp import keys, protocol
 from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.wire import keys, protocol
 
 
 @pytest.fixture

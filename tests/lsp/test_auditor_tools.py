@@ -6,8 +6,8 @@ import asyncio
 
 from k3lsp import sandbox
 from k3lsp.auditor import Auditor
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options
+from k3lsp.wire.cache import ResultCache
 
 
 def auditor(tmp_path, seen: list) -> Auditor:

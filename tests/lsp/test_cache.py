@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from k3lsp import cache
+from k3lsp.wire import cache
 
 FINDING = {"cwe": 120, "severity": "high", "title": "t", "message": "m", "start_line": 1, "end_line": 1, "trace": []}
 
@@ -35,7 +35,7 @@ def test_survives_restart_and_uses_the_env_dir(tmp_path, monkeypatch):
 def test_corrupt_file_is_moved_aside_and_recreated(tmp_path, caplog):
     path = tmp_path / "r.sqlite3"
     path.write_bytes(b"this is not a database" * 100)
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         c = cache.ResultCache(path)
     assert "moved aside" in caplog.text
     assert [p.name for p in tmp_path.glob("r.sqlite3.corrupt-*")]
@@ -53,7 +53,7 @@ def test_file_corrupted_while_open_is_recovered(tmp_path, caplog):
         p = tmp_path / f"r.sqlite3{suffix}"
         if p.exists():
             p.write_bytes(b"\x00garbage" * 1000)
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         assert c.get("k", "r") is None  # lost, but no exception
     c.put("k2", "r", [FINDING])
     assert c.get("k2", "r") is not None
@@ -62,7 +62,7 @@ def test_file_corrupted_while_open_is_recovered(tmp_path, caplog):
 def test_unusable_location_falls_back_to_memory(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         c = cache.ResultCache(blocker / "sub" / "r.sqlite3")  # parent is a file: cannot mkdir
     assert "in memory" in caplog.text
     c.put("k", "r", [FINDING])
@@ -78,7 +78,7 @@ def test_unreadable_row_is_a_miss(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from k3lsp.cache import ResultCache
+    from k3lsp.wire.cache import ResultCache
     c = ResultCache(sys.argv[1])
     for i in range(200):
         c.put(f"{sys.argv[2]}-{i}", "r", [{"i": i}])

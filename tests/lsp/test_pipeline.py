@@ -2,10 +2,11 @@
 
 import pytest
 
-from k3lsp import actions, batch, documents, findings, protocol, suppress
+from k3lsp import actions, batch, documents, findings, suppress
 from k3lsp.batch import Span
-from k3lsp.bounds import fit_lines
 from k3lsp.options import Options
+from k3lsp.wire import protocol
+from k3lsp.wire.bounds import fit_lines
 
 SOURCE = """\
 #include <string.h>

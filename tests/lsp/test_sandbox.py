@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import keys, sandbox
+from k3lsp import sandbox
+from k3lsp.wire import keys
 from tests.lsp.conftest import EXAMPLES
 
 

@@ -8,8 +8,8 @@ import pytest
 from lsprotocol import types as lsp
 
 from k3lsp import batch
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options
+from k3lsp.wire.cache import ResultCache
 from tests.lsp import scripted
 from tests.support.daemon import serving
 from tests.support.lsp import editor

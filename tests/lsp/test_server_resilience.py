@@ -86,7 +86,7 @@ async def test_backend_killed_and_restarted_keeps_cached_findings_and_recovers(t
 
 
 async def test_a_refused_key_is_one_clear_message_and_new_settings_recover(tiny_model, tmp_path):
-    from k3lsp import keys
+    from k3lsp.wire import keys
 
     server_public, server_secret = keys.init_keypair(tmp_path / "server", "server")
     _, good_secret = keys.init_keypair(tmp_path / "authorized", "good")

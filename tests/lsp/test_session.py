@@ -6,8 +6,8 @@ import asyncio
 
 from pygls.lsp.server import LanguageServer
 
-from k3lsp.cache import ResultCache
 from k3lsp.session import SHUTTING_DOWN, Session
+from k3lsp.wire.cache import ResultCache
 
 
 async def test_after_shutdown_no_audit_starts_and_the_client_stays_closed(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import protocol
-from k3lsp.protocol import ProtocolError
+from k3lsp.wire import protocol
+from k3lsp.wire.protocol import ProtocolError
 
 FINDING = {
     "cwe": 787,

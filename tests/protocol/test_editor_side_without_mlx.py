@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_no_k3lsp_module_imports_mlx():
-    modules = [f"k3lsp.{m.name}" for m in pkgutil.iter_modules(k3lsp.__path__) if m.name != "__main__"]
+    modules = [m.name for m in pkgutil.walk_packages(k3lsp.__path__, "k3lsp.") if m.name != "k3lsp.__main__"]
     probe = (
         "import importlib, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"

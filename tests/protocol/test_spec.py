@@ -1,11 +1,11 @@
-"""docs/protocol.md and k3lsp/protocol.py must describe the same protocol: same kinds, same fields."""
+"""docs/protocol.md and k3lsp/wire/protocol.py must describe the same protocol: same kinds, same fields."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from k3lsp import protocol
+from k3lsp.wire import protocol
 
 DOC = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
 

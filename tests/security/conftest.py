@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import keys
 from k3lsp.client import BackendClient, ClientOptions
+from k3lsp.wire import keys
 from tests.support import kimi
 from tests.support.daemon import Wire, serving
 

@@ -11,7 +11,7 @@ import zmq.auth
 
 from backend import allowlist, auth
 from backend.allowlist import AllowList
-from k3lsp import keys
+from k3lsp.wire import keys
 
 
 def _client(directory: Path, name: str) -> bytes:

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from k3lsp import cache
+from k3lsp.wire import cache
 
 ROW = [{"message": "x" * 2000}]
 
@@ -67,7 +67,7 @@ def test_a_full_disk_keeps_the_cache_and_says_the_disk_is_full(tmp_path, caplog)
         for i in range(5):
             store.put(f"kept{i}", "r", ROW)
         assert fill(fs) > 0
-        with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+        with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
             for i in range(40):  # the WAL grows until the disk refuses it
                 store.put(f"new{i}", "r", ROW)
         assert "the disk is full" in caplog.text
@@ -90,7 +90,7 @@ def test_sqlite_full_is_not_corruption(tmp_path, caplog):
         store.put(f"kept{i}", "r", ROW)
     pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
     store._conn.execute(f"PRAGMA max_page_count={pages}")
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         for i in range(20):
             store.put(f"new{i}", "r", ROW)
     assert "the disk is full" in caplog.text and "SQLITE_FULL" in caplog.text
@@ -135,7 +135,7 @@ def test_a_cache_file_that_is_a_symlink_is_not_used(tmp_path, caplog):
     folder.mkdir(mode=0o700)
     target = tmp_path / "elsewhere.sqlite3"
     (folder / cache.FILE_NAME).symlink_to(target)
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         store = cache.ResultCache(folder / cache.FILE_NAME)
     store.put("k", "r", ROW)
     assert store.get("k", "r") is not None and not target.exists()  # cached in memory, nothing written through the link
@@ -147,7 +147,7 @@ def test_a_cache_folder_of_another_user_is_not_used(tmp_path, caplog):
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o777)
     os.chown(folder, 65534, 65534)
-    with caplog.at_level(logging.WARNING, logger="k3lsp.cache"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.wire.cache"):
         store = cache.ResultCache(folder / cache.FILE_NAME)
     store.put("k", "r", ROW)
     assert store.get("k", "r") is not None and not (folder / cache.FILE_NAME).exists()

@@ -15,9 +15,10 @@ import logging
 
 import pytest
 
-from k3lsp import bounds, cache, units
+from k3lsp import units
 from k3lsp.auditor import Auditor
 from k3lsp.options import Options
+from k3lsp.wire import bounds, cache
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
 from tests.support.daemon import Wire, audit_fields, module_daemon
@@ -127,7 +128,7 @@ def test_the_cache_evicts_the_least_recently_used_beyond_its_bound(tmp_path, mon
     for key in "abcd":
         store.put(key, "r", row)
     assert store.get("a", "r") is not None  # a is now the most recently used
-    with caplog.at_level(logging.INFO, logger="k3lsp.cache"):
+    with caplog.at_level(logging.INFO, logger="k3lsp.wire.cache"):
         store.put("e", "r", row)  # over the bound: b, the least recently used, goes
     assert [k for k in "abcde" if store.get(k, "r") is not None] == ["a", "c", "d", "e"]
     stats = store.stats()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgpack
 
-from k3lsp import protocol
+from k3lsp.wire import protocol
 from tests.support.daemon import audit_fields
 
 TOTAL = 10_000

@@ -9,7 +9,7 @@ import zmq.asyncio
 
 from backend import auth, gate
 from backend.allowlist import AllowList
-from k3lsp import keys
+from k3lsp.wire import keys
 
 
 def test_the_uid_of_an_ipc_peer_is_read_from_the_zap_address():

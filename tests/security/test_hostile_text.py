@@ -18,7 +18,7 @@ import re
 
 from lsprotocol import types as lsp
 
-from k3lsp import sanitize
+from k3lsp.wire import sanitize
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
 from tests.support.batch import k3lsp, project, run_k3lsp

@@ -25,8 +25,9 @@ import pytest
 import zmq
 
 from backend import launch
-from k3lsp import local, options, protocol
+from k3lsp import options
 from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.wire import local, protocol
 from tests.security.conftest import LONG, script
 from tests.support.daemon import REPO, Wire, audit_fields, module_daemon
 from tests.support.pair import free_port_block

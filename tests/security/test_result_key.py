@@ -13,10 +13,11 @@ import asyncio
 
 import pytest
 
-from k3lsp import resultkey, units
+from k3lsp import units
 from k3lsp.auditor import Auditor
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options
+from k3lsp.wire import address
+from k3lsp.wire.cache import ResultCache
 from tests.support.peer import WELCOME, peer, reply
 
 UNIT = units.split("int f(char *p, int n)\n{\n\tp[n] = 0;\n\treturn n;\n}\n")[0]
@@ -124,20 +125,20 @@ async def test_results_of_one_daemon_are_not_shown_for_another(tmp_path):
 
 
 def test_every_component_changes_the_key():
-    base = resultkey.ResultKey(fingerprint="f", prompt_version="p", daemon="ipc:/run/a.sock")
+    base = address.ResultKey(fingerprint="f", prompt_version="p", daemon="ipc:/run/a.sock")
     variants = [
-        resultkey.ResultKey("g", "p", "ipc:/run/a.sock").digest("low"),
-        resultkey.ResultKey("f", "q", "ipc:/run/a.sock").digest("low"),
+        address.ResultKey("g", "p", "ipc:/run/a.sock").digest("low"),
+        address.ResultKey("f", "q", "ipc:/run/a.sock").digest("low"),
         base.digest("high"),
-        resultkey.ResultKey("f", "p", "curve:server-key").digest("low"),
-        resultkey.ResultKey("f\0p", "", "ipc:/run/a.sock").digest("low"),  # no ambiguity between components
+        address.ResultKey("f", "p", "curve:server-key").digest("low"),
+        address.ResultKey("f\0p", "", "ipc:/run/a.sock").digest("low"),  # no ambiguity between components
     ]
     assert len({base.digest("low"), *variants}) == len(variants) + 1
-    assert base.digest("low") == resultkey.ResultKey("f", "p", "ipc:/run/a.sock").digest("low")
+    assert base.digest("low") == address.ResultKey("f", "p", "ipc:/run/a.sock").digest("low")
 
 
 def test_a_result_at_a_higher_effort_answers_a_request_at_a_lower_one():
-    key = resultkey.ResultKey("f", "p", "ipc:/run/a.sock")
+    key = address.ResultKey("f", "p", "ipc:/run/a.sock")
     assert key.answering("low") == [key.digest("low"), key.digest("high"), key.digest("max")]
     assert key.answering("max") == [key.digest("max")]
     assert key.digest("off") not in key.answering("low")

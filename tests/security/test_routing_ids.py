@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from k3lsp import keys
+from k3lsp.wire import keys
 from tests.security.conftest import DAEMON_ARGS, script
 from tests.support.daemon import Wire, serving
 

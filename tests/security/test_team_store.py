@@ -12,8 +12,8 @@ import pytest
 
 from k3lsp import units
 from k3lsp.auditor import Auditor, BackendUnavailable
-from k3lsp.cache import ResultCache
 from k3lsp.options import Options
+from k3lsp.wire.cache import ResultCache
 from tests.security.conftest import Keyring, team_keyring
 from tests.support import kimi
 from tests.support.daemon import serving

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from k3lsp.cache import FILE_NAME, ResultCache
+from k3lsp.wire.cache import FILE_NAME, ResultCache
 
 TIMEOUT = 180
 

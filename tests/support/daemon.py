@@ -7,7 +7,7 @@ editor tests reuse it with their own scripts; `bind=` gives another endpoint (pl
 
 `module_daemon(script, args)` makes the common fixture of that: one scripted daemon for a test module.
 
-`Wire` is a plain zmq.asyncio DEALER speaking k3lsp.protocol: tests see exactly the frames on the wire. Many
+`Wire` is a plain zmq.asyncio DEALER speaking k3lsp.wire.protocol: tests see exactly the frames on the wire. Many
 coroutines may wait on one Wire for different requests: one of them at a time reads the socket and keeps
 what it reads for the others, who look there before they read.
 """
@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from backend import launch
 from backend.launch import stop
-from k3lsp import protocol
+from k3lsp.wire import protocol
 
 REPO = Path(__file__).resolve().parents[2]
 

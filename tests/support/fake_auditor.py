@@ -39,11 +39,11 @@ from k3lsp.auditor import (
     not_connected,
     state_for,
 )
-from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
 from k3lsp.options import Options
 from k3lsp.session import AuditorFactory
 from k3lsp.units import Unit
+from k3lsp.wire.cache import ResultCache
 
 RESULT_KEY = "fake-auditor"  # what its results are cached under
 REPO = Path(__file__).resolve().parents[2]

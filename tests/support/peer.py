@@ -10,7 +10,7 @@ import tempfile
 import zmq
 import zmq.asyncio
 
-from k3lsp import protocol
+from k3lsp.wire import protocol
 
 
 @contextlib.asynccontextmanager

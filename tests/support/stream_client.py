@@ -13,7 +13,7 @@ from pathlib import Path
 
 import zmq
 
-from k3lsp import keys, protocol
+from k3lsp.wire import keys, protocol
 from tests.support.daemon import audit_fields
 from tests.support.kimi import finding
 

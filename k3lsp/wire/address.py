@@ -1,4 +1,12 @@
-"""What a cached audit result is filed under, besides the unit's own content address (``units.Unit.key``).
+"""What an audit result is filed under, and when it may be filed at all: computed the same way by both programs.
+
+Three things here, one per question both the editor's cache and the daemon's result store ask:
+
+- **the unit's address** (:func:`unit_key`): its text and context, hashed; the same function gives the same
+  key in every process, wherever the function moves in its file;
+- **the result key** (:class:`ResultKey`): who answered, and how it was asked (below);
+- **completeness** (:func:`cut_short`): only an audit the model ended itself is kept; one the daemon cut short
+  (deadline, budget, loop guard) is shown once and audited again.
 
 A cached result stands for "what this model, asked this way, by this daemon, said about this unit", so it
 is shown again only when all of these match:
@@ -26,7 +34,28 @@ from __future__ import annotations
 import hashlib
 from dataclasses import astuple, dataclass
 
-from k3lsp.protocol import EFFORTS
+from k3lsp.wire.protocol import EFFORTS
+
+COMPLETE = "stop"  # the finish reason of an audit the model ended itself, on its end-of-message token
+
+
+def unit_key(text: str, context: str) -> str:
+    """The content address of a unit: the same text and context give the same key in every process."""
+    h = hashlib.sha256()
+    h.update(b"k3lsp-unit-v1\0")
+    h.update(text.encode("utf-8", "surrogatepass"))
+    h.update(b"\0")
+    h.update(context.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def cut_short(stats: dict) -> str | None:
+    """The finish reason of an incomplete audit from its ``done`` stats; None for a complete one. A missing
+    or odd reason counts as incomplete: only a daemon that says the model finished gets its result kept."""
+    reason = stats.get("finish_reason")
+    if reason == COMPLETE:
+        return None
+    return reason[:64] if isinstance(reason, str) and reason else "unknown"
 
 
 @dataclass(frozen=True)

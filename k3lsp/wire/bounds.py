@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from k3lsp.protocol import ProtocolError
+from k3lsp.wire.protocol import ProtocolError
 
 MAX_FINDINGS_PER_UNIT = 64
 MAX_FINDING_BYTES = 64 * 1024  # one finding as JSON: a long message, a full trace and a fix fit

@@ -2,7 +2,7 @@
 
 An audit of one unit costs seconds to minutes on the Mac pair (docs/architecture.md); the
 same unit text and context, audited by the same model with the same prompt, gives the same answer
-for our purposes. So results are keyed by (unit key, result key: ``k3lsp.resultkey``, which names the
+for our purposes. So results are keyed by (unit key, result key: ``k3lsp.wire.address``, which names the
 model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes
 and restarts. Only complete audits are stored (``k3lsp.auditor``). Several processes (an editor per
 window, a batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
@@ -18,7 +18,7 @@ symlink is not used at all (the cache is then kept in memory for this process).
 The cache is bounded in bytes (``K3LSP_CACHE_MAX_BYTES``, default 256 MiB of results): when a new result
 takes it over the bound, the least recently used results go (down to 90 %, so not at every write), logged
 and counted in ``stats()``. Reads mark a result used at most once a minute (``TOUCH_SECONDS``), so a
-lookup stays a read. One result is itself bounded (``k3lsp.bounds``).
+lookup stays a read. One result is itself bounded (``k3lsp.wire.bounds``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ BUSY_TIMEOUT_S = 10.0
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS results (
     unit_key TEXT NOT NULL,
-    result_key TEXT NOT NULL, -- resultkey.ResultKey.digest()
+    result_key TEXT NOT NULL, -- address.ResultKey.digest()
     bytes INTEGER NOT NULL,   -- len(findings) + len(stats): what the byte bound counts
     used REAL NOT NULL,       -- unix time of the last write or read (TOUCH_SECONDS apart): LRU order
     created REAL NOT NULL,    -- unix time
