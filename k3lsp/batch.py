@@ -1,37 +1,37 @@
 """`k3lsp audit PATH...`: the editor's audit outside the editor, for scripts, CI and code-scanning dashboards.
 
-Same units, same cache, same client and the same filtering as the language server, so a finding seen in the
-editor is the finding reported here and a tree audited once is not audited again. Three steps: collect the
-files, audit their units into plain reports, then format the reports (text, JSON, SARIF in ``k3lsp.sarif``)
-and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
+Same units, same cache, the same audit core and the same filtering as the language server, so a finding
+seen in the editor is the finding reported here and a tree audited once is not audited again. Three steps:
+collect the files, audit their units into plain reports, then format the reports (text, JSON, SARIF in
+``k3lsp.sarif``) and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
 
-Several daemons (``--endpoint`` repeated) share one work queue of units (``k3lsp.spread``): each has its own
-:class:`~k3lsp.auditor.Auditor` (one DEALER per daemon) and ``jobs`` workers pulling from the queue, so a faster
-daemon simply takes more units. A daemon that fails puts its unit back and stops taking work; the others
-finish the queue. Every unit's result is in the cache as soon as it finishes, so an interrupted run
-(``stop`` set by SIGINT/SIGTERM) loses nothing already audited and a rerun audits only the rest.
+The whole tree is one run of the audit core (``k3lsp.pool``) at background priority: several daemons
+(``--endpoint`` repeated) take units from its one queue, ``jobs`` at a time each, so a faster daemon simply
+takes more; a daemon that fails leaves its units to the others. Every unit's result is in the cache as soon
+as it finishes, so an interrupted run (``stop`` set by SIGINT/SIGTERM) loses nothing already audited and a
+rerun audits only the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import pipeline, suppress, units
-from k3lsp.auditor import DEFAULT_CONCURRENCY, Auditor, BackendUnavailable, Counters, describe
+from k3lsp import pipeline, suppress, tasks, units
 from k3lsp.options import Options, admitted_files
-from k3lsp.spread import Spread
+from k3lsp.pool import DEFAULT_SLOTS, Pool
+from k3lsp.run import Counters, Summary, Target, describe
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import Priority
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -117,12 +117,6 @@ class Source:
     units: tuple[units.Unit, ...]
 
 
-@dataclass(frozen=True)
-class Work:
-    source: Source
-    unit: units.Unit
-
-
 # --- collecting ------------------------------------------------------------------------------------------
 
 
@@ -173,17 +167,17 @@ async def audit_paths(
     cache: ResultCache | None = None,
     *,
     endpoints: Sequence[str] = (),
-    jobs: int = DEFAULT_CONCURRENCY,
+    jobs: int = DEFAULT_SLOTS,
     stop: asyncio.Event | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
     allow_incomplete: bool = False,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
-    Never raises for a file or backend problem: they become report errors. ``jobs`` bounds the in-flight
-    units per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
-    ``on_progress(done, total, note)`` is called as units finish and as the daemon reports a unit's prefill
-    and decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
+    Never raises for a file or daemon problem: they become report errors. ``jobs`` bounds the in-flight units
+    per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
+    ``on_progress(done, total, note)`` is called as units finish and as a daemon reports a unit's prefill and
+    decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
     error (its findings may be missing), or with ``allow_incomplete`` a warning.
     """
     root = audit_root(paths)
@@ -195,104 +189,90 @@ async def audit_paths(
     baseline = suppress.Baseline.load(root)
     if baseline.error:
         report.errors.append(baseline.error)
-    work = [Work(s, u) for s in sources for u in s.units]
-    report.units = len(work)
-    cache = cache or ResultCache()
-    auditors = {
-        e: Auditor(options.only(e), cache, client_name="k3lsp-audit", concurrency=jobs, on_state=None)
-        for e in dict.fromkeys(endpoints or options.endpoints)
-    }
-    report.by_backend = dict.fromkeys(auditors, 0)
-    run = _Run(report, options, baseline, work, on_progress, allow_incomplete)
+    by_target = {Target(root, s.rel, u): s for s in sources for u in s.units}
+    report.units = len(by_target)
+    if endpoints:
+        first, *others = dict.fromkeys(endpoints)
+        options = replace(options, endpoint=first, other_endpoints=tuple(others))
+    pool = Pool(options, cache or ResultCache(), client_name="k3lsp-audit", slots=jobs)
+    report.by_backend = dict.fromkeys(options.endpoints, 0)
     try:
-        await run.execute(auditors, jobs, stop or asyncio.Event())
+        summary = await _run(pool, report, by_target, options, baseline, stop or asyncio.Event(), on_progress)
     finally:
-        await asyncio.gather(*(a.close() for a in auditors.values()))
-    report.counters = Counters.total(a.counters for a in auditors.values())
+        await pool.close()
+    _summarise(report, summary, allow_incomplete)
+    report.counters = pool.counters
     report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
-class _Run:
-    """One batch audit: its units spread over the daemons (``k3lsp.spread``), and what they found."""
+async def _run(
+    pool: Pool,
+    report: BatchReport,
+    by_target: dict[Target, Source],
+    options: Options,
+    baseline: suppress.Baseline,
+    stop: asyncio.Event,
+    on_progress: Callable[[int, int, str], None] | None,
+) -> Summary | None:
+    """The tree's units as one background run; None when ``stop`` ended it first."""
+    run = pool.audit(list(by_target), priority=Priority.BACKGROUND)
+    total = len(by_target)
 
-    def __init__(
-        self,
-        report: BatchReport,
-        options: Options,
-        baseline: suppress.Baseline,
-        work: list[Work],
-        on_progress: Callable[[int, int, str], None] | None,
-        allow_incomplete: bool = False,
-    ):
-        self.report, self.options, self.baseline = report, options, baseline
-        self.incomplete = report.warnings if allow_incomplete else report.errors  # where cut-short units go
-        self.spread = Spread(work, self._audit, on_done=self._done, on_drop=self._drop)
-        self.on_progress = on_progress
+    def progress(note: str) -> None:
+        if on_progress is not None:
+            on_progress(run.summary.cached + run.summary.audited, total, note)
 
-    async def execute(self, auditors: dict[str, Auditor], jobs: int, stop: asyncio.Event) -> None:
-        spread = self.spread
-        if spread.pending == 0:
-            return
-        self._progress("")
-        await spread.run(auditors, jobs, stop)
-        if spread.pending and stop.is_set():
-            self.report.interrupted = True
-            self.report.errors.append(
-                f"interrupted: {spread.total - spread.pending} of {spread.total} units done; "
-                "their results are cached, a rerun audits only the rest"
-            )
-        elif spread.pending:
-            self.report.errors.append(f"{spread.pending} of {spread.total} units not audited: no backend left")
+    async def results() -> None:
+        progress("")
+        async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
+            source = by_target[result.target]
+            if result.endpoint is not None:
+                report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
+            if result.refusal is None:
+                report.findings += reported(source, result.unit, result.findings, options.min_severity, baseline)
+            progress("")
 
-    def _done(self, item: Work, failure: Exception | None) -> None:
-        if failure is not None:
-            self.report.errors.append(f"{item.source.rel}: {item.unit.name}: {failure.__class__.__name__}: {failure}")
-        self._progress("")
-
-    def _progress(self, note: str) -> None:
-        if self.on_progress is not None:
-            self.on_progress(self.spread.total - self.spread.pending, self.spread.total, note)
-
-    def _drop(self, endpoint: str, why: BackendUnavailable, live: set[str]) -> None:
-        if live:
-            self.report.warnings.append(f"{why}; its units go to {', '.join(sorted(live))}")
-        else:
-            self.report.errors.append(str(why))
-
-    async def _audit(self, endpoint: str, auditor: Auditor, item: Work) -> None:
-        source, unit = item.source, item.unit
-        got = False
-        stream = auditor.audit(
-            self.report.root,
-            source.rel,
-            [unit],
-            priority="background",
-            on_progress=lambda u, msg: self._progress(describe(u, msg)),
+    work, stopped = asyncio.ensure_future(results()), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([work, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted = not work.done()
+        await tasks.cancel(stopped, work if interrupted else None)
+    if interrupted:
+        done = run.summary.cached + run.summary.audited
+        report.interrupted = True
+        report.errors.append(
+            f"interrupted: {done} of {total} units done; their results are cached, a rerun audits only the rest"
         )
-        async with contextlib.aclosing(stream) as results:
-            async for result in results:
-                got = True
-                if result.refusal is not None:  # remembered by the auditor: never sent again
-                    self.report.errors.append(f"{source.rel}: {unit.name}: too long to audit: {result.refusal}")
-                    continue
-                if not result.cached:
-                    self.report.by_backend[endpoint] += 1
-                if result.over_limit:
-                    self.report.warnings.append(
-                        f"{source.rel}: {unit.name}: {result.over_limit} findings beyond the bounds of one unit "
-                        "were dropped (k3lsp.wire.bounds)"
-                    )
-                if result.cut_short is not None:  # not a clean pass: its findings may be missing
-                    self.incomplete.append(
-                        f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
-                        "missing; not cached, a rerun audits it again"
-                    )
-                self.report.findings += reported(
-                    source, unit, result.findings, self.options.min_severity, self.baseline
-                )
-        if not got:
-            self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
+        return None
+    work.result()
+    return run.summary
+
+
+def _summarise(report: BatchReport, summary: Summary | None, allow_incomplete: bool) -> None:
+    """The run's summary as report errors and warnings: what was not audited, or not completely."""
+    if summary is None:
+        return
+    incomplete = report.warnings if allow_incomplete else report.errors  # where cut-short units go
+    report.warnings += summary.dropped
+    for r in summary.refused:
+        report.errors.append(f"{r.target.path}: {r.unit.name}: too long to audit: {r.refusal}")
+    for r in summary.incomplete:  # not a clean pass: its findings may be missing
+        incomplete.append(
+            f"{r.target.path}: {r.unit.name}: the audit was cut short ({r.cut_short}), findings may be missing; "
+            "not cached, a rerun audits it again"
+        )
+    for f in summary.failed:
+        report.errors.append(f"{f.target.path}: {f.target.unit.name}: not audited ({f.code}): {f.message}")
+    if summary.over_limit:
+        report.warnings.append(
+            f"{summary.over_limit} findings beyond the bounds of one unit were dropped (k3lsp.wire.bounds)"
+        )
+    if summary.left:
+        report.errors.append(
+            f"{len(summary.left)} of {summary.units} units not audited: no daemon left ({summary.unavailable})"
+        )
 
 
 def _display(path: Path) -> str:

@@ -75,7 +75,7 @@ def _audit_run(args: argparse.Namespace) -> int:
     import signal
 
     from k3lsp import batch, options, terminal
-    from k3lsp.auditor import DEFAULT_CONCURRENCY
+    from k3lsp.pool import DEFAULT_SLOTS
 
     settings = {
         "minSeverity": args.min_severity,
@@ -87,7 +87,7 @@ def _audit_run(args: argparse.Namespace) -> int:
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
-    jobs = DEFAULT_CONCURRENCY if args.jobs is None else args.jobs
+    jobs = DEFAULT_SLOTS if args.jobs is None else args.jobs
     if jobs < 1:
         errors.append(f"--jobs must be at least 1, not {jobs}")
     fmt = "json" if args.json else args.format

@@ -85,6 +85,7 @@ class BackendClient:
         self._handshake_error: BackendError | None = None
         self._monitor: asyncio.Task | None = None
         self.welcome: dict | None = None
+        self._curve: tuple[bytes, bytes, bytes] | None = None  # (server public, our public, our secret)
         # Who the daemon is, established before anything is sent: "curve:<server public key, z85>",
         # "ipc:<socket path>" (a socket only this user can create) or "insecure:<endpoint>" (nothing proven).
         self.daemon_identity: str | None = None
@@ -92,6 +93,7 @@ class BackendClient:
     # --- connection --------------------------------------------------------------------------------------
 
     def _open(self) -> zmq.asyncio.Socket:
+        self.identify()  # nothing is sent to a daemon whose identity is not established
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)  # unsent source code should not linger after close
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to completed connections: a dead daemon is seen, not buffered
@@ -103,11 +105,8 @@ class BackendClient:
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 4000)
-        try:
-            self.daemon_identity = self._set_curve(sock) or self._check_plain()
-        except BackendError:
-            sock.close(linger=0)
-            raise
+        if self._curve is not None:
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self._curve
         self._monitor = asyncio.create_task(
             self._watch_handshakes(
                 sock.get_monitor_socket(addr=f"inproc://k3lsp-monitor-{id(self)}-{os.urandom(4).hex()}"),
@@ -117,8 +116,16 @@ class BackendClient:
         sock.connect(self.options.endpoint)
         return sock
 
-    def _set_curve(self, sock: zmq.Socket) -> str | None:
-        """Configure CurveZMQ when keys are set; returns the daemon identity the handshake will prove."""
+    def identify(self) -> str:
+        """Who the daemon must be (``daemon_identity``), from the settings alone: nothing is sent, and this works
+        while the daemon is down (the editor files and finds results under it). Raises BackendError with code
+        ``keys`` or ``insecure`` when the settings name no daemon that can be trusted."""
+        if self.daemon_identity is None:
+            self.daemon_identity = self._curve_identity() or self._check_plain()
+        return self.daemon_identity
+
+    def _curve_identity(self) -> str | None:
+        """Load the CurveZMQ keys when they are set; returns the daemon identity the handshake will prove."""
         opts = self.options
         if not (opts.server_key or opts.client_key):
             return None
@@ -128,8 +135,8 @@ class BackendClient:
                 "CurveZMQ needs both serverKey (the daemon's public key) and clientKey (this client's secret key file)",
             )
         try:
-            sock.curve_serverkey = server = keys.load_public(opts.server_key)
-            sock.curve_publickey, sock.curve_secretkey = keys.load_secret(opts.client_key)
+            server = keys.load_public(opts.server_key)
+            self._curve = (server, *keys.load_secret(opts.client_key))
         except keys.KeyFileError as exc:
             raise BackendError(ErrorCode.KEYS, str(exc)) from exc
         return f"curve:{server.decode()}"
@@ -242,7 +249,10 @@ class BackendClient:
         return f"{self._prefix}-{next(self._ids)}"
 
     async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
-        """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout."""
+        """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout.
+
+        With ``IMMEDIATE`` set, libzmq queues a message only to a completed connection, so a send to a daemon
+        that is not there waits for one: bounded here, never for ever."""
         if self._sock is None:
             raise BackendError(ErrorCode.DOWN, "not connected")
         frame = protocol.encode(protocol.make(kind, msg_id, **fields))
@@ -252,6 +262,17 @@ class BackendClient:
             raise self._handshake_error or BackendError(
                 ErrorCode.UNREACHABLE, f"the audit daemon at {self.options.endpoint} is not reachable"
             ) from exc
+
+    def send_nowait(self, kind: str, msg_id: str, **fields: Any) -> bool:
+        """Send a message nobody waits on (a ``cancel``) if the socket takes it at once; False when it does not
+        (no connection: the daemon is gone, and with it the request to cancel)."""
+        if self._sock is None:
+            return False
+        try:
+            self._sock.send(protocol.encode(protocol.make(kind, msg_id, **fields)), zmq.NOBLOCK)
+        except zmq.ZMQError:  # zmq.Again when nothing is connected; a closed socket otherwise
+            return False
+        return True
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -340,6 +361,5 @@ class BackendClient:
                     return
         finally:
             self._queues.pop(msg_id, None)
-            if not finished and self._sock is not None:
-                with contextlib.suppress(BackendError, zmq.ZMQError):
-                    await asyncio.shield(self.send("cancel", msg_id))
+            if not finished:  # left early: the daemon stops the work (never awaited, so a cancel cannot hang)
+                self.send_nowait("cancel", msg_id)

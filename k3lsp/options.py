@@ -42,6 +42,7 @@ class Options:
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     thinking_effort: str = "auto"
+    max_workspace_files: int = 0  # a workspace audit's bound on files (open, then newest first); 0: every file
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -69,10 +70,9 @@ class Options:
         return _matches(relative_path, self.include) and not _matches(relative_path, self.exclude)
 
 
-def admitted_files(folder: Path, root: Path, options: Options, limit: int = 100_000) -> Iterator[Path]:
-    """Files under ``folder`` that include/exclude (relative to ``root``) and maxFileBytes admit, sorted, at most
-    ``limit``: what workspace and batch audits visit."""
-    count = 0
+def admitted_files(folder: Path, root: Path, options: Options) -> Iterator[Path]:
+    """Files under ``folder`` that include/exclude (relative to ``root``) and maxFileBytes admit, sorted: what
+    workspace and batch audits visit. Every one: a bound, where there is one, is the caller's to state."""
     for current, dirs, names in os.walk(folder):
         dirs.sort()
         for name in sorted(names):
@@ -80,10 +80,7 @@ def admitted_files(folder: Path, root: Path, options: Options, limit: int = 100_
             with contextlib.suppress(OSError, ValueError):
                 rel = path.relative_to(root).as_posix()
                 if options.wants(rel) and path.is_file() and path.stat().st_size <= options.max_file_bytes:
-                    count += 1
                     yield path
-                    if count >= limit:
-                        return
 
 
 def _matches(path: str, globs: tuple[str, ...]) -> bool:
@@ -136,6 +133,12 @@ def _positive_int(value: Any) -> int:
     return value
 
 
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected 0 or a positive integer, got {value!r}")
+    return value
+
+
 def _globs(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -155,6 +158,7 @@ _PARSERS = {
     "include": ("include", _globs),
     "exclude": ("exclude", _globs),
     "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
+    "maxWorkspaceFiles": ("max_workspace_files", _count),
 }
 
 

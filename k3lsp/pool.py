@@ -1,204 +1,424 @@
-"""Several daemons behind the language server: the ``endpoint`` setting may be a list of Mac pairs.
+"""The audit core's one dispatcher: the daemons of the ``endpoint`` setting, one queue, one priority gate.
 
-One :class:`~k3lsp.auditor.Auditor` per daemon (its own connection and state), one result cache for all.
-Interactive work (an audit on save, a re-audit, an explanation) goes to the first reachable daemon in the
-configured order, so one file's units share that daemon's prompt cache; when it fails mid-audit, the units
-it had not finished move to the next one. Background work (a workspace audit) is spread over every
-reachable daemon through the same queue ``k3lsp audit`` uses (``k3lsp.spread``). A result from any
-configured daemon that serves the same checkpoint with the same prompt version answers a lookup
-(``ResultKey.same_answers``), whichever daemon is asked next.
+Every front end runs its units through :meth:`Pool.audit`: a cache lookup first (``k3lsp.results``), then
+the misses as jobs in one queue, interactive before background, FIFO within each. Each daemon takes at most
+``slots`` requests at a time (it batches what it is sent), so a workspace audit never fills the client side
+ahead of the focused file: the next free slot goes to the oldest interactive job. Interactive jobs go to the
+first usable daemon in the configured order (one file's units share its prompt cache); background jobs to any
+usable daemon (a faster one simply takes more). With one endpoint, that is all there is.
 
-With a single endpoint the pool is that one auditor and nothing more.
+When a request fails for a reason that concerns its daemon, the daemon is marked as such (``k3lsp.connection``)
+and the job goes back to the queue at once: another usable daemon takes it without waiting. When none is
+usable, the job waits out a backoff (RETRY_DELAYS), the failed daemons are asked again, and after the last
+delay the job is left, with the reason, in its run's summary. A run ends when each of its jobs has ended in
+exactly one of: a result, a failure of its own, or left. Leaving a run early (cancelling the front end's task)
+withdraws its jobs: queued ones are dropped, running ones cancelled on the daemon.
+
+A run makes one connection check (:meth:`Pool.reach`): daemons that are not connected are asked once, and
+waited for only when none is; each request then goes out on a connection known to be up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 
-from k3lsp.auditor import (
-    DEFAULT_CONCURRENCY,
-    Auditor,
-    BackendState,
-    BackendUnavailable,
-    Counters,
-    Lookup,
-    Progress,
-    UnitResult,
-)
+from k3lsp import request, tasks
+from k3lsp.answers import OnTool, ToolAnswerer
+from k3lsp.client import BackendClient, BackendError
+from k3lsp.connection import BackendState, BackendUnavailable, Connection, TransportFactory, client_options
 from k3lsp.options import Options
-from k3lsp.spread import Spread
+from k3lsp.replies import DoneStats
+from k3lsp.results import Lookup, Results
+from k3lsp.run import Counters, Failure, Progress, Summary, Target, UnitResult
 from k3lsp.units import Unit
+from k3lsp.wire import sanitize
+from k3lsp.wire.address import ResultKey
 from k3lsp.wire.cache import ResultCache
-from k3lsp.wire.protocol import ErrorCode
+from k3lsp.wire.protocol import ConnState, ErrorCode, Priority
 
-_END = object()  # the end of one audit's results
+RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before asking failed daemons again while no daemon can take work
+ATTEMPTS = 1 + len(RETRY_DELAYS)  # requests one job may make before it is left (each daemon failure costs one)
+DEFAULT_SLOTS = 4  # requests in flight per daemon; the daemon batches them
+STATUS_WAIT = 1.0  # seconds `status` waits for a connected daemon's own status
+
+
+@dataclass(eq=False)
+class _Job:
+    target: Target
+    run: AuditRun
+    attempts: int = 0
+    task: asyncio.Task | None = None  # its request, while one is in flight
+    waiting: asyncio.Task | None = None  # its backoff, while it waits for a daemon
+    seq: int = 0
+
+
+class AuditRun:
+    """One front end's units. ``await lookup()`` gives what the cache knows at once; ``audited()`` yields the
+    rest as the daemons finish them (and the cached ones first when ``lookup`` was not called); ``summary``
+    says what it all came to once ``audited()`` is exhausted. Leaving ``audited()`` early withdraws the
+    run's work from the daemons."""
+
+    def __init__(self, pool: Pool, targets: Sequence[Target], priority: Priority, force: bool, fresh: bool):
+        self.pool, self.targets, self.priority, self.force, self.fresh = pool, list(targets), priority, force, fresh
+        self.effort = pool.options.effort(priority)
+        self.summary = Summary(units=len(self.targets))
+        self.misses: list[Target] | None = None  # known after `lookup`
+        self.on_progress: Progress | None = None
+        self._usable: list[Connection] = []
+        self._outcomes: asyncio.Queue[UnitResult | Failure | Target] = asyncio.Queue()
+
+    async def lookup(self) -> list[UnitResult]:
+        """The cached results, under what is known of the daemons now (never waiting for one); then the one
+        connection check, and a second lookup if it taught us another result key. Once per run."""
+        if self.misses is not None:
+            return []
+        pool = self.pool
+        pool.counters.units += len(self.targets)
+        keys = pool.answer_keys()
+        found = pool.lookup(self.targets, self.priority, force=self.force)
+        hits = self._counted(found.hits)
+        if found.misses:
+            self._usable = await pool.reach()
+            if pool.answer_keys() != keys:  # the hello named another checkpoint: its results, not the remembered
+                found = pool.lookup(found.misses, self.priority, force=self.force)
+                hits += self._counted(found.hits)
+        self.misses = found.misses
+        return hits
+
+    async def audited(self, on_progress: Progress | None = None) -> AsyncIterator[UnitResult]:
+        """The results of the units the cache did not have, as they finish. ``on_progress`` gets the daemons'
+        progress messages (prefill, decode) per unit."""
+        for hit in await self.lookup():
+            yield hit
+        assert self.misses is not None
+        if not self.misses:
+            return
+        if not self._usable:
+            self.summary.left = list(self.misses)
+            self.summary.unavailable = self.pool.why_unusable()
+            return
+        self.on_progress = on_progress
+        jobs = self.pool.submit(self.misses, self)
+        pending = len(jobs)
+        try:
+            while pending:
+                outcome = await self._outcomes.get()
+                pending -= 1
+                if isinstance(outcome, UnitResult):
+                    self.summary.add(outcome)
+                    yield outcome
+                elif isinstance(outcome, Failure):
+                    self.summary.failed.append(outcome)
+                else:
+                    self.summary.left.append(outcome)
+        finally:
+            self.pool.withdraw(jobs)
+
+    def _counted(self, hits: list[UnitResult]) -> list[UnitResult]:
+        for hit in hits:
+            self.pool.counters.cached += hit.refusal is None
+            self.summary.add(hit)
+        return hits
+
+    def ended(self, job: _Job, outcome: UnitResult | Failure | None, why: str | None) -> None:
+        """A job of this run has its one outcome: a result, a failure, or (None) left with ``why``."""
+        if outcome is None:
+            self.summary.unavailable = why
+        self._outcomes.put_nowait(job.target if outcome is None else outcome)
+
+    def noted(self, endpoint: str, why: BackendUnavailable, live: list[str]) -> None:
+        """A daemon failed while this run had work on it."""
+        takes = f"; its units go to {', '.join(live)}" if live else ""
+        note = sanitize.line(f"{why}{takes}")
+        if note not in self.summary.dropped:
+            self.summary.dropped.append(note)
+
+
+@dataclass
+class _Queue:
+    """Jobs waiting for a slot: interactive before background, each FIFO."""
+
+    lanes: dict[Priority, collections.deque[_Job]] = field(
+        default_factory=lambda: {p: collections.deque() for p in Priority}
+    )
+
+    def __len__(self) -> int:
+        return sum(len(lane) for lane in self.lanes.values())
+
+    def put(self, job: _Job) -> None:
+        self.lanes[job.run.priority].append(job)
+
+    def take(self, interactive_too: bool) -> _Job | None:
+        """The next job: interactive ones only for the first usable daemon."""
+        order = list(Priority) if interactive_too else [Priority.BACKGROUND]
+        return next((self.lanes[p].popleft() for p in order if self.lanes[p]), None)
+
+    def drop(self, job: _Job) -> None:
+        with contextlib.suppress(ValueError):
+            self.lanes[job.run.priority].remove(job)
 
 
 class Pool:
-    """The daemons of the ``endpoint`` setting, used from one event loop (the language server's)."""
+    """The daemons of the ``endpoint`` setting, used from one event loop."""
 
     def __init__(
         self,
         options: Options,
         cache: ResultCache,
         *,
+        transport: TransportFactory = BackendClient,
+        client_name: str = "k3lsp",
+        slots: int = DEFAULT_SLOTS,
         on_state: Callable[[BackendState], None] | None = None,
-        on_tool: Callable[[dict, bool, str], None] | None = None,
+        on_tool: OnTool | None = None,
     ):
-        self.cache = cache
-        self._on_state = on_state
-        self._on_tool = on_tool
-        self.options = options
-        self.auditors: dict[str, Auditor] = self._auditors(options)
-        self._retries: set[asyncio.Task] = set()
-        self._spreads: set[Spread] = set()  # running audits: their units not yet on a daemon count as queued
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.options, self.cache, self.slots = options, cache, slots
+        self.results = Results(cache)
+        self.answers = ToolAnswerer(on_tool)
+        self.counters = Counters()
+        self._transport, self._client_name, self._on_state = transport, client_name, on_state
+        self.connections = self._connect(options)
+        self._queue = _Queue()
+        self._seq = itertools.count()
+        self._jobs: set[_Job] = set()  # submitted and not ended: what `close` withdraws
+        self._revival: asyncio.Task | None = None  # asking failed daemons again while queued work waits
+        self._closed = False
 
-    def _auditors(self, options: Options) -> dict[str, Auditor]:
-        return {
-            e: Auditor(options.only(e), self.cache, on_state=lambda _: self._notify(), on_tool=self._on_tool)
+    def _connect(self, options: Options) -> list[Connection]:
+        return [
+            Connection(client_options(options.only(e), self._client_name), self.cache, self._transport, self._notify)
             for e in options.endpoints
-        }
+        ]
 
     # --- state -------------------------------------------------------------------------------------------
 
     @property
     def state(self) -> BackendState:
-        """Connected while any daemon is; otherwise the first daemon's state. Queues add up, with the units
-        that no daemon has taken yet."""
-        states = [a.state for a in self.auditors.values()]
-        queued = sum(s.queued for s in states) + sum(s.queue.qsize() for s in self._spreads)
-        running = sum(s.running for s in states)
-        up = [s.message for s in states if s.state == "connected"]
-        if len(states) == 1 or not up:
-            return replace(states[0], queued=queued, running=running)
-        down = len(states) - len(up)
-        note = f"; {down} of {len(states)} daemons unreachable" if down else ""
-        return BackendState("connected", queued, running, "; ".join(up) + note)
+        """Connected while any daemon is; otherwise the first daemon's state. Queued: the jobs no daemon has
+        taken yet; running: the requests in flight."""
+        queued, running = len(self._queue), sum(c.running for c in self.connections)
+        up = [c for c in self.connections if c.state is ConnState.CONNECTED]
+        if len(self.connections) == 1 or not up:
+            first = self.connections[0].status_line(queued)
+            return BackendState(first.state, queued, running, first.message, first.percent)
+        down = len(self.connections) - len(up)
+        note = f"; {down} of {len(self.connections)} daemons unreachable" if down else ""
+        lines = [c.status_line().message for c in up]
+        return BackendState(ConnState.CONNECTED, queued, running, "; ".join(lines) + note)
 
     def _notify(self) -> None:
         if self._on_state is not None:
             self._on_state(self.state)
 
-    @property
-    def counters(self) -> Counters:
-        return Counters.total(a.counters for a in self.auditors.values())
+    def usable(self) -> list[Connection]:
+        return [c for c in self.connections if c.state.usable]
+
+    def why_unusable(self) -> str:
+        """Why no daemon can take work: the first daemon's state message."""
+        return self.connections[0].status_line().message
 
     async def reconfigure(self, options: Options) -> None:
         """New settings: another list of daemons means new connections; otherwise each daemon's own settings."""
         old, self.options = self.options, options
         if old.endpoints != options.endpoints:
-            await self.close()
-            self.auditors = self._auditors(options)
+            await self._close_connections()
+            self.connections = self._connect(options)
             self._notify()
             return
-        for endpoint, auditor in self.auditors.items():
-            await auditor.reconfigure(options.only(endpoint))
+        for conn in self.connections:
+            new = client_options(options.only(conn.endpoint), self._client_name)
+            if new != conn.options:
+                await conn.reset(new)
 
     async def close(self) -> None:
-        for task in self._retries:
-            task.cancel()
-        await asyncio.gather(*self._retries, return_exceptions=True)
-        await asyncio.gather(*(a.close() for a in self.auditors.values()))
+        self._closed = True
+        running = [t for j in self._jobs for t in (j.task, j.waiting) if t is not None]
+        self.withdraw(list(self._jobs))
+        await tasks.cancel(self._revival, *running)
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.connections))
 
     # --- which daemon ------------------------------------------------------------------------------------
 
-    async def _reachable(self) -> list[Auditor]:
-        """Every daemon that ever answered, those connected now first, each group in the configured order.
+    async def reach(self) -> list[Connection]:
+        """The one connection check of a run: the usable daemons, in the configured order.
 
-        While one is connected, the others are retried in the background (an audit never waits for a dead
-        daemon's connect timeout); when none is, all are tried and waited for, and the first daemon's
-        BackendUnavailable is raised if none ever answered.
-        """
-        auditors = list(self.auditors.values())
-        down = [a for a in auditors if a.state.state != "connected"]
-        if len(down) < len(auditors):
-            for auditor in down:
-                self._retry(auditor)
+        Daemons that are not usable are asked again: in the background while another one is usable (work never
+        waits for a dead daemon's connect timeout), waited for when none is."""
+        idle = [c for c in self.connections if not c.state.usable]
+        if len(idle) < len(self.connections):
+            for conn in idle:
+                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)
         else:
-            tried = await asyncio.gather(*(a.connect() for a in auditors), return_exceptions=True)
-            failures = [t for t in tried if isinstance(t, BaseException)]
-            if any(not isinstance(f, BackendUnavailable) for f in failures):
-                raise next(f for f in failures if not isinstance(f, BackendUnavailable))
-            if all(a.welcome is None for a in auditors):
-                raise failures[0]
-        return sorted((a for a in auditors if a.welcome is not None), key=lambda a: a.state.state != "connected")
+            await asyncio.gather(*(c.ensure() for c in idle), return_exceptions=True)
+        return self.usable()
 
-    def _retry(self, auditor: Auditor) -> None:
-        """Say hello again in the background (one attempt at a time: ``Auditor.connect`` shares it)."""
-        task = asyncio.ensure_future(auditor.connect())
-        self._retries.add(task)
-        task.add_done_callback(lambda t: (self._retries.discard(t), t.cancelled() or t.exception()))
+    def answer_keys(self) -> list[ResultKey]:
+        """The result keys a lookup accepts, the asked daemon's first: the first usable daemon's (else the first
+        one with a known key), then every other configured daemon's."""
+        ordered = self.usable() + [c for c in self.connections if not c.state.usable]
+        return [c.result_key for c in ordered if c.result_key is not None]
 
     # --- audits ------------------------------------------------------------------------------------------
 
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup:
-        """``Auditor.lookup`` on the first reachable daemon, accepting the results of every configured daemon
-        that gives the same answers. Raises BackendUnavailable only when no daemon was ever reached."""
-        first, *others = await self._reachable()
-        also = [a.result_key for a in others if a.result_key is not None]
-        return await first.lookup(units, priority=priority, force=force, also=also)
+    def lookup(self, targets: Sequence[Target], priority: Priority, *, force: bool = False) -> Lookup:
+        """What the cache answers now, without asking any daemon (a daemon that answered before is remembered:
+        its results are found while it is down or still starting)."""
+        keys = self.answer_keys()
+        asked = next((c for c in self.usable() + self.connections if c.result_key is not None), None)
+        limit = asked.welcome.max_prompt_tokens if asked is not None and asked.welcome is not None else None
+        return self.results.lookup(targets, keys, self.options.effort(priority), limit, force=force)
 
-    async def audit_uncached(
+    def audit(
         self,
-        root: Path | None,
-        path: str,
-        units: Sequence[Unit],
+        targets: Sequence[Target],
         *,
-        priority: str = "interactive",
+        priority: Priority = Priority.INTERACTIVE,
+        force: bool = False,
         fresh: bool = False,
-        on_progress: Progress | None = None,
-    ) -> AsyncIterator[UnitResult]:
-        """``Auditor.audit_uncached`` over the daemons: background units spread over all reachable ones,
-        interactive ones on the first, moving on when it fails. Raises BackendUnavailable when no daemon is
-        left with units still to audit."""
-        results: asyncio.Queue = asyncio.Queue()
+    ) -> AuditRun:
+        """A run of units: ``force`` (a re-audit) skips the cache, ``fresh`` asks the daemon not to answer from
+        its result store either."""
+        return AuditRun(self, targets, priority, force, fresh)
 
-        async def work(_: str, auditor: Auditor, unit: Unit) -> None:
-            one = auditor.audit_uncached(root, path, [unit], priority=priority, fresh=fresh, on_progress=on_progress)
-            async with contextlib.aclosing(one) as stream:
-                async for result in stream:
-                    results.put_nowait(result)
+    def submit(self, targets: Sequence[Target], run: AuditRun) -> list[_Job]:
+        jobs = [_Job(t, run, seq=next(self._seq)) for t in targets]
+        self._jobs.update(jobs)
+        for job in jobs:
+            self._queue.put(job)
+        self._dispatch()
+        return jobs
 
-        task = asyncio.ensure_future(self._spread(list(units), work, priority, results))
+    def withdraw(self, jobs: Sequence[_Job]) -> None:
+        """Drop what is still queued of these jobs and cancel what is in flight (the daemon hears ``cancel``)."""
+        for job in jobs:
+            self._jobs.discard(job)
+            self._queue.drop(job)
+            for task in (job.task, job.waiting):
+                if task is not None and not task.done():
+                    task.cancel()
+        self._notify()
+
+    def _dispatch(self) -> None:
+        """Give free slots to queued jobs: every usable daemon takes background work, the first interactive;
+        with work queued and no daemon usable, ask the failed ones again (RETRY_DELAYS)."""
+        if self._closed:
+            return
+        usable = self.usable()
+        for i, conn in enumerate(usable):
+            while conn.running < self.slots and (job := self._queue.take(interactive_too=i == 0)) is not None:
+                conn.running += 1
+                self.counters.sent += 1
+                job.task = tasks.background(self._execute(conn, job), f"the audit of {job.target.unit.name}")
+        if self._queue and not usable and (self._revival is None or self._revival.done()):
+            self._revival = tasks.background(self._revive(), "asking the failed daemons again")
+        self._notify()
+
+    async def _revive(self) -> None:
+        """Ask the failed daemons again after each delay; when none comes back, the queued jobs are left."""
+        for delay in RETRY_DELAYS:
+            await asyncio.sleep(delay)
+            if await self.reach():
+                self._revival = None
+                self._dispatch()
+                return
+        why = self.why_unusable()
+        for lane in self._queue.lanes.values():
+            while lane:
+                self._end(lane.popleft(), None, why)
+        self._notify()
+
+    async def _execute(self, conn: Connection, job: _Job) -> None:
+        run, target = job.run, job.target
+        job.attempts += 1
         try:
-            while (result := await results.get()) is not _END:
-                yield result
-            await task  # raises BackendUnavailable when units were left
+            outcome = await request.audit(
+                conn,
+                target,
+                priority=run.priority,
+                effort=run.effort,
+                fresh=run.fresh,
+                tools=lambda req: self.answers.answer(target.root, req),
+                on_progress=run.on_progress,
+            )
+        except asyncio.CancelledError:
+            self.counters.cancelled += 1
+            raise
+        except request.Transient as exc:
+            if exc.code == ErrorCode.BUSY:  # the daemon is up, its queue full: this job waits, then tries again
+                self._again(job, str(exc), later=RETRY_DELAYS[min(job.attempts, ATTEMPTS) - 1])
+            else:
+                self._failed_over(conn, job, conn.failed(exc.code, str(exc)))
+        except BackendUnavailable as exc:  # the connection says it failed: another daemon may take the job
+            self._failed_over(conn, job, exc)
+        else:
+            self._finished(conn, job, outcome)
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            job.task = None
+            conn.running -= 1
+            self._dispatch()
 
-    async def _spread(self, units: list[Unit], work, priority: str, results: asyncio.Queue) -> None:
-        try:
-            reachable = await self._reachable()
-            groups = [reachable] if priority == "background" else [[a] for a in reachable]
-            failure = None
-            for group in groups:
-                spread = Spread(units, work)
-                self._spreads.add(spread)
-                self._notify()
-                try:
-                    await spread.run({a.options.endpoint: a for a in group}, DEFAULT_CONCURRENCY)
-                finally:
-                    self._spreads.discard(spread)
-                units, failure = spread.left(), spread.failure or failure
-                if not units:
-                    return
-            raise failure or BackendUnavailable(ErrorCode.DOWN, "no daemon is left to audit on")
-        finally:
-            results.put_nowait(_END)
+    def _finished(self, conn: Connection, job: _Job, outcome: UnitResult | Failure) -> None:
+        if isinstance(outcome, UnitResult):
+            self.counters.audited_one(outcome)
+            self.results.keep(outcome, conn.result_key, job.run.effort)
+        elif outcome.code == ErrorCode.TOO_LONG:
+            self.counters.refused += 1
+            limit = conn.welcome.max_prompt_tokens if conn.welcome is not None else None
+            self.results.refuse(job.target, conn.result_key, limit, outcome.message)
+            outcome = UnitResult(job.target, [], DoneStats.of({}), refusal=outcome.message, endpoint=conn.endpoint)
+        else:
+            self.counters.failed += 1
+        self._end(job, outcome)
 
-    async def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]:
-        """``Auditor.explain`` on the first reachable daemon, or the next when one fails before it says a word."""
-        reachable = await self._reachable()
-        for i, auditor in enumerate(reachable):
+    def _failed_over(self, conn: Connection, job: _Job, exc: BackendUnavailable) -> None:
+        """The job's daemon failed: the job goes back to the queue, for a daemon that is up (or the revival)."""
+        job.run.noted(conn.endpoint, exc, [c.endpoint for c in self.usable()])
+        self._again(job, str(exc))
+
+    def _again(self, job: _Job, why: str, later: float = 0.0) -> None:
+        """Queue a job for another attempt (after ``later`` seconds); left when it has made all of them."""
+        if job.attempts >= ATTEMPTS:
+            self._end(job, None, why)
+            return
+        self.counters.retries += 1
+        if later:
+            job.waiting = tasks.background(self._wait_then_queue(job, later), f"the retry of {job.target.unit.name}")
+        else:
+            self._queue.put(job)
+
+    async def _wait_then_queue(self, job: _Job, delay: float) -> None:
+        await asyncio.sleep(delay)
+        job.waiting = None
+        self._queue.put(job)
+        self._dispatch()
+
+    def _end(self, job: _Job, outcome: UnitResult | Failure | None, why: str | None = None) -> None:
+        self._jobs.discard(job)
+        job.run.ended(job, outcome, why)
+
+    # --- explain and status ------------------------------------------------------------------------------
+
+    async def explain(self, target: Target, finding: dict) -> AsyncIterator[str]:
+        """The model's explanation of one finding, streamed; on the first usable daemon, or the next when one
+        fails before it says a word. Raises BackendUnavailable or BackendError."""
+        reachable = await self.reach()
+        if not reachable:
+            raise BackendUnavailable(ErrorCode.DOWN, self.why_unusable())
+        fields = explain_fields(target, finding, self.options.effort(Priority.INTERACTIVE))
+        for i, conn in enumerate(reachable):
             said = False
             try:
-                async for piece in auditor.explain(root, path, unit, finding):
+                async for piece in _explanation(conn, fields, lambda r: self.answers.answer(target.root, r)):
                     said = True
                     yield piece
                 return
@@ -207,15 +427,60 @@ class Pool:
                     raise
 
     async def status(self) -> dict:
-        """The first reachable daemon's status, with all counters and, for several, each daemon's state. The
-        counters and states are this side's as the request arrived (as ``Auditor.status`` has them), not after
-        the hellos it may wait for."""
-        state, counters = asdict(self.state), asdict(self.counters)
-        states = {e: asdict(a.state) for e, a in self.auditors.items()}
-        with contextlib.suppress(BackendUnavailable):
-            await self._reachable()
-        connected = [a for a in self.auditors.values() if a.state.state == "connected"]
-        out = await (connected or list(self.auditors.values()))[0].status() | {"state": state, "counters": counters}
-        if len(self.auditors) > 1:
-            out["endpoints"] = states
-        return out
+        """What is known now: this side's state and counters, each daemon's welcome, and the first connected
+        daemon's own status (asked for at most STATUS_WAIT). Nothing here waits for a hello: a daemon that is
+        not connected is asked again in the background, and the answer says so."""
+        out: dict = {
+            "endpoint": self.options.endpoint,
+            "state": asdict(self.state),
+            "counters": asdict(self.counters),
+            "welcome": next((c.welcome.raw for c in self.connections if c.welcome is not None), None),
+        }
+        if len(self.connections) > 1:
+            out["endpoints"] = {c.endpoint: asdict(c.status_line()) for c in self.connections}
+        connected = [c for c in self.connections if c.state is ConnState.CONNECTED]
+        if not connected:
+            for conn in self.connections:
+                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)
+            out["backend"], out["error"] = None, self.why_unusable()
+            return sanitize.data(out)
+        try:
+            out["backend"] = await connected[0].daemon_status(STATUS_WAIT)
+        except BackendError as exc:
+            out["backend"], out["error"] = None, str(exc)
+        return sanitize.data(out)
+
+
+def explain_fields(target: Target, finding: dict, effort: str) -> dict:
+    unit: Unit = target.unit
+    return {
+        "path": target.path,
+        "unit": unit.name,
+        "code": unit.text,
+        "context": unit.context,
+        "finding": finding,
+        "thinking_effort": effort,
+    }
+
+
+async def _explanation(conn: Connection, fields: dict, tools) -> AsyncIterator[str]:
+    stream = conn.stream("explain", fields, tools)
+    async with contextlib.aclosing(stream) as messages:
+        try:
+            async for message in _raising(conn, messages):
+                yield message
+        except BackendError as exc:
+            if request.concerns_daemon(exc.code):
+                raise conn.failed(exc.code, str(exc)) from exc
+            raise
+
+
+async def _raising(conn: Connection, messages: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """An explanation's text; its errors raised (an explanation is asked for by a person: never retried)."""
+    async for message in messages:
+        if message["kind"] == "text":
+            yield message["text"]
+        elif message["kind"] == "error":
+            raise BackendError(message["code"], message["message"])
+        elif message["kind"] == "cancelled":  # the daemon's decision, not our task's cancellation
+            raise BackendError(ErrorCode.CANCELLED, "the audit daemon cancelled the explanation")

@@ -7,14 +7,16 @@ registered during ``initialize`` only for clients that can pull and refresh (see
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from k3lsp import __version__, actions
-from k3lsp.pool import Pool
-from k3lsp.session import AuditorFactory, Session
+from k3lsp.client import BackendClient
+from k3lsp.connection import TransportFactory
+from k3lsp.session import Session
 from k3lsp.wire import sanitize
 
 
@@ -33,16 +35,16 @@ class Utf16Protocol(LanguageServerProtocol):
         return (yield from super().lsp_initialize(params))
 
 
-def create(auditor: AuditorFactory = Pool) -> LanguageServer:
-    """A language server with its session; ``auditor`` builds what audits (the daemons of the ``endpoint``
-    setting; the LSP logic tests give a fake that needs no daemon)."""
+def create(transport: TransportFactory = BackendClient) -> LanguageServer:
+    """A language server with its session; ``transport`` is the socket to each daemon of the ``endpoint``
+    setting (the LSP logic tests give a fake daemon: everything else is the real audit core)."""
     server = LanguageServer(
         "k3lsp",
         __version__,
         text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
         protocol_cls=Utf16Protocol,
     )
-    session = Session(server, auditor=auditor)
+    session = Session(server, transport=transport)
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: LanguageServer, params: lsp.InitializeParams) -> None:
@@ -101,11 +103,11 @@ def create(auditor: AuditorFactory = Pool) -> LanguageServer:
 
     @server.command("k3lsp.auditFile")
     async def audit_file(ls: LanguageServer, uri: str) -> dict:
-        return await session.audit_and_wait(uri)
+        return asdict(await session.audit_and_wait(uri))
 
     @server.command("k3lsp.auditWorkspace")
     async def audit_workspace(ls: LanguageServer) -> dict:
-        return await session.audit_workspace()
+        return asdict(await session.audit_workspace())
 
     @server.command("k3lsp.status")
     async def status(ls: LanguageServer) -> dict:
@@ -116,12 +118,12 @@ def create(auditor: AuditorFactory = Pool) -> LanguageServer:
         return await session.explain(uri, fingerprint)
 
     @server.command(actions.SUPPRESS_IN_BASELINE)
-    def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
-        return session.suppress_in_baseline(uri, fingerprint)
+    async def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
+        return await session.suppress_in_baseline(uri, fingerprint)
 
     @server.command(actions.REAUDIT_FUNCTION)
     async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:
-        return await session.audit_and_wait(uri, line=line)
+        return asdict(await session.audit_and_wait(uri, line=line))
 
     return server
 
@@ -132,9 +134,9 @@ def _not_a_late_cancel(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Cancel notification for unknown message id")
 
 
-def serve_stdio(auditor: AuditorFactory = Pool) -> None:
+def serve_stdio(transport: TransportFactory = BackendClient) -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
-    create(auditor).start_io()
+    create(transport).start_io()

@@ -1,10 +1,15 @@
 """The language server's state and behaviour; ``server.py`` only routes LSP messages here.
 
-One session per server process: the settings, the auditor (daemon connections + cache), the documents,
-the audit tasks and how results reach the client. Results reach it in exactly one way per client:
-pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull
-and be told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on
-change, never after a save, so without refresh support an audit's results would never reach it.
+One session per server process: the settings, the documents, and how results reach the client. The audits
+themselves run in the audit core (``k3lsp.pool``): the session is one of its front ends, turning a document's
+units into targets and the results into diagnostics. Results reach the client in exactly one way per client:
+pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull and be
+told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on change, never
+after a save, so without refresh support an audit's results would never reach it.
+
+Nothing here waits on a daemon before it answers the editor: an opened file shows what the cache knows at
+once (the daemons are contacted in the background), ``k3lsp.status`` answers from what is known, and splitting
+a file runs on a thread of its own (a 1 MB file must not stop hovers elsewhere).
 """
 
 from __future__ import annotations
@@ -12,33 +17,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
-from pygls.uris import from_fs_path, to_fs_path
+from pygls.uris import to_fs_path
 
-from k3lsp import actions, findings, options, suppress, units
-from k3lsp.auditor import BackendState, BackendUnavailable, Lookup, Progress, UnitResult, describe
-from k3lsp.client import BackendError
+from k3lsp import actions, findings, options, progress, suppress, tasks, units, workspace
+from k3lsp.client import BackendClient, BackendError
+from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
 from k3lsp.documents import Document, View, notices, present
-from k3lsp.options import Options
 from k3lsp.pool import Pool
+from k3lsp.run import Target, describe
 from k3lsp.units import Unit
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import ConnState, Priority
 
 log = logging.getLogger(__name__)
 
 STATUS_NOTIFICATION = "k3lsp/status"
 SECTION = "k3lsp"
-MAX_WORKSPACE_FILES = 10_000
 READY_TIMEOUT = 10.0  # a client that never sends `initialized` still gets audits, with the settings it gave
-SHUTTING_DOWN = "the server is shutting down"
 
 
 def supports_pull(caps: lsp.ClientCapabilities) -> bool:
@@ -67,56 +70,27 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
     return findings.HoverStyle(markdown=markdown, shows_diagnostic=shows)
 
 
-class AuditService(Protocol):
-    """What the session asks of its auditor: ``k3lsp.pool.Pool`` (the daemons of the ``endpoint`` setting) in
-    production. Written down so that another auditor (the LSP logic tests' fake, which runs without a daemon)
-    is held to the same methods, and ``tests/lsp/test_server_logic.py`` compares both with this."""
+@dataclass(frozen=True)
+class FileReport:
+    """What an audit of one document came to: the answer of ``k3lsp.auditFile`` and ``reauditFunction``."""
 
-    @property
-    def state(self) -> BackendState: ...
-
-    async def reconfigure(self, options: Options) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def lookup(self, units: Sequence[Unit], *, priority: str = "interactive", force: bool = False) -> Lookup: ...
-
-    def audit_uncached(
-        self,
-        root: Path | None,
-        path: str,
-        units: Sequence[Unit],
-        *,
-        priority: str = "interactive",
-        fresh: bool = False,
-        on_progress: Progress | None = None,
-    ) -> AsyncIterator[UnitResult]: ...
-
-    def explain(self, root: Path | None, path: str, unit: Unit, finding: dict) -> AsyncIterator[str]: ...
-
-    async def status(self) -> dict: ...
-
-
-class AuditorFactory(Protocol):
-    """Builds the session's auditor from the settings and the cache; ``Pool`` itself is one."""
-
-    def __call__(
-        self,
-        options: Options,
-        cache: ResultCache,
-        *,
-        on_state: Callable[[BackendState], None] | None = None,
-        on_tool: Callable[[dict, bool, str], None] | None = None,
-    ) -> AuditService: ...
+    units: int = 0  # units audited or looked up
+    done: int = 0  # ... of which a result is known now (cached or audited)
+    findings: int = 0  # findings shown for the document afterwards
+    error: str | None = None  # why units were left, or the document could not be audited
+    incomplete: int = 0  # units whose audit was cut short
+    cancelled: bool = False  # a newer audit of the document superseded this one
 
 
 class Session:
-    def __init__(self, ls: LanguageServer, cache: ResultCache | None = None, auditor: AuditorFactory = Pool):
+    def __init__(
+        self, ls: LanguageServer, cache: ResultCache | None = None, transport: TransportFactory = BackendClient
+    ):
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
-        self.auditor: AuditService = auditor(
-            self.options, self.cache, on_state=self._state_changed, on_tool=self._tool_used
+        self.pool = Pool(
+            self.options, self.cache, transport=transport, on_state=self._state_changed, on_tool=self._tool_used
         )
         self.docs: dict[str, Document] = {}
         self.pull = False
@@ -127,13 +101,15 @@ class Session:
         self.baseline: suppress.Baseline | None = None
         self.root: Path | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._shown_state = "disconnected"
+        self._shown_state = ConnState.DISCONNECTED
         self._sent_state: dict | None = None
         self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
         self._settings_read: asyncio.Future | None = None
         self._pending_errors: list[str] = []
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
+        self._splitter = ThreadPoolExecutor(1, thread_name_prefix="k3lsp-split")
+        self._refresher = progress.Refresher(ls)
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -150,13 +126,13 @@ class Session:
         self._initial = self.options
 
     async def initialized(self) -> None:
-        await self.auditor.reconfigure(self.options)
+        await self.pool.reconfigure(self.options)
         for error in self._pending_errors:
             self.message(error, lsp.MessageType.Error)
         await self.refresh_settings()
         self.load_baseline()
         self._ready.set()
-        self._state_changed(self.auditor.state)  # the client learns the state now, not at the first audit
+        self._state_changed(self.pool.state)  # the client learns the state now, not at the first audit
 
     async def ready(self) -> None:
         """Wait (bounded) until the settings are applied, so no audit goes to the default endpoint by mistake."""
@@ -190,8 +166,8 @@ class Session:
         self.options, errors = options.parse(raw, self._initial if raw is None else None)
         for error in errors:
             self.message(error, lsp.MessageType.Error)
-        await self.auditor.reconfigure(self.options)
-        self.republish_all()
+        await self.pool.reconfigure(self.options)
+        await self.republish_all()
 
     def load_baseline(self) -> None:
         if self.root is None:
@@ -210,20 +186,21 @@ class Session:
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
     def _state_changed(self, state: BackendState) -> None:
+        """The status notification for the VS Code and Neovim status views, and, for every client, one message
+        when the daemons become unusable and one when they are back."""
         payload = asdict(state)
         if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
             self._sent_state = payload
             self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
-        if state.state == self._shown_state:
+        if state.state == self._shown_state or state.state in (ConnState.CONNECTING, ConnState.DISCONNECTED):
             return
-        if state.state in ("down", "unauthorized"):
+        if state.state.failed:
             self.message(
                 f"{state.message}. Showing cached findings; retrying on the next audit.", lsp.MessageType.Warning
             )
-        elif state.state == "connected" and self._shown_state in ("down", "unauthorized"):
+        elif state.state is ConnState.CONNECTED and self._shown_state.failed:
             self.message(f"k3 audit backend is back: {state.message}")
-        if state.state not in ("connecting", "disconnected"):
-            self._shown_state = state.state
+        self._shown_state = state.state
 
     def _tool_used(self, request: dict, ok: bool, answer: str) -> None:
         """Log every workspace read the model asked for, and every refusal: the user can audit the auditor."""
@@ -240,59 +217,31 @@ class Session:
             return
         doc.published = doc.result_id
         if self.pull:
-            self.ls.workspace_diagnostic_refresh(None)
+            self._refresher.request()
         else:
             self.ls.text_document_publish_diagnostics(
                 lsp.PublishDiagnosticsParams(uri=doc.uri, diagnostics=doc.diagnostics())
             )
 
-    def republish(self, doc: Document) -> None:
+    async def split(self, text: str) -> tuple[Unit, ...]:
+        """The units of a text, split on the splitter's own thread (never on the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self._splitter, units.split, text)
+
+    async def republish(self, doc: Document) -> None:
         """Derive what is shown from the stored results for the document's current text, and send it."""
-        text = self.text(doc)
+        text = await self.text(doc)
         if text is None:
             return
-        split = units.split(text)
+        split = await self.split(text)
         doc.show(present(doc.uri, text, split, doc.results, self.view()), notices(split, doc.refusals))
         self.publish(doc)
 
-    def republish_all(self) -> None:
-        for doc in self.docs.values():
-            self.republish(doc)
+    async def republish_all(self) -> None:
+        for doc in list(self.docs.values()):
+            await self.republish(doc)
 
-    @contextlib.asynccontextmanager
-    async def progress_bar(self, title: str, total: int) -> AsyncIterator[Callable[[int, str], None]]:
-        """Work-done progress (uuid tokens, forgotten after end: pygls #607); cancelling it cancels this task."""
-        if not self.progress:
-            yield lambda done, note: None
-            return
-        token, bar = str(uuid.uuid4()), self.ls.work_done_progress
-        try:
-            await bar.create_async(token)
-        except Exception as exc:
-            log.warning("the client refused a progress token: %s", exc)
-            yield lambda done, note: None
-            return
-        task, loop = asyncio.current_task(), asyncio.get_running_loop()
-
-        def on_cancel(future: Any) -> None:  # window/workDoneProgress/cancel cancels the pygls future
-            if future.cancelled() and task is not None:
-                loop.call_soon_threadsafe(task.cancel)
-
-        bar.tokens[token].add_done_callback(on_cancel)
-        start = lsp.WorkDoneProgressBegin(
-            title=title, cancellable=True, percentage=0 if total else None, message=f"0/{total}" if total else None
-        )
-        bar.begin(token, start)
-
-        def report(done: int, note: str) -> None:
-            pct = int(100 * done / total) if total else None  # no total (explain): an indefinite bar
-            bar.report(token, lsp.WorkDoneProgressReport(percentage=pct, message=note or f"{done}/{total}"))
-
-        try:
-            yield report
-        finally:
-            bar.end(token, lsp.WorkDoneProgressEnd())
-            bar.tokens.pop(token, None)
+    def progress_bar(self, title: str, total: int):
+        return progress.bar(self.ls, self.progress, title, total)
 
     # --- documents ---------------------------------------------------------------------------------------
 
@@ -306,13 +255,19 @@ class Session:
             doc = self.docs[uri] = Document(uri, path, root, relpath)
         return doc
 
-    def text(self, doc: Document) -> str | None:
-        """The editor's text of an open document, else the file on disk; None (logged) when unreadable."""
+    def editor_text(self, doc: Document) -> str | None:
+        """The editor's text of an open document; None when the editor has not opened it."""
+        opened = self.ls.workspace.text_documents.get(doc.uri)
+        return opened.source if opened is not None else None
+
+    async def text(self, doc: Document) -> str | None:
+        """The editor's text of an open document, else the file on disk (read off the event loop); None (logged)
+        when unreadable. A file that is not UTF-8 (Latin-1 sources) is read as the sandbox reads it."""
+        text = self.editor_text(doc)
+        if text is not None:
+            return text
         try:
-            try:
-                return self.ls.workspace.get_text_document(doc.uri).source
-            except UnicodeDecodeError:  # read from disk, not UTF-8 (Latin-1 sources): audit it as `tools` reads it
-                return doc.path.read_text(encoding="utf-8", errors="replace")
+            return await asyncio.to_thread(doc.path.read_text, encoding="utf-8", errors="replace")
         except OSError as exc:
             log.warning("cannot read %s: %s", doc.uri, exc)
             return None
@@ -339,13 +294,13 @@ class Session:
 
     def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         doc = self.docs.get(params.text_document.uri)
-        if doc is None or not doc.shown:
+        text = self.editor_text(doc) if doc is not None else None
+        if doc is None or not doc.shown or text is None:
             return None
         wanted = {d.data.get("fingerprint") for d in params.context.diagnostics if isinstance(d.data, dict)}
         rng = params.range
         hits = [s for s in doc.shown if s.fingerprint in wanted or s.contains(rng.start) or s.contains(rng.end)]
-        text = self.text(doc)
-        if not hits or text is None:
+        if not hits:
             return None
         lines = text.split("\n")
         offered = [action for shown in hits for action in actions.for_finding(shown, doc.uri, lines)]
@@ -360,152 +315,123 @@ class Session:
             return
         doc = self.document(uri)
         if not self._closing and (doc.task is None or doc.task.done()):
-            doc.task = self.spawn(self._show_cached(doc))
+            doc.task = self.spawn(self._show_cached(doc), f"showing the cached findings of {doc.relpath}")
 
     async def _show_cached(self, doc: Document) -> None:
-        """Findings from earlier audits (another session, before a restart) without a save: a cache lookup only."""
+        """Findings from earlier audits (another session, before a restart) without a save: a cache lookup only,
+        at once, under what is known of the daemons; they are contacted in the background meanwhile."""
         await self.ready()
-        text = self.text(doc)
-        if text is None or len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
+        targets = await self._targets(doc)
+        if targets is None:
             return
-        with contextlib.suppress(BackendUnavailable):  # never reached: no model id to look results up by
-            for hit in (await self.auditor.lookup(units.split(text))).hits:
-                doc.record(hit.unit.key, hit.findings, hit.refusal)
-        self.republish(doc)
+        for hit in self.pool.lookup(targets, Priority.INTERACTIVE).hits:
+            doc.record(hit.unit.key, hit.findings, hit.refusal)
+        await self.republish(doc)
+        if not self._closing:
+            await self.pool.reach()
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
-        """A background task the session owns: cancelled at shutdown, its failures logged, never raised."""
-        task = asyncio.ensure_future(coro)
+    async def _targets(self, doc: Document) -> list[Target] | None:
+        """The document's units as targets; None (and a note) when it cannot be audited."""
+        text = await self.text(doc)
+        if text is None or len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
+            return None
+        return [Target(doc.root, doc.relpath, u) for u in await self.split(text)]
+
+    def spawn(self, coro: Any, what: str) -> asyncio.Task:
+        """A task the session owns: cancelled at shutdown, its failures logged as one line (``k3lsp.tasks``)."""
+        task = tasks.background(coro, what)
         self._tasks.add(task)
-        task.add_done_callback(self._finished)
+        task.add_done_callback(self._tasks.discard)
         return task
 
-    def _finished(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task failed", exc_info=task.exception())
-
-    def audit(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> asyncio.Future:
+    def audit(self, uri: str, *, priority: Priority = Priority.INTERACTIVE, line: int | None = None) -> asyncio.Future:
         """Start auditing a document (or, with ``line``, re-audit the unit there); a newer audit cancels the older.
 
         After shutdown the answer is a finished refusal: a new audit would reconnect the closed client.
         """
         if self._closing:
             refused = asyncio.get_running_loop().create_future()
-            refused.set_result({"units": 0, "error": SHUTTING_DOWN})
+            refused.set_result(FileReport(error=workspace.SHUTTING_DOWN))
             return refused
         doc = self.document(uri)
         if doc.task is not None and not doc.task.done():
             doc.task.cancel()
-        doc.task = self.spawn(self._audit(doc, priority, line))
+        doc.task = self.spawn(self._audit(doc, priority, line), f"the audit of {doc.relpath}")
         return doc.task
 
-    async def audit_and_wait(self, uri: str, *, priority: str = "interactive", line: int | None = None) -> dict:
-        """Audit and wait for the summary; a newer audit of the same document superseding it is not an error."""
+    async def audit_and_wait(
+        self, uri: str, *, priority: Priority = Priority.INTERACTIVE, line: int | None = None
+    ) -> FileReport:
+        """Audit and wait for the report; a newer audit of the same document superseding it is not an error."""
         task = self.audit(uri, priority=priority, line=line)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise  # we were cancelled ourselves
-            return {"units": 0, "cancelled": True}
+            return FileReport(cancelled=True)
 
-    async def _audit(self, doc: Document, priority: str, line: int | None) -> dict:
+    async def _audit(self, doc: Document, priority: Priority, line: int | None) -> FileReport:
         await self.ready()
-        text = self.text(doc)
+        text = await self.text(doc)
         if text is None:
-            return {"units": 0, "error": f"cannot read {doc.relpath}"}
+            return FileReport(error=f"cannot read {doc.relpath}")
         if len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
             note = f"{doc.relpath} is larger than maxFileBytes ({self.options.max_file_bytes}); not audited"
             self.message(note, lsp.MessageType.Warning)
-            return {"units": 0, "error": note}
-        all_units = units.split(text)
+            return FileReport(error=note)
+        all_units = await self.split(text)
         note = units.fallback_note(all_units)
         if note is not None:
             self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
-        todo = [u for u in all_units if line is None or u.start_line <= line <= u.end_line]
-        root = doc.root
-        try:
-            found = await self.auditor.lookup(todo, priority=priority, force=line is not None)
-        except BackendUnavailable as exc:
-            return {"units": len(todo), "done": 0, "findings": len(doc.shown), "error": str(exc)}
-        for hit in found.hits:
+        todo = [
+            Target(doc.root, doc.relpath, u) for u in all_units if line is None or u.start_line <= line <= u.end_line
+        ]
+        forced = line is not None
+        run = self.pool.audit(todo, priority=priority, force=forced, fresh=forced)
+        done = 0
+        for hit in await run.lookup():
+            done += 1
             doc.record(hit.unit.key, hit.findings, hit.refusal)
-        done, error = len(found.hits), str(found.down) if found.misses and found.down else None
-        incomplete: list[str] = []
-        if found.misses and error is None:  # progress only for real work: a no-op save stays one message
-            self.republish(doc)  # the cached part now, the rest as it arrives
-            done, error = await self._audit_misses(
-                doc, root, found.misses, priority, done, incomplete, fresh=line is not None
-            )
-        if line is None and error is None:
+        if run.misses:  # progress only for real work: a no-op save stays one message
+            await self.republish(doc)  # the cached part now, the rest as it arrives
+            total = len(run.misses)
+            async with self.progress_bar(f"k3 audit {doc.relpath}", total) as report:
+                results = run.audited(lambda unit, message: report(run.summary.audited, describe(unit, message)))
+                async for result in results:
+                    doc.record(result.unit.key, result.findings, result.refusal)
+                    report(run.summary.audited, f"{run.summary.audited}/{total} units ({result.unit.name})")
+                    await self.republish(doc)
+            done += run.summary.audited
+        else:
+            async for _ in run.audited():  # nothing left to audit: the summary closes
+                pass
+        summary = run.summary
+        if line is None and summary.complete:
             doc.keep_results_for(all_units)
-        self.republish(doc)
-        if incomplete:
+        await self.republish(doc)
+        if summary.incomplete:
+            names = ", ".join(f"{r.unit.name} ({r.cut_short})" for r in summary.incomplete)
             self.message(
-                f"k3 audit of {doc.relpath} was cut short for {', '.join(incomplete)}: findings there may be "
-                "missing. Not cached: audited again on the next save.",
+                f"k3 audit of {doc.relpath} was cut short for {names}: findings there may be missing. Not cached: "
+                "audited again on the next save.",
                 lsp.MessageType.Warning,
             )
-        return {
-            "units": len(todo),
-            "done": done,
-            "findings": len(doc.shown),
-            "error": error,
-            "incomplete": len(incomplete),
-        }
+        return FileReport(
+            units=len(todo),
+            done=done,
+            findings=len(doc.shown),
+            error=summary.unavailable if summary.left else None,
+            incomplete=len(summary.incomplete),
+        )
 
-    async def _audit_misses(
-        self,
-        doc: Document,
-        root: Path | None,
-        misses: list[units.Unit],
-        priority: str,
-        done: int,
-        incomplete: list[str],
-        *,
-        fresh: bool = False,
-    ) -> tuple[int, str | None]:
-        """Audit what the cache did not have, with cancellable progress (``fresh``: a re-audit, which the
-        daemon's result store does not answer); returns (units done, error) and adds each unit whose audit was
-        cut short to ``incomplete``, as "name (reason)"."""
-        audited = 0
-        async with self.progress_bar(f"k3 audit {doc.relpath}", len(misses)) as report:
+    async def audit_workspace(self) -> workspace.WorkspaceReport:
+        return await workspace.audit(self)
 
-            def progress(unit: units.Unit, message: dict) -> None:  # the daemon's prefill and decode, per unit
-                report(audited, describe(unit, message))
-
-            try:
-                results = self.auditor.audit_uncached(
-                    root, doc.relpath, misses, priority=priority, fresh=fresh, on_progress=progress
-                )
-                async with contextlib.aclosing(results) as stream:
-                    async for result in stream:
-                        audited += 1
-                        doc.record(result.unit.key, result.findings, result.refusal)
-                        if result.cut_short is not None:
-                            incomplete.append(f"{result.unit.name} ({result.cut_short})")
-                        report(audited, f"{audited}/{len(misses)} units ({result.unit.name})")
-                        self.republish(doc)
-            except BackendUnavailable as exc:
-                return done + audited, str(exc)
-        return done + audited, None
-
-    async def audit_workspace(self) -> dict:
-        """All C files of the workspace at background priority, one file at a time (the daemon batches units)."""
-        if self.root is None:
-            return {"files": 0, "error": "no workspace folder is open"}
-        files = list(options.admitted_files(self.root, self.root, self.options, MAX_WORKSPACE_FILES))
-        async with self.progress_bar("k3 audit workspace", len(files)) as report:
-            for i, path in enumerate(files, 1):
-                if self._closing:  # shutdown cancelled the last file's audit: do not start the next
-                    return {"files": i - 1, "error": SHUTTING_DOWN}
-                doc = self.document(from_fs_path(str(path)) or path.as_uri())
-                result = await self.audit_and_wait(doc.uri, priority="background")
-                report(i, f"{i}/{len(files)} files ({doc.relpath})")
-                if result.get("error") and self.auditor.state.state != "connected":
-                    return {"files": i, "error": result["error"]}
-        return {"files": len(files)}
+    @property
+    def closing(self) -> bool:
+        """Shutdown has begun: nothing new may start."""
+        return self._closing
 
     async def explain(self, uri: str, fingerprint: str) -> str | None:
         doc = self.docs.get(uri)
@@ -514,13 +440,13 @@ class Session:
             self.message("That finding is no longer shown; save to re-audit.", lsp.MessageType.Warning)
             return None
         await self.ready()
-        root = doc.root
         parts: list[str] = []
         # The reasoning came with the finding: it leads the explanation, and survives a failed explain.
         why = f"Why it was flagged: {shown.finding.reasoning}\n\n" if shown.finding.reasoning else ""
+        target = Target(doc.root, doc.relpath, shown.unit)
         async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
             try:
-                async for piece in self.auditor.explain(root, doc.relpath, shown.unit, shown.finding.to_dict()):
+                async for piece in self.pool.explain(target, shown.finding.to_dict()):
                     parts.append(piece)
                     report(0, f"{len(''.join(parts))} characters")
             except (BackendUnavailable, BackendError) as exc:
@@ -530,7 +456,7 @@ class Session:
         self.message(f"{shown.finding.title} (CWE-{shown.finding.cwe})\n\n{answer}")
         return answer
 
-    def suppress_in_baseline(self, uri: str, fingerprint: str) -> bool:
+    async def suppress_in_baseline(self, uri: str, fingerprint: str) -> bool:
         doc = self.docs.get(uri)
         shown = doc.by_fingerprint(fingerprint) if doc else None
         if doc is None or shown is None or self.root is None:
@@ -545,12 +471,12 @@ class Session:
         except suppress.BaselineError as exc:
             self.message(str(exc), lsp.MessageType.Error)
             return False
-        self.republish_all()
+        await self.republish_all()
         return True
 
     async def status(self) -> dict:
-        await self.ready()
-        out = await self.auditor.status()
+        """What is known now (``Pool.status`` waits for no hello)."""
+        out = await self.pool.status()
         out["documents"] = len(self.docs)
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
@@ -560,8 +486,7 @@ class Session:
         """Cancel our own tasks before pygls tears down (pygls #606 crashes on running work otherwise);
         cancelling an audit sends its ``cancel`` to the daemon before the socket closes."""
         self._closing = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.auditor.close()
+        self._refresher.cancel()
+        await tasks.cancel(*self._tasks)
+        await self.pool.close()
+        self._splitter.shutdown(wait=False, cancel_futures=True)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from k3lsp import loading
+from k3lsp.replies import loading_of
 from k3lsp.wire import sanitize
 
 
@@ -52,7 +52,7 @@ def _queues(value: object) -> str | None:
 
 # (row label, where the value is, how to show it): what an auditor checks before trusting the findings.
 _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
-    ("state", lambda w, s: loading.describe(s.get("loading")) if loading.is_loading(s) else s.get("state")),
+    ("state", lambda w, s: p.describe() if (p := loading_of(s)) is not None else s.get("state")),
     ("server", lambda w, s: w.get("server")),
     ("model", lambda w, s: w.get("model")),
     ("experts", lambda w, s: w.get("experts")),

@@ -4,8 +4,8 @@ An audit of one unit costs seconds to minutes on the Mac pair (docs/architecture
 same unit text and context, audited by the same model with the same prompt, gives the same answer
 for our purposes. So results are keyed by (unit key, result key: ``k3lsp.wire.address``, which names the
 model's checkpoint, the prompt version, the thinking effort and the daemon) and kept across processes
-and restarts. Only complete audits are stored (``k3lsp.auditor``). Several processes (an editor per
-window, a batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
+and restarts. Only complete audits are stored (``address.cut_short``). Several processes (an editor per window, a
+batch audit) share one file: WAL mode and a busy timeout let them read and write concurrently.
 A cache is an optimisation, never a reason to fail: a corrupt file (sqlite says SQLITE_CORRUPT or
 SQLITE_NOTADB) is moved aside (logged) and a fresh one created. Any other failure (a full disk, a busy or
 read-only file) skips the one operation with a log line that says which, and keeps the file: a full disk
@@ -62,6 +62,14 @@ _SCHEMA = (
     PRIMARY KEY (unit_key, result_key)
 ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS results_by_use ON results (used)",
+    # What each daemon served when it last answered (address.ResultKey without the effort): its results can be
+    # found at once after a restart, before (or without) a new hello.
+    """CREATE TABLE IF NOT EXISTS daemons (
+    identity TEXT PRIMARY KEY,  -- BackendClient.daemon_identity
+    fingerprint TEXT NOT NULL,
+    prompt_version TEXT NOT NULL,
+    seen REAL NOT NULL          -- unix time of the welcome
+) WITHOUT ROWID""",
 )
 
 
@@ -179,6 +187,19 @@ class ResultCache:
             len(victims),
             freed,
         )
+
+    def remember(self, identity: str, fingerprint: str, prompt_version: str) -> None:
+        """What the daemon with this identity serves, as its last welcome said."""
+        self._run(
+            "INSERT OR REPLACE INTO daemons VALUES (?, ?, ?, ?)",
+            (identity, fingerprint, prompt_version, time.time()),
+            write=True,
+        )
+
+    def recall(self, identity: str) -> tuple[str, str] | None:
+        """(fingerprint, prompt version) of the daemon with this identity when it last answered; None if never."""
+        row = self._run("SELECT fingerprint, prompt_version FROM daemons WHERE identity=?", (identity,))
+        return (row[0], row[1]) if row else None
 
     def stats(self) -> dict[str, Any]:
         row = self._run(

@@ -24,12 +24,52 @@ MAX_TEXT_CHARS = 1024 * 1024  # one code unit, context or tool result
 MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than this
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
-PRIORITIES = ("interactive", "background")
 EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
 DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
 PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
+
+
+class Priority(StrEnum):
+    """What a request waits behind: the daemon serves interactive requests (a save, an explanation) before
+    background ones (a workspace or batch audit), and so does the editor's own queue. ``rank`` orders them."""
+
+    INTERACTIVE = "interactive"
+    BACKGROUND = "background"
+
+    @property
+    def rank(self) -> int:
+        return 0 if self is Priority.INTERACTIVE else 1
+
+
+PRIORITIES = tuple(Priority)
+
+
+class ConnState(StrEnum):
+    """Where an editor stands with one daemon: the ``state`` of the ``k3lsp/status`` notification (docs/lsp.md).
+
+    ``disconnected`` (not contacted yet), ``connecting`` (a hello on its way), ``loading`` (the daemon answers
+    but still reads its model), ``connected``, ``down`` (unreachable, stopped, failed) and ``unauthorized``
+    (it refuses our key, or ours does not match it). An error code says which one it leaves a daemon in
+    (:attr:`ErrorCode.state`)."""
+
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    LOADING = "loading"
+    CONNECTED = "connected"
+    DOWN = "down"
+    UNAUTHORIZED = "unauthorized"
+
+    @property
+    def usable(self) -> bool:
+        """Whether requests may be sent now (a loading daemon takes them and makes them wait)."""
+        return self in (ConnState.CONNECTED, ConnState.LOADING)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the daemon cannot serve us now: the states a person is told about."""
+        return self in (ConnState.DOWN, ConnState.UNAUTHORIZED)
 
 
 class CodeKind(StrEnum):
@@ -50,9 +90,9 @@ class ErrorCode(StrEnum):
     """
 
     kind: CodeKind
-    state: str
+    state: ConnState
 
-    def __new__(cls, value: str, kind: CodeKind, state: str = "down") -> ErrorCode:
+    def __new__(cls, value: str, kind: CodeKind, state: ConnState = ConnState.DOWN) -> ErrorCode:
         member = str.__new__(cls, value)
         member._value_ = value
         member.kind, member.state = kind, state
@@ -61,7 +101,7 @@ class ErrorCode(StrEnum):
     BUSY = "busy", CodeKind.TRANSIENT
     SHUTDOWN = "shutdown", CodeKind.TRANSIENT
     RANK_FAILURE = "rank_failure", CodeKind.TRANSIENT
-    LOADING = "loading", CodeKind.TRANSIENT, "loading"
+    LOADING = "loading", CodeKind.TRANSIENT, ConnState.LOADING
     LOAD_FAILED = "load_failed", CodeKind.TRANSIENT
     UNREACHABLE = "unreachable", CodeKind.TRANSIENT
     DOWN = "down", CodeKind.TRANSIENT
@@ -73,10 +113,10 @@ class ErrorCode(StrEnum):
     PROTOCOL = "protocol", CodeKind.REQUEST
     CANCELLED = "cancelled", CodeKind.REQUEST
     VERSION = "version", CodeKind.SETUP
-    UNAUTHORIZED = "unauthorized", CodeKind.SETUP, "unauthorized"
-    SERVER_KEY = "server_key", CodeKind.SETUP, "unauthorized"
-    SECURITY_MISMATCH = "security_mismatch", CodeKind.SETUP, "unauthorized"
-    KEYS = "keys", CodeKind.SETUP, "unauthorized"
+    UNAUTHORIZED = "unauthorized", CodeKind.SETUP, ConnState.UNAUTHORIZED
+    SERVER_KEY = "server_key", CodeKind.SETUP, ConnState.UNAUTHORIZED
+    SECURITY_MISMATCH = "security_mismatch", CodeKind.SETUP, ConnState.UNAUTHORIZED
+    KEYS = "keys", CodeKind.SETUP, ConnState.UNAUTHORIZED
     INSECURE = "insecure", CodeKind.SETUP
 
     @classmethod
@@ -92,6 +132,12 @@ def kind_of(code: str) -> CodeKind:
     """The kind of a code as received; a code this side does not know fails its request only."""
     known = ErrorCode.of(code)
     return known.kind if known else CodeKind.REQUEST
+
+
+def state_for(code: str) -> ConnState:
+    """The state a daemon is in for an editor when ``code`` makes it unusable (``ErrorCode.state``)."""
+    known = ErrorCode.of(code)
+    return known.state if known else ConnState.DOWN
 
 
 class CodedError(Exception):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from k3lsp.auditor import concerns_daemon, retried, state_for
-from k3lsp.wire.protocol import CodeKind, ErrorCode
+from k3lsp.request import concerns_daemon
+from k3lsp.wire.protocol import CodeKind, ErrorCode, kind_of, state_for
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,8 @@ from k3lsp.wire.protocol import CodeKind, ErrorCode
     ],
 )
 def test_each_code_is_handled_by_its_kind(code, retry, daemon, state):
-    assert (retried(code), concerns_daemon(code), state_for(code)) == (retry, daemon, state)
+    retried = kind_of(code) is CodeKind.TRANSIENT
+    assert (retried, concerns_daemon(code), state_for(code)) == (retry, daemon, state)
 
 
 def test_codes_travel_as_plain_strings():

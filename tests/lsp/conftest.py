@@ -1,5 +1,5 @@
 """Fixtures for the editor-side tests: the demo corpus in examples/, a scripted daemon per test module, and the
-fake auditor's script (the ``logic`` tier). Nothing here needs mlx or transformers until a daemon is asked for:
+fake daemon's script (the ``logic`` tier). Nothing here needs mlx or transformers until a daemon is asked for:
 the logic tier runs where the backend is not installed."""
 
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 from tests.lsp import scripted
 from tests.support.daemon import module_daemon
-from tests.support.fake_auditor import FakeScript
+from tests.support.fake_daemon import FakeScript
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,7 +28,7 @@ daemon = module_daemon(lambda: scripted.SCRIPT, scripted.DAEMON_ARGS)
 
 @pytest.fixture
 def fake(tmp_path) -> FakeScript:
-    """The fake auditor's script, answering with the same findings as the scripted daemon (``scripted.FAKE``)."""
+    """The fake daemon's script, answering with the same findings as the scripted daemon (``scripted.FAKE``)."""
     script = FakeScript(tmp_path / "fake-auditor.json")
     script.write(scripted.FAKE)
     return script

@@ -91,7 +91,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 
-# The same answers from the fake auditor (tests/support/fake_auditor.py), for the tier without a daemon.
+# The same answers from the fake daemon (tests/support/fake_daemon.py), for the tier without a daemon.
 FAKE = {
     "units": {
         "copy_msg": {"findings": [COPY_FINDING | {"reasoning": COPY_WHY}]},

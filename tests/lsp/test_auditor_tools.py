@@ -1,25 +1,23 @@
-"""Auditor._tool: the model's tool calls are bounded in time and need a workspace folder."""
+"""ToolAnswerer: the model's tool calls are bounded in time and need a workspace folder."""
 
 from __future__ import annotations
 
 import asyncio
 
 from k3lsp import sandbox
-from k3lsp.auditor import Auditor
-from k3lsp.options import Options
-from k3lsp.wire.cache import ResultCache
+from k3lsp.answers import ToolAnswerer
 
 
-def auditor(tmp_path, seen: list) -> Auditor:
-    return Auditor(Options(), ResultCache(tmp_path / "cache.sqlite"), on_tool=lambda *call: seen.append(call))
+def answerer(seen: list) -> ToolAnswerer:
+    return ToolAnswerer(on_tool=lambda *call: seen.append(call))
 
 
 async def test_a_tool_call_that_outlives_its_bound_is_answered_with_a_refusal(tmp_path, monkeypatch):
     (tmp_path / "aaa.c").write_text("/* " + "a" * 64 + "! */\n")
-    monkeypatch.setattr(sandbox, "TOOL_SECONDS", 0.5)  # below GREP_SECONDS: the auditor's bound answers first
+    monkeypatch.setattr(sandbox, "TOOL_SECONDS", 0.5)  # below GREP_SECONDS: the answerer's bound answers first
     seen: list = []
     request = {"tool": "grep", "args": {"pattern": "(a|aa)+$", "path": "aaa.c"}}
-    ok, text = await asyncio.wait_for(auditor(tmp_path, seen)._tool(tmp_path, request), 30)
+    ok, text = await asyncio.wait_for(answerer(seen).answer(tmp_path, request), 30)
     assert not ok and text == "grep: no answer within 0.5 s; ask for less"
     assert seen == [(request, False, text)]  # logged like any refusal
 
@@ -27,6 +25,6 @@ async def test_a_tool_call_that_outlives_its_bound_is_answered_with_a_refusal(tm
 async def test_no_workspace_folder_means_no_tools(tmp_path):
     (tmp_path / "demo.c").write_text("int x;\n")
     request = {"tool": "read_lines", "args": {"path": "demo.c", "start": 1, "end": 1}}
-    ok, text = await auditor(tmp_path, [])._tool(None, request)
+    ok, text = await answerer([]).answer(None, request)
     assert not ok and "no workspace folder holds this file" in text
-    assert (await auditor(tmp_path, [])._tool(tmp_path, request))[0]
+    assert (await answerer([]).answer(tmp_path, request))[0]

@@ -1,5 +1,5 @@
 """The language server against a real scripted `k3-backend`: save -> diagnostics, caching, incremental audits and
-thinking efforts as the daemon sees them. The same logic per client profile, on the fake auditor without a
+thinking efforts as the daemon sees them. The same logic per client profile, on the fake daemon without a
 daemon: test_server_logic.py."""
 
 from __future__ import annotations

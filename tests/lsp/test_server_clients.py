@@ -1,5 +1,5 @@
 """What every real client meets, through a real server: hover formats, settings that are removed, one publish per
-change, code action kinds and no log noise from cancellations on the fake auditor (the answers are all these
+change, code action kinds and no log noise from cancellations on the fake daemon (the answers are all these
 need); findings from the cache on open and after a restart, status states and the backend status through a
 scripted `k3-backend`."""
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from k3lsp import options
-from k3lsp.slots import PrioritySlots
 
 
 def test_valid_settings_apply_and_bad_ones_keep_defaults_with_a_message_each():
@@ -60,41 +57,3 @@ def test_thinking_effort_auto_is_low_for_interactive_and_high_for_background_wor
     assert errors == [] and (chosen.effort("interactive"), chosen.effort("background")) == ("max", "max")
     kept, errors = options.parse({"thinkingEffort": "medium"})
     assert kept.thinking_effort == "auto" and "'thinkingEffort'" in errors[0]
-
-
-async def test_free_slots_go_to_interactive_waiters_first_then_in_order():
-    slots = PrioritySlots(1)
-    order: list[str] = []
-    gate = asyncio.Event()
-
-    async def hold(name: str, priority: str) -> None:
-        async with slots.hold(priority):
-            order.append(name)
-            if name == "first":
-                await gate.wait()
-
-    first = asyncio.create_task(hold("first", "interactive"))
-    await asyncio.sleep(0)
-    waiters = [
-        asyncio.create_task(hold(n, p))
-        for n, p in [("bg1", "background"), ("bg2", "background"), ("fg", "interactive")]
-    ]
-    await asyncio.sleep(0)
-    assert slots.running == 1 and slots.queued == 3
-    gate.set()
-    await asyncio.wait_for(asyncio.gather(first, *waiters), 5)
-    assert order == ["first", "fg", "bg1", "bg2"]
-    assert slots.running == 0 and slots.queued == 0
-
-
-async def test_a_cancelled_waiter_gives_its_slot_back():
-    slots = PrioritySlots(1)
-    async with slots.hold():
-        waiter = asyncio.create_task(slots.hold("background").__aenter__())
-        await asyncio.sleep(0)
-        waiter.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiter
-    assert slots.running == 0 and slots.queued == 0
-    async with asyncio.timeout(5), slots.hold():
-        assert slots.running == 1

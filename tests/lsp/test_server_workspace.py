@@ -1,6 +1,6 @@
 """Cancelling an audit from the editor's progress UI (window/workDoneProgress/cancel) reaches the daemon. Real
 server, real scripted `k3-backend`; workspace audits with include/exclude/maxFileBytes and the same cancel on the
-fake auditor: test_server_logic.py."""
+fake daemon: test_server_logic.py."""
 
 from __future__ import annotations
 

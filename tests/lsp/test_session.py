@@ -6,7 +6,8 @@ import asyncio
 
 from pygls.lsp.server import LanguageServer
 
-from k3lsp.session import SHUTTING_DOWN, Session
+from k3lsp.session import FileReport, Session
+from k3lsp.workspace import SHUTTING_DOWN, WorkspaceReport
 from k3lsp.wire.cache import ResultCache
 
 
@@ -16,8 +17,8 @@ async def test_after_shutdown_no_audit_starts_and_the_client_stays_closed(tmp_pa
     session.root = tmp_path
     await session.shutdown()
     result = await asyncio.wait_for(session.audit_and_wait((tmp_path / "a.c").as_uri()), 5)
-    assert result == {"units": 0, "error": SHUTTING_DOWN}
+    assert result == FileReport(error=SHUTTING_DOWN)
     summary = await asyncio.wait_for(session.audit_workspace(), 5)
-    assert summary == {"files": 0, "error": SHUTTING_DOWN}
+    assert summary == WorkspaceReport(files=0, error=SHUTTING_DOWN)
     assert not session._tasks  # nothing reconnected to the daemon:
-    assert all(a._client._sock is None for a in session.auditor.auditors.values())
+    assert all(c._transport._sock is None for c in session.pool.connections)

@@ -16,11 +16,13 @@ import logging
 import pytest
 
 from k3lsp import units
-from k3lsp.auditor import Auditor
 from k3lsp.options import Options
+from k3lsp.pool import Pool
+from k3lsp.run import Target
 from k3lsp.wire import bounds, cache
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
+from tests.support.core import audit
 from tests.support.daemon import Wire, audit_fields, module_daemon
 from tests.support.peer import WELCOME, peer, reply
 
@@ -68,15 +70,15 @@ class Flooding:
             await reply(sock, ident, "done", msg["id"], stats=self.stats)
 
 
-async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Auditor, cache.ResultCache]:
+async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Pool, cache.ResultCache]:
     store = cache.ResultCache(tmp_path / "c.sqlite")
     async with peer(Flooding(findings, **stats), sndhwm=0) as endpoint:
-        auditor = Auditor(Options(endpoint=endpoint), store)
+        pool = Pool(Options(endpoint=endpoint), store)
         try:
-            results = [r async for r in auditor.audit(None, "f.c", [UNIT])]
+            results, _ = await audit(pool, [Target(None, "f.c", UNIT)], timeout=120)
         finally:
-            await auditor.close()
-    return results, auditor, store
+            await pool.close()
+    return results, pool, store
 
 
 @pytest.mark.parametrize(
@@ -89,22 +91,22 @@ async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Aud
     ids=["count", "finding-bytes", "result-bytes"],
 )  # the last: each fits, together they do not
 async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings, kept, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="k3lsp.auditor"):
-        (result,), auditor, store = await asyncio.wait_for(audit_with(findings, tmp_path), 120)
+    with caplog.at_level(logging.WARNING, logger="k3lsp.request"):
+        (result,), pool, store = await asyncio.wait_for(audit_with(findings, tmp_path), 120)
     assert len(result.findings) == kept
     assert result.over_limit == len(findings) - kept + 3  # the daemon's own count and ours
-    assert auditor.counters.over_limit == result.over_limit
+    assert pool.counters.over_limit == result.over_limit
     assert "dropping what the daemon sends beyond" in caplog.text
-    row = store.get(UNIT.key, auditor._result_key.digest("low"))
+    row = store.get(UNIT.key, pool.connections[0].result_key.digest("low"))
     assert row is not None and len(json.dumps(row.findings)) <= bounds.MAX_RESULT_BYTES
     assert store.stats()["result_bytes"] <= bounds.MAX_RESULT_BYTES + 1000
 
 
 async def test_the_stats_kept_with_a_result_are_bounded_too(tmp_path):
     junk = {"junk": "x" * 4_000_000, "turns": [{"prompt_tokens": 1}] * 1000, "generated_tokens": 12}
-    (result,), auditor, store = await asyncio.wait_for(audit_with([SMALL], tmp_path, **junk), 60)
+    (result,), pool, store = await asyncio.wait_for(audit_with([SMALL], tmp_path, **junk), 60)
     assert result.cut_short is None and [f["title"] for f in result.findings] == [SMALL["title"]]
-    row = store.get(UNIT.key, auditor._result_key.digest("low"))
+    row = store.get(UNIT.key, pool.connections[0].result_key.digest("low"))
     assert row.stats == {"finish_reason": "stop", bounds.OVER_LIMIT: 3, "generated_tokens": 12}
     assert store.stats()["result_bytes"] < 1000
 

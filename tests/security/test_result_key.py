@@ -9,15 +9,15 @@ the first one's results.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from k3lsp import units
-from k3lsp.auditor import Auditor
 from k3lsp.options import Options
+from k3lsp.pool import Pool
+from k3lsp.run import Target
 from k3lsp.wire import address
 from k3lsp.wire.cache import ResultCache
+from tests.support.core import audit
 from tests.support.peer import WELCOME, peer, reply
 
 UNIT = units.split("int f(char *p, int n)\n{\n\tp[n] = 0;\n\treturn n;\n}\n")[0]
@@ -55,15 +55,11 @@ class Daemon:
 
 
 async def audit_once(endpoint: str, cache: ResultCache, **client) -> list:
-    auditor = Auditor(Options(endpoint=endpoint, **client), cache)
+    pool = Pool(Options(endpoint=endpoint, **client), cache)
     try:
-        return await asyncio.wait_for(_collect(auditor.audit(None, "f.c", [UNIT])), 10)
+        return (await audit(pool, [Target(None, "f.c", UNIT)], timeout=10))[0]
     finally:
-        await auditor.close()
-
-
-async def _collect(results):
-    return [r async for r in results]
+        await pool.close()
 
 
 @pytest.mark.parametrize("reason", ["deadline", "length", "loop", "budget"])

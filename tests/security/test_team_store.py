@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from k3lsp import units
-from k3lsp.auditor import Auditor, BackendUnavailable
+from k3lsp.connection import BackendUnavailable
 from k3lsp.options import Options
+from k3lsp.pool import Pool
 from k3lsp.wire.cache import ResultCache
 from tests.security.conftest import Keyring, team_keyring
 from tests.support import kimi
+from tests.support.core import audit, targets
 from tests.support.daemon import serving
 
 SOURCE = """\
@@ -82,20 +84,16 @@ def team_daemon(tiny_model, team, store_file):
         yield d
 
 
-def auditor(endpoint: str, ring: Keyring, name: str, cache_dir: Path) -> Auditor:
+def auditor(endpoint: str, ring: Keyring, name: str, cache_dir: Path) -> Pool:
     """One person's editor side: their own key and their own local result cache."""
     options = Options(endpoint=endpoint, server_key=str(ring.server_public), client_key=str(ring.clients[name][1]))
-    return Auditor(options, ResultCache(cache_dir / name / "results.sqlite3"), client_name=name)
+    return Pool(options, ResultCache(cache_dir / name / "results.sqlite3"), client_name=name)
 
 
-async def audit_file(person: Auditor, *, fresh: bool = False) -> list:
-    split = units.split(SOURCE)
-    if fresh:  # what a re-audit sends: past the local cache, past the store
-        await person.connect()
-        stream = person.audit_uncached(None, "src/team.c", split, fresh=True)
-    else:
-        stream = person.audit(None, "src/team.c", split)
-    return sorted([r async for r in stream], key=lambda r: r.unit.start_line)
+async def audit_file(person: Pool, *, fresh: bool = False) -> list:
+    """What a save sends, or with ``fresh`` a re-audit: past the local cache, past the store."""
+    results, _ = await audit(person, targets(SOURCE, "src/team.c"), force=fresh, fresh=fresh, timeout=TIMEOUT)
+    return sorted(results, key=lambda r: r.unit.start_line)
 
 
 async def test_the_second_person_gets_every_unit_from_the_store_with_nothing_generated(team_daemon, team, tmp_path):
@@ -108,12 +106,12 @@ async def test_the_second_person_gets_every_unit_from_the_store_with_nothing_gen
         await alice.close()
         await bob.close()
     assert [r.unit.name for r in second] == ["first", "second", "third"]
-    assert all(r.stats["generated_tokens"] > 0 and not r.stats.get("from_store") for r in first)
+    assert all(r.stats.generated_tokens > 0 and not r.stats.from_store for r in first)
     for mine, theirs in zip(first, second, strict=True):
         assert not theirs.cached  # not from bob's own cache: he never audited it
-        assert theirs.stats["from_store"] is True and theirs.stats["generated_tokens"] == 0
-        assert theirs.stats["prompt_tokens"] == 0 and theirs.stats["finish_reason"] == "stop"
-        assert theirs.stats["stored"]["generated_tokens"] == mine.stats["generated_tokens"]
+        assert theirs.stats.from_store and theirs.stats.generated_tokens == 0
+        assert theirs.stats.prompt_tokens == 0 and theirs.stats.cut_short is None
+        assert theirs.stats.raw["stored"]["generated_tokens"] == mine.stats.generated_tokens
         assert theirs.findings == mine.findings and len(theirs.findings) == 1
     assert bob.counters.tokens == 0 and alice.counters.tokens > 0
     assert (bob.counters.from_store, alice.counters.from_store) == (3, 0)
@@ -122,7 +120,7 @@ async def test_the_second_person_gets_every_unit_from_the_store_with_nothing_gen
 async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_path):
     alice = auditor(team_daemon.endpoint, team, "alice", tmp_path)
     try:  # the store holds this file's units
-        assert all(r.stats.get("from_store") or r.stats["generated_tokens"] for r in await audit_file(alice))
+        assert all(r.stats.from_store or r.stats.generated_tokens for r in await audit_file(alice))
     finally:
         await alice.close()
     carol = team.wire(team_daemon.endpoint, "carol")
@@ -140,7 +138,7 @@ async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_
     later = auditor(team_daemon.endpoint, team, "carol", tmp_path)  # a new connection is refused at the handshake
     try:
         with pytest.raises(BackendUnavailable) as err:
-            await asyncio.wait_for(later.connect(), TIMEOUT)
+            await asyncio.wait_for(later.connections[0].ensure(), TIMEOUT)
         assert err.value.code == "unauthorized"
     finally:
         await later.close()
@@ -157,7 +155,7 @@ async def test_a_re_audit_is_fresh_and_the_store_survives_a_restart_private(
         fresh = await asyncio.wait_for(audit_file(bob, fresh=True), TIMEOUT)
     finally:
         await bob.close()
-    assert all(r.stats["generated_tokens"] > 0 and not r.stats.get("from_store") for r in fresh)
+    assert all(r.stats.generated_tokens > 0 and not r.stats.from_store for r in fresh)
 
     assert stat.S_IMODE(store_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(store_file.parent.stat().st_mode) == 0o700
@@ -167,4 +165,4 @@ async def test_a_re_audit_is_fresh_and_the_store_survives_a_restart_private(
             after = await asyncio.wait_for(audit_file(alice), TIMEOUT)
         finally:
             await alice.close()
-    assert all(r.stats["from_store"] and r.stats["generated_tokens"] == 0 for r in after)
+    assert all(r.stats.from_store and r.stats.generated_tokens == 0 for r in after)

@@ -20,7 +20,7 @@ from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from tests.support.fake_auditor import FakeScript
+from tests.support.fake_daemon import FakeScript
 
 WAIT = 60.0  # seconds: an audit on the tiny model on 2 busy cores takes a few
 
@@ -161,7 +161,7 @@ async def editor(
 ) -> AsyncIterator[Editor]:
     """``settings`` go as initializationOptions; ``configuration`` (when given) is the ``k3lsp`` section the client
     answers workspace/configuration with; ``capabilities`` replace the profile's; with ``fake``, the server's
-    auditor is the fake answering from that script (tests/support/fake_auditor.py), not the daemons."""
+    auditor is the fake answering from that script (tests/support/fake_daemon.py), not the daemons."""
     command = fake.server if fake is not None else [sys.executable, "-m", "k3lsp.cli"]
     config = ClientServerConfig(
         server_command=command,

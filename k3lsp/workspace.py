@@ -1,0 +1,129 @@
+"""``k3lsp.auditWorkspace``: every C file of the workspace at background priority, a kernel tree included.
+
+The files come in the order a person wants them: the files open in the editor, then the rest by when they
+last changed, newest first. ``maxWorkspaceFiles`` bounds how many (0: no bound); what a bound leaves out is
+said in one message. The file list is walked off the event loop. A file's audit is an ordinary run of the
+audit core at background priority, a few files at once so the daemons always have units to batch; the
+server keeps a document only for files with something to show (a finding or a refusal), so 50,000 files
+audited cost 50,000 cache rows and no more server memory than their findings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lsprotocol import types as lsp
+from pygls.uris import from_fs_path, to_fs_path
+
+from k3lsp.options import Options, admitted_files
+from k3lsp.run import Target
+from k3lsp.wire.protocol import Priority
+
+if TYPE_CHECKING:
+    from k3lsp.session import Session
+
+SHUTTING_DOWN = "the server is shutting down"
+FILES_AT_ONCE = 4  # files whose units are queued together: enough for the daemons to batch, few enough to stop
+
+
+@dataclass(frozen=True)
+class WorkspaceReport:
+    """The answer of ``k3lsp.auditWorkspace``."""
+
+    files: int = 0  # files audited (or looked up)
+    error: str | None = None
+    left_out: int = 0  # files beyond maxWorkspaceFiles, not audited
+
+
+def ordered_files(root: Path, options: Options, open_paths: set[Path]) -> list[Path]:
+    """The admitted files of the workspace, open ones first, then by modification time, newest first."""
+
+    def mtime(path: Path) -> float:
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return 0.0
+
+    files = list(admitted_files(root, root, options))
+    return sorted(files, key=lambda p: (p not in open_paths, -mtime(p)))
+
+
+def left_out_note(files: list[Path], root: Path, bound: int) -> str:
+    """What ``maxWorkspaceFiles`` leaves out, by top-level folder, largest first."""
+    folders: dict[str, int] = {}
+    for path in files[bound:]:
+        rel = path.relative_to(root).parts
+        top = rel[0] if len(rel) > 1 else "."
+        folders[top] = folders.get(top, 0) + 1
+    biggest = ", ".join(f"{name}/ ({n})" for name, n in sorted(folders.items(), key=lambda kv: -kv[1])[:8])
+    return (
+        f"k3 workspace audit: {len(files) - bound:,} of {len(files):,} files left out by maxWorkspaceFiles "
+        f"({bound:,}): {biggest}. Raise the setting, or set it to 0, to audit them."
+    )
+
+
+async def audit(session: Session) -> WorkspaceReport:
+    root = session.root
+    if session.closing:
+        return WorkspaceReport(error=SHUTTING_DOWN)
+    if root is None:
+        return WorkspaceReport(error="no workspace folder is open")
+    opened = {Path(to_fs_path(uri) or uri) for uri in session.ls.workspace.text_documents}
+    files = await asyncio.to_thread(ordered_files, root, session.options, opened)
+    bound = session.options.max_workspace_files
+    left_out = max(0, len(files) - bound) if bound else 0
+    if left_out:
+        session.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
+        files = files[:bound]
+    done = 0
+    async with session.progress_bar("k3 audit workspace", len(files)) as report:
+        queue: asyncio.Queue[Path] = asyncio.Queue()
+        for path in files:
+            queue.put_nowait(path)
+        stop: list[str] = []
+
+        async def worker() -> None:
+            nonlocal done
+            while not queue.empty() and not stop and not session.closing:
+                path = queue.get_nowait()
+                error = await audit_file(session, root, path)
+                done += 1
+                report(done, f"{done}/{len(files)} files ({path.relative_to(root).as_posix()})")
+                if error is not None and not session.pool.state.state.usable:
+                    stop.append(error)
+
+        await asyncio.gather(*(worker() for _ in range(FILES_AT_ONCE)))
+    if session.closing:
+        return WorkspaceReport(files=done, error=SHUTTING_DOWN, left_out=left_out)
+    return WorkspaceReport(files=done, error=stop[0] if stop else None, left_out=left_out)
+
+
+async def audit_file(session: Session, root: Path, path: Path) -> str | None:
+    """One file of a workspace audit; an open document goes through the editor's own audit (its task, its
+    text). Returns why units were left, if they were."""
+    uri = from_fs_path(str(path)) or path.as_uri()
+    if uri in session.ls.workspace.text_documents:
+        return (await session.audit_and_wait(uri, priority=Priority.BACKGROUND)).error
+    try:
+        text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"cannot read {path}: {exc}"
+    relpath = path.relative_to(root).as_posix()
+    split = await session.split(text)
+    run = session.pool.audit([Target(root, relpath, u) for u in split], priority=Priority.BACKGROUND)
+    results = {}
+    refusals = {}
+    async for result in run.audited():
+        results[result.unit.key] = result.findings
+        if result.refusal is not None:
+            refusals[result.unit.key] = result.refusal
+    if any(results.values()) or refusals or uri in session.docs:
+        doc = session.document(uri)
+        for key, found in results.items():
+            doc.record(key, found, refusals.get(key))
+        await session.republish(doc)
+    return run.summary.unavailable if run.summary.left else None
