@@ -45,6 +45,12 @@ def default_endpoint() -> str:
     return os.environ.get("K3LSP_ENDPOINT") or local.default_endpoint()
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    """A send nobody awaits: its failure (nothing connected) is the expected outcome, not a lost error."""
+    if not future.cancelled():
+        future.exception()
+
+
 class BackendError(CodedError):
     """The daemon could not serve a request. ``code`` says why, for programs: one of :class:`ErrorCode` (the one
     list of codes, each with its kind; docs/protocol.md explains them), either the client's own, for what
@@ -251,17 +257,26 @@ class BackendClient:
     async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
         """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout.
 
-        With ``IMMEDIATE`` set, libzmq queues a message only to a completed connection, so a send to a daemon
-        that is not there waits for one: bounded here, never for ever."""
+        With ``IMMEDIATE`` set, libzmq queues a message only to a completed connection, so a daemon that is not
+        there makes the socket unwritable: wait (bounded) until it can take the message, then hand it over
+        without blocking. (A send that is cancelled on a timeout instead leaves pyzmq's own future behind,
+        which fails later with nobody to see it.)"""
         if self._sock is None:
             raise BackendError(ErrorCode.DOWN, "not connected")
         frame = protocol.encode(protocol.make(kind, msg_id, **fields))
+        timeout = self.options.connect_timeout
         try:
-            await asyncio.wait_for(self._sock.send(frame), self.options.connect_timeout)
-        except TimeoutError as exc:
+            writable = await self._sock.poll(int(timeout * 1000), zmq.POLLOUT)
+            if writable:
+                await self._sock.send(frame, zmq.NOBLOCK)
+        except zmq.Again:  # the connection went between the poll and the send
+            writable = 0
+        if not writable:
             raise self._handshake_error or BackendError(
-                ErrorCode.UNREACHABLE, f"the audit daemon at {self.options.endpoint} is not reachable"
-            ) from exc
+                ErrorCode.UNREACHABLE,
+                f"the audit daemon at {self.options.endpoint} is not reachable "
+                f"(nothing took a message within {timeout:g} s)",
+            )
 
     def send_nowait(self, kind: str, msg_id: str, **fields: Any) -> bool:
         """Send a message nobody waits on (a ``cancel``) if the socket takes it at once; False when it does not
@@ -269,10 +284,11 @@ class BackendClient:
         if self._sock is None:
             return False
         try:
-            self._sock.send(protocol.encode(protocol.make(kind, msg_id, **fields)), zmq.NOBLOCK)
-        except zmq.ZMQError:  # zmq.Again when nothing is connected; a closed socket otherwise
+            sent = self._sock.send(protocol.encode(protocol.make(kind, msg_id, **fields)), zmq.NOBLOCK)
+        except zmq.ZMQError:  # a closed socket
             return False
-        return True
+        sent.add_done_callback(_retrieved)  # zmq.Again, when nothing is connected, fails the future: seen here
+        return not (sent.done() and not sent.cancelled() and sent.exception() is not None)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -295,13 +311,23 @@ class BackendClient:
         opts = self.options
         while True:
             await asyncio.sleep(opts.liveness_interval)
-            if not any(not k.startswith("ping-") for k in self._queues):
-                self._last_heard = loop.time()
+            if not self._busy():
                 continue
             with contextlib.suppress(BackendError):
                 await self._one("ping", opts.liveness_interval, prefix="ping-")
             if loop.time() - self._last_heard > opts.liveness_timeout:
                 self._fail_all(ErrorCode.DOWN, f"the audit daemon at {opts.endpoint} stopped answering")
+
+    def _busy(self) -> bool:
+        return any(not k.startswith("ping-") for k in self._queues)
+
+    def _request_queue(self, msg_id: str) -> asyncio.Queue[dict]:
+        """The queue of a new request. The silence the liveness check measures starts now if nothing was open:
+        what the daemon said (or did not) before this request cannot fail it."""
+        if not self._busy() and not msg_id.startswith("ping-"):
+            self._last_heard = asyncio.get_running_loop().time()
+        queue = self._queues[msg_id] = asyncio.Queue()
+        return queue
 
     def _fail_all(self, code: str, message: str) -> None:
         for msg_id, queue in list(self._queues.items()):
@@ -310,7 +336,7 @@ class BackendClient:
     async def _one(self, kind: str, timeout: float, prefix: str = "", **fields: Any) -> dict:
         """A request with exactly one reply (hello, ping, status)."""
         msg_id = prefix + self.new_id()
-        queue = self._queues[msg_id] = asyncio.Queue()
+        queue = self._request_queue(msg_id)
         try:
             await self.send(kind, msg_id, **fields)
             return await asyncio.wait_for(queue.get(), timeout)
@@ -346,7 +372,7 @@ class BackendClient:
         Leaving the loop early (break, task cancellation) cancels the request on the daemon.
         """
         msg_id = self.new_id()
-        queue = self._queues[msg_id] = asyncio.Queue()
+        queue = self._request_queue(msg_id)
         finished = False
         try:
             await self.send(kind, msg_id, **fields)

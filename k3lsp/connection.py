@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,9 @@ from k3lsp.replies import LoadProgress, Welcome, loading_of
 from k3lsp.wire import sanitize
 from k3lsp.wire.address import ResultKey
 from k3lsp.wire.cache import ResultCache
-from k3lsp.wire.protocol import CodedError, ConnState, state_for
+from k3lsp.wire.protocol import CodedError, ConnState, ErrorCode, state_for
+
+log = logging.getLogger(__name__)
 
 LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading its model
 CONNECT_TIMEOUT = 3.0  # seconds for a hello: a daemon that is up answers in milliseconds
@@ -127,6 +130,8 @@ class Connection:
         return BackendState(self._state, queued, self.running, self._message, self._percent)
 
     def _set(self, state: ConnState, message: str, percent: int | None = None) -> None:
+        if state is not self._state:
+            log.info("%s: %s (%s)", self.endpoint, state, sanitize.line(message))
         self._state, self._message, self._percent = state, sanitize.line(message), percent  # it quotes the daemon
         self._on_change()
 
@@ -162,14 +167,27 @@ class Connection:
 
     # --- hello -------------------------------------------------------------------------------------------
 
-    async def ensure(self) -> Welcome:
+    async def ensure(self, fresh: bool = False) -> Welcome:
         """The daemon's welcome, saying hello if it has not answered since its last failure; one hello at a time
-        however many wait. Raises BackendUnavailable (the state says why)."""
+        however many wait. Raises BackendUnavailable (the state says why).
+
+        ``fresh``: a hello already on its way when this was asked may have been sent before the daemon came back
+        (it waits out the connect timeout for a socket that only now listens): when it fails, one more hello is
+        said, so the trigger that asks (a save after a restart) finds the daemon that is there now."""
         if self._state.usable and self.welcome is not None:
             return self.welcome
         if self._hello is None:
-            self._hello = tasks.background(self._say_hello(), f"the hello to {self.endpoint}", BackendUnavailable)
-        return await asyncio.shield(self._hello)
+            return await asyncio.shield(self._start_hello())
+        try:
+            return await asyncio.shield(self._hello)
+        except BackendUnavailable:
+            if not fresh:
+                raise
+        return await self.ensure()
+
+    def _start_hello(self) -> asyncio.Task:
+        self._hello = tasks.background(self._say_hello(), f"the hello to {self.endpoint}", BackendUnavailable)
+        return self._hello
 
     async def _say_hello(self) -> Welcome:
         self._set(ConnState.CONNECTING, f"connecting to {self.endpoint}")
@@ -177,6 +195,9 @@ class Connection:
             reply = await self._transport.connect()
         except BackendError as exc:
             raise self.failed(exc.code, str(exc)) from exc
+        except Exception as exc:  # a fault of ours must not leave the state at "connecting" for ever
+            log.exception("the hello to %s failed", self.endpoint)
+            raise self.failed(ErrorCode.DOWN, f"the hello failed: {type(exc).__name__}: {exc}") from exc
         finally:
             self._hello = None
         self.welcome = welcome = Welcome.of(reply)

@@ -259,7 +259,7 @@ class Pool:
             for conn in idle:
                 tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)
         else:
-            await asyncio.gather(*(c.ensure() for c in idle), return_exceptions=True)
+            await asyncio.gather(*(c.ensure(fresh=True) for c in idle), return_exceptions=True)
         return self.usable()
 
     def answer_keys(self) -> list[ResultKey]:
@@ -269,6 +269,14 @@ class Pool:
         return [c.result_key for c in ordered if c.result_key is not None]
 
     # --- audits ------------------------------------------------------------------------------------------
+
+    def cached(self, targets: Sequence[Target], priority: Priority) -> list[UnitResult]:
+        """What the cache knows of these targets now (counted as looked up), asking no daemon: an opened file's
+        findings, shown at once."""
+        hits = self.lookup(targets, priority).hits
+        self.counters.units += len(targets)
+        self.counters.cached += sum(hit.refusal is None for hit in hits)
+        return hits
 
     def lookup(self, targets: Sequence[Target], priority: Priority, *, force: bool = False) -> Lookup:
         """What the cache answers now, without asking any daemon (a daemon that answered before is remembered:
@@ -438,7 +446,7 @@ class Pool:
         }
         if len(self.connections) > 1:
             out["endpoints"] = {c.endpoint: asdict(c.status_line()) for c in self.connections}
-        connected = [c for c in self.connections if c.state is ConnState.CONNECTED]
+        connected = self.usable()
         if not connected:
             for conn in self.connections:
                 tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)

@@ -102,6 +102,7 @@ class Session:
         self.root: Path | None = None
         self._tasks: set[asyncio.Task] = set()
         self._shown_state = ConnState.DISCONNECTED
+        self._told_down = False  # the user was told the daemons are unusable, and not yet that they are back
         self._sent_state: dict | None = None
         self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
         self._settings_read: asyncio.Future | None = None
@@ -198,8 +199,10 @@ class Session:
             self.message(
                 f"{state.message}. Showing cached findings; retrying on the next audit.", lsp.MessageType.Warning
             )
-        elif state.state is ConnState.CONNECTED and self._shown_state.failed:
+            self._told_down = True
+        elif state.state is ConnState.CONNECTED and self._told_down:  # back, perhaps after a load
             self.message(f"k3 audit backend is back: {state.message}")
+            self._told_down = False
         self._shown_state = state.state
 
     def _tool_used(self, request: dict, ok: bool, answer: str) -> None:
@@ -324,7 +327,7 @@ class Session:
         targets = await self._targets(doc)
         if targets is None:
             return
-        for hit in self.pool.lookup(targets, Priority.INTERACTIVE).hits:
+        for hit in self.pool.cached(targets, Priority.INTERACTIVE):
             doc.record(hit.unit.key, hit.findings, hit.refusal)
         await self.republish(doc)
         if not self._closing:

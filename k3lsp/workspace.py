@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
+from k3lsp import units
 from k3lsp.options import Options, admitted_files
 from k3lsp.run import Target
 from k3lsp.wire.protocol import Priority
@@ -66,6 +67,13 @@ def left_out_note(files: list[Path], root: Path, bound: int) -> str:
     )
 
 
+@dataclass
+class _Tally:
+    files: int = 0
+    incomplete: int = 0  # units cut short, over every file
+    stop: str | None = None  # why the audit stopped early: no daemon is usable
+
+
 async def audit(session: Session) -> WorkspaceReport:
     root = session.root
     if session.closing:
@@ -79,51 +87,55 @@ async def audit(session: Session) -> WorkspaceReport:
     if left_out:
         session.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
         files = files[:bound]
-    done = 0
+    tally = _Tally()
     async with session.progress_bar("k3 audit workspace", len(files)) as report:
         queue: asyncio.Queue[Path] = asyncio.Queue()
         for path in files:
             queue.put_nowait(path)
-        stop: list[str] = []
 
         async def worker() -> None:
-            nonlocal done
-            while not queue.empty() and not stop and not session.closing:
+            while not queue.empty() and tally.stop is None and not session.closing:
                 path = queue.get_nowait()
-                error = await audit_file(session, root, path)
-                done += 1
-                report(done, f"{done}/{len(files)} files ({path.relative_to(root).as_posix()})")
+                error, incomplete = await audit_file(session, root, path)
+                tally.files += 1
+                tally.incomplete += incomplete
+                report(tally.files, f"{tally.files}/{len(files)} files ({path.relative_to(root).as_posix()})")
                 if error is not None and not session.pool.state.state.usable:
-                    stop.append(error)
+                    tally.stop = error
 
         await asyncio.gather(*(worker() for _ in range(FILES_AT_ONCE)))
-    if session.closing:
-        return WorkspaceReport(files=done, error=SHUTTING_DOWN, left_out=left_out)
-    return WorkspaceReport(files=done, error=stop[0] if stop else None, left_out=left_out)
+    if tally.incomplete:
+        session.message(
+            f"k3 workspace audit: {tally.incomplete:,} units were cut short (findings there may be missing); not "
+            "cached, they are audited again next time.",
+            lsp.MessageType.Warning,
+        )
+    error = SHUTTING_DOWN if session.closing else tally.stop
+    return WorkspaceReport(files=tally.files, error=error, left_out=left_out)
 
 
-async def audit_file(session: Session, root: Path, path: Path) -> str | None:
-    """One file of a workspace audit; an open document goes through the editor's own audit (its task, its
-    text). Returns why units were left, if they were."""
+async def audit_file(session: Session, root: Path, path: Path) -> tuple[str | None, int]:
+    """One file of a workspace audit: (why units were left, if they were; units cut short). An open document
+    goes through the editor's own audit (its task, its text, its messages)."""
     uri = from_fs_path(str(path)) or path.as_uri()
     if uri in session.ls.workspace.text_documents:
-        return (await session.audit_and_wait(uri, priority=Priority.BACKGROUND)).error
+        report = await session.audit_and_wait(uri, priority=Priority.BACKGROUND)
+        return report.error, 0
     try:
         text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
     except OSError as exc:
-        return f"cannot read {path}: {exc}"
+        return f"cannot read {path}: {exc}", 0
     relpath = path.relative_to(root).as_posix()
     split = await session.split(text)
+    note = units.fallback_note(split)
+    if note is not None:
+        session.message(f"{relpath}: {note}", lsp.MessageType.Warning)
     run = session.pool.audit([Target(root, relpath, u) for u in split], priority=Priority.BACKGROUND)
-    results = {}
-    refusals = {}
-    async for result in run.audited():
-        results[result.unit.key] = result.findings
-        if result.refusal is not None:
-            refusals[result.unit.key] = result.refusal
-    if any(results.values()) or refusals or uri in session.docs:
+    results = [r async for r in run.audited()]
+    if any(r.findings or r.refusal for r in results) or uri in session.docs:  # only files with something to show
         doc = session.document(uri)
-        for key, found in results.items():
-            doc.record(key, found, refusals.get(key))
+        for r in results:
+            doc.record(r.unit.key, r.findings, r.refusal)
         await session.republish(doc)
-    return run.summary.unavailable if run.summary.left else None
+    summary = run.summary
+    return (summary.unavailable if summary.left else None), len(summary.incomplete)

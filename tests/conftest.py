@@ -7,10 +7,14 @@ is paid once per machine, not once per process.
 
 Markers (CONTRIBUTING.md lists the tiers): ``daemon``, ``pair`` and ``editors`` are given here by directory and
 by fixture, so that no test can forget its own; ``logic`` marks every test on the fake auditor (the ``fake``
-fixture); ``fuzz`` marks every hypothesis test.
+fixture); ``fuzz`` marks every hypothesis test. Every test fails when asyncio reports the failure of a task that
+nobody awaited (``lost_task_failures``): such a failure is seen only when the task is collected, long after it
+mattered.
 """
 
+import gc
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +69,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("logic")
         if is_hypothesis_test(getattr(item, "obj", None)):
             item.add_marker("fuzz")
+
+
+LOST = ("exception was never retrieved", "Task was destroyed but it is pending")
+
+
+@pytest.fixture(autouse=True)
+def lost_task_failures(caplog):
+    """Fail a test in whose process a task's failure went unretrieved (asyncio logs it when the task is
+    collected: collected here, before the check). Servers started by a test are checked by their own harness
+    (tests/support/lsp.py reads the server's stderr)."""
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    yield
+    gc.collect()
+    records = [r for phase in ("setup", "call", "teardown") for r in caplog.get_records(phase)]
+    lost = [r.getMessage() for r in records if r.name == "asyncio" and any(s in r.getMessage() for s in LOST)]
+    assert not lost, f"a background task failed and nobody saw it: {lost}"
 
 
 @pytest.fixture(scope="session")

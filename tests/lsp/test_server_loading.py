@@ -25,7 +25,8 @@ async def test_the_server_shows_the_backend_loading_then_audits(tiny_model, tmp_
                 until=launch.LISTENING,
                 args=[*scripted.DAEMON_ARGS, "--load-pace", "1.0"],
             ):
-                uri = ed.open("demo.c")
+                uri = ed.open("demo.c")  # the server says hello in the background: the daemon answers, loading
+                await ed.wait_for(lambda: ed.status_notes and ed.status_notes[-1]["state"] == "loading")
                 status = await ed.status()  # asks the daemon itself, while it loads
                 assert status["backend"]["state"] == "loading", status
                 assert 0 <= status["backend"]["loading"]["percent"] < 100

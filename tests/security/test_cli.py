@@ -120,6 +120,6 @@ def test_batch_audit_with_keys(curve_daemon, keyring, tmp_path):
     ]
     good = run(*args, "--client-key", str(keyring.clients["alice"][1]), env=env)
     assert good.returncode == 0, good.stderr + good.stdout
-    bad = run(*args, "--client-key", str(keyring.clients["mallory"][1]), env=env)
+    bad = run(*args, "--client-key", str(keyring.clients["mallory"][1]), env={"K3LSP_CACHE_DIR": str(tmp_path / "m")})
     assert bad.returncode == 2
     assert "refused this client's key" in bad.stdout + bad.stderr

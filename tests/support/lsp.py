@@ -50,7 +50,10 @@ PROFILES: dict[str, Callable[[], lsp.ClientCapabilities]] = {
     "vscode": lambda: client_capabilities("visual-studio-code"),  # 1.65: push
     "neovim": lambda: client_capabilities("neovim@v0.11.0"),  # pulls, but cannot be asked to re-pull: push
     "pull": pull_capabilities,
+    "emacs": lambda: client_capabilities("emacs@v29.1"),  # push; and no handler for k3lsp/status (as eglot)
 }
+WITHOUT_STATUS_VIEW = {"emacs"}  # profiles whose client ignores the k3lsp/status notification
+LOST_EXCEPTIONS = ("exception was never retrieved", "Task was destroyed but it is pending")
 
 
 class Editor:
@@ -64,6 +67,11 @@ class Editor:
         self.published: list[tuple[str, list[lsp.Diagnostic]]] = []  # every publishDiagnostics, in order
         self.configuration_reads = 0  # workspace/configuration requests the server made
         self.capabilities: lsp.ServerCapabilities | None = None  # what the server answered to `initialize`
+        self.stderr: list[str] = []  # the server's stderr lines so far
+
+    def shown(self, kind: lsp.MessageType) -> list[str]:
+        """The window/showMessage texts of one type, in order: what every client shows a person."""
+        return [m.message for m in self.client.messages if m.type == kind]
 
     def uri(self, name: str) -> str:
         return (self.root / name).as_uri()
@@ -170,9 +178,9 @@ async def editor(
     client = await asyncio.wait_for(config.start(), WAIT)
     _tell_code_actions_from_commands(client)
     clean = False
+    ed = Editor(client, root, pull=profile == "pull")
+    _record_stderr(client, ed.stderr)
     try:
-        ed = Editor(client, root, pull=profile == "pull")
-
         # pytest-lsp's own handlers keep only the last publish and answer configuration silently: count both.
         features = client.protocol.fm.features
         keep_last, answer = features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS], features[lsp.WORKSPACE_CONFIGURATION]
@@ -188,10 +196,12 @@ async def editor(
         features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = on_publish
         features[lsp.WORKSPACE_CONFIGURATION] = on_configuration
 
-        @client.feature("k3lsp/status")
-        def on_status(params: Any) -> None:
-            # pygls hands unknown methods' params over as a namedtuple-like object
-            ed.status_notes.append(params if isinstance(params, dict) else params._asdict())
+        if profile not in WITHOUT_STATUS_VIEW:
+
+            @client.feature("k3lsp/status")
+            def on_status(params: Any) -> None:
+                # pygls hands unknown methods' params over as a namedtuple-like object
+                ed.status_notes.append(params if isinstance(params, dict) else params._asdict())
 
         if configuration is not None:
             client.set_configuration(configuration, section="k3lsp")
@@ -213,3 +223,22 @@ async def editor(
         if server is not None and server.returncode is None:
             server.kill()
         await asyncio.wait_for(client.stop(), WAIT)
+    lost = [line for line in ed.stderr if any(s in line for s in LOST_EXCEPTIONS)]
+    assert not lost, f"the server lost the failure of a background task: {lost}"
+
+
+def _record_stderr(client: LanguageClient, lines: list[str]) -> None:
+    """Keep the server's stderr lines (and still forward them, as pytest-lsp does): a test can read them, and
+    the end of every session checks that no background task's failure went unretrieved."""
+    forwarder = client._stderr_forwarder
+    server = client._server
+    if forwarder is None or server is None or server.stderr is None:
+        return
+    forwarder.cancel()
+
+    async def forward() -> None:
+        while (line := await server.stderr.readline()) != b"":
+            lines.append(line.decode(errors="replace"))
+            sys.stderr.buffer.write(line)
+
+    client._stderr_forwarder = asyncio.ensure_future(forward())
