@@ -22,28 +22,34 @@ brace) and its ``{``; preprocessor lines are skipped, not ends. The header says 
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from k3lsp.kernelc import MAX_NESTING, TooDeep, directives
+from k3lsp.kernelc import MAX_NESTING, TooDeep, directives, is_container
 
+NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
+_CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
+_KR_PARAMETERS = re.compile(rb"[A-Za-z_]\w*\s*\(\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*\)(?=\s*[A-Za-z_])")
 _CALL = re.compile(rb"([A-Za-z_]\w*)\s*\(")
+_COMPARISON = re.compile(rb"operator\s*[=!<>+\-*/%&|^]*=|[=!<>]=|==")
 _SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
 _MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # SYSCALL_DEFINE3, BPF_CALL_2, DEFINE_SHOW_ATTRIBUTE
 _IDENT_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_SPACE = frozenset(b" \t\r\n\f\v")
-_OPERATOR_CHARS = frozenset(b"=!<>+-*/%&|^~[],")
-_EXTERN = re.compile(rb"(?:^|\s)extern\s*\"[^\"]*\"\s*$")
-_CPP_CONTAINER = re.compile(rb"(?:^|[\s>])(?:namespace|class|struct|union)\b[^()=]*$|^\s*namespace\s*$")
+_SPACE = frozenset(b" \t\r\n\f\v\\")  # a backslash: what is left of a comment's line ends (kernelc)
+_CPP_TRAILING = _IDENT_CHARS | frozenset(b"&*<>:,-")  # `const & noexcept`, `-> std::size_t`
+_OPERATOR = re.compile(rb"\boperator\b\s*(\(\)|[^;{}()]{1,40}?)\s*$")
 _ACCESS = re.compile(rb"\s*(?:(?:public|private|protected|signals|slots|Q_SLOTS)\s*:(?!:)\s*)+")
 # Words that can stand before a parenthesis without being a function's name.
 _NOT_NAMES = frozenset(
     b"if else for while do switch case return sizeof typeof __typeof__ __typeof alignof _Alignof "
     b"__alignof__ asm __asm__ __asm volatile __volatile__ goto default _Generic defined __attribute__ "
-    b"static_assert _Static_assert decltype noexcept throw new delete".split()
+    b"static_assert _Static_assert _Atomic _Alignas".split()
 )
+_NOT_NAMES_CPP = _NOT_NAMES | frozenset(b"decltype noexcept throw new delete operator alignas".split())
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,9 @@ def top_level(text: bytes, cpp: bool = False) -> list[Block]:
     """The top-level blocks of a normalised text, in order (raises TooDeep beyond MAX_NESTING braces)."""
     spans = [(s, e) for s, e, _ in directives(text)]
     blocks: list[Block] = []
-    containers = 0
+    containers: list[str] = []  # the classes open around this point ("" for other containers)
     depth = 0
+    recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
     item = 0  # where the current top-level item began
     opened = 0
     d = 0  # the next directive that may hold a token
@@ -81,77 +88,91 @@ def top_level(text: bytes, cpp: bool = False) -> list[Block]:
             elif c == 0x7D:
                 depth -= 1
                 if not depth:
-                    blocks.append(_block(text, spans, item, opened, p, cpp))
+                    blocks.append(_block(text, spans, item, opened, p, cpp, _scope(containers), recent))
                     item = p + 1
+                    recent = []
         elif c == 0x3B:
+            recent.append(item)
             item = p + 1
         elif c == 0x7D:
-            containers = max(0, containers - 1)  # a container's end (or a stray brace)
+            if containers:  # a container's end (or a stray brace)
+                containers.pop()
             item = p + 1
-        elif _is_container(text[item:p], cpp):
-            containers += 1
-            if containers > MAX_NESTING:
+            recent = []
+        elif is_container(text[item:p], cpp):
+            cls = _CLASS.search(text, item, p) if cpp else None
+            containers.append(cls.group(1).decode("utf-8", "replace") if cls else "")
+            if len(containers) > MAX_NESTING:
                 raise TooDeep
             item = p + 1
+            recent = []
         else:
             depth, opened = 1, p
     if depth:
-        blocks.append(_block(text, spans, item, opened, len(text) - 1, cpp))
+        blocks.append(_block(text, spans, item, opened, len(text) - 1, cpp, _scope(containers), recent))
     return blocks
 
 
-def _is_container(header: bytes, cpp: bool) -> bool:
-    return bool(_EXTERN.search(header)) or (cpp and bool(_CPP_CONTAINER.search(header)))
+def _scope(containers: list[str]) -> str:
+    """The qualification of a method defined inside class bodies: ``Outer::Inner::``."""
+    return "".join(f"{c}::" for c in containers if c)
 
 
-def _block(text: bytes, spans: list[tuple[int, int]], item: int, opened: int, close: int, cpp: bool) -> Block:
-    """Read the header text[item:opened] of a block."""
-    header = bytearray(text[item:opened])
-    for s, e in spans:  # directive lines inside the header (`#ifdef X` / `int f(int a)` / `#else` ...)
-        if s < opened and e > item:
-            a, b = max(s, item) - item, min(e, opened) - item
+def _block(
+    text: bytes,
+    spans: list[tuple[int, int]],
+    item: int,
+    opened: int,
+    close: int,
+    cpp: bool,
+    scope: str,
+    recent: list[int],
+) -> Block:
+    """Read the header text[item:opened] of a block; ``recent``: where the `;`-ended items before it began."""
+    params = None
+    if not cpp and b"(" not in text[item:opened]:
+        for start in reversed(recent[-8:]):  # `int f(a, b)` / `int a; char *b;` / `{`: a K&R definition
+            params = _KR_PARAMETERS.search(text, start, text.index(b";", start))
+            if params is not None:
+                item = start
+                break
+    header = bytearray(text[item : params.end() if params is not None else opened])
+    k = max(0, bisect.bisect_right(spans, (item,)) - 1)
+    while k < len(spans) and spans[k][0] < item + len(header):  # directive lines inside the header
+        a, b = max(spans[k][0], item) - item, min(spans[k][1], item + len(header)) - item
+        if b > a:  # (`#ifdef X` / `int f(int a)` / `#else` / `int f(int a, int b)` / `#endif` / `{`)
             header[a:b] = b" " * (b - a)
+        k += 1
     if cpp:
         access = _ACCESS.match(header)
         if access and access.end() > 0:
             header[: access.end()] = b" " * access.end()
-    lead = len(header) - len(header.lstrip())
+    lead = len(header) - len(header.lstrip(bytes(_SPACE)))
     start = item + lead
-    line = text.count(b"\n", 0, start) + 1
-    if lead == len(header):
-        return Block(start, opened, close, "block", f"block@{line}")
-    kind, name = _read(bytes(header), cpp)
-    return Block(start, opened, close, kind, name if name is not None else f"block@{line}")
+    kind, name = _read(bytes(header), cpp) if lead < len(header) else ("block", None)
+    if name is None and kind != "data":  # rare: counting the lines before it is fine
+        return Block(start, opened, close, "block", f"block@{text.count(NEWLINE, 0, start) + 1}")
+    return Block(start, opened, close, kind, scope + (name or ""))
 
 
 def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:
     """What a block's header says: (kind, name); kind data for what is not a function."""
     if cpp:
         header = _without_initialisers(header)
-    if _assigns(header):
+    if _assigns(header, cpp):
         return "data", None
+    trailing = _CPP_TRAILING if cpp else _IDENT_CHARS
     i = len(header) - 1
-    while True:  # trailing words after the parameter list: const, override, OS_WARN_RESULT...
-        while i >= 0 and header[i] in _SPACE:
-            i -= 1
-        if i >= 0 and header[i] in _IDENT_CHARS:
-            while i >= 0 and header[i] in _IDENT_CHARS:
-                i -= 1
-            continue
-        break
+    while i >= 0 and (header[i] in _SPACE or header[i] in trailing):  # const, override, & noexcept, __unused
+        i -= 1
     if i < 0 or header[i] != 0x29:
         return "data", None
     j = _opening(header, i)
     if j is None:
         return "data", None
-    name = _name_before(header, j)
-    if name is None and _before(header, j) == 0x29:  # `(*name(params))(void)`: returns a function pointer
-        k = _last_non_space(header, j - 1)
-        inner = _opening(header, k)
-        if inner is not None:
-            group = header[inner + 1 : k]
-            calls = [m for m in _CALL.finditer(group) if m.group(1) not in _NOT_NAMES]
-            name = calls[-1].group(1).decode("utf-8", "replace") if calls else None
+    name = _name_before(header, j, cpp)
+    if name is None and _before(header, j) == 0x29:
+        name = _inner_name(header, j, cpp)
     if name is None:
         return "data", None
     if cpp or not _MACRO_NAME.match(name):
@@ -163,33 +184,61 @@ def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:
     return "macro_body", f"{name}({arg})" if arg else name
 
 
-def _assigns(header: bytes) -> bool:
-    """An ``=`` outside parentheses (an initialiser), not counting ``operator=``/``==``/``<=``..."""
-    level = 0
+def _inner_name(header: bytes, j: int, cpp: bool) -> str | None:
+    """The name in the group before a parameter list: ``(*name(params))(void)`` (returns a function
+    pointer), ``(name)(params)`` (kept from macro expansion), ``NAME(args)(params)`` (a macro makes it)."""
+    k = _last_non_space(header, j - 1)
+    inner = _opening(header, k)
+    if inner is None:
+        return None
+    group = header[inner + 1 : k]
+    calls = [m.group(1) for m in _CALL.finditer(group) if m.group(1) not in _not_names(cpp)]
+    alone = _IDENT.fullmatch(group.strip(bytes(_SPACE)))
+    word = calls[-1] if calls else alone.group() if alone else None
+    if word is None:
+        return _name_before(header, inner, cpp)
+    return word.decode("utf-8", "replace")
+
+
+def _outside(header: bytes, cpp: bool) -> Iterator[int]:
+    """Positions of the header's bytes outside parentheses (and in C++ outside template brackets), with the
+    ``)`` that closes a group at that level."""
+    level = angle = 0
     for k, c in enumerate(header):
         if c == 0x28:
+            if not level and not angle:
+                yield k
             level += 1
         elif c == 0x29:
             level = max(0, level - 1)
-        elif c == 0x3D and not level:
-            around = header[max(0, k - 12) : k + 2]
-            if not re.search(rb"operator\s*[=!<>+\-*/%&|^]*=|[=!<>]=|==", around):
-                return True
+            if not level and not angle:
+                yield k
+        elif level:
+            continue
+        elif cpp and c == 0x3C and header[k + 1 : k + 2] not in (b"<", b"=") and header[k - 1 : k] != b"<":
+            angle += 1
+        elif cpp and c == 0x3E and angle and header[k - 1 : k] != b"-":
+            angle -= 1
+        elif not angle:
+            yield k
+
+
+def _assigns(header: bytes, cpp: bool) -> bool:
+    """An ``=`` outside parentheses (an initialiser), not counting ``operator=``/``==``/``<=``..."""
+    for k in _outside(header, cpp):
+        if header[k] == 0x3D and not _COMPARISON.search(header[max(0, k - 12) : k + 2]):
+            return True
     return False
 
 
 def _without_initialisers(header: bytes) -> bytes:
     """A C++ constructor's header without its ``: member(x), ...`` list (cut at the first lone ``:`` after a
-    ``)`` outside parentheses)."""
-    level = 0
-    seen_close = False
-    for k, c in enumerate(header):
-        if c == 0x28:
-            level += 1
-        elif c == 0x29:
-            level = max(0, level - 1)
-            seen_close = seen_close or level == 0
-        elif c == 0x3A and not level and seen_close and b":" not in (header[k + 1 : k + 2], header[k - 1 : k]):
+    ``)``, outside parentheses and template brackets)."""
+    closed = False
+    for k in _outside(header, True):
+        c = header[k]
+        closed = closed or c == 0x29
+        if c == 0x3A and closed and b":" not in (header[k + 1 : k + 2], header[k - 1 : k]):
             return header[:k]
     return header
 
@@ -219,37 +268,37 @@ def _before(header: bytes, j: int) -> int | None:
     return header[k] if k >= 0 else None
 
 
-def _name_before(header: bytes, j: int) -> str | None:
+def _name_before(header: bytes, j: int, cpp: bool) -> str | None:
     """The function name right before the parameter list at j: an identifier (C++: qualified, ``~X``,
-    ``operator==``, ``operator()``), or None."""
-    k = _last_non_space(header, j - 1)
-    template = _template_open(header, k)
-    if template is not None:  # f<T>(...)
-        k = _last_non_space(header, template - 1)
-    end = k + 1
-    if k >= 1 and header[k - 1 : k + 1] == b"()":  # operator()
-        k -= 2
-    while k >= 0 and header[k] in _OPERATOR_CHARS:
-        k -= 1
-    operator = k + 1 < end
-    k = _last_non_space(header, k) if operator else k
-    e = k + 1
-    while k >= 0 and header[k] in _IDENT_CHARS:
-        k -= 1
-    word = header[k + 1 : e]
-    if not word or word[0] in b"0123456789" or (operator and word != b"operator"):
-        return None
-    if word in _NOT_NAMES:
-        return None
-    start = k + 1
-    while True:  # qualification: A::B::name, A::~A
+    ``operator==``, ``operator new``, ``operator void*``, ``f<T>``), or None."""
+    operator = _OPERATOR.search(header, max(0, j - 60), j) if cpp else None
+    if operator is not None:
+        tail = re.sub(rb"\s+", b" ", operator.group(1)).strip()
+        k = operator.start() - 1
+        word = b"operator" + (b" " if tail[:1].isalnum() else b"") + tail
+        start = k + 1
+    else:
+        k = _last_non_space(header, j - 1)
+        template = _template_open(header, k)
+        if template is not None:  # f<T>(...)
+            k = _last_non_space(header, template - 1)
+        e = k + 1
+        while k >= 0 and header[k] in _IDENT_CHARS:
+            k -= 1
+        word = header[k + 1 : e]
+        if not word or word[0] in b"0123456789" or word in _not_names(cpp):
+            return None
+        start = k + 1
+    prefix = b""
+    while cpp:  # qualification: A::B::name, A::~A
         q = _last_non_space(header, start - 1)
         if q >= 0 and header[q] == 0x7E:
-            start, q = q, _last_non_space(header, q - 1)
+            start, prefix, q = q, b"~", _last_non_space(header, q - 1)
         if q < 1 or header[q - 1 : q + 1] != b"::":
             break
         q = _last_non_space(header, q - 2)
         template = _template_open(header, q)
+        end = q + 1
         if template is not None:  # X<T>::f
             q = _last_non_space(header, template - 1)
         r = q
@@ -257,8 +306,13 @@ def _name_before(header: bytes, j: int) -> str | None:
             r -= 1
         if r == q:
             break
+        prefix = re.sub(rb"\s+", b"", header[r + 1 : end]) + b"::" + prefix
         start = r + 1
-    return re.sub(rb"\s+", b"", header[start:end]).decode("utf-8", "replace")
+    return (prefix + word).decode("utf-8", "replace")
+
+
+def _not_names(cpp: bool) -> frozenset[bytes]:
+    return _NOT_NAMES_CPP if cpp else _NOT_NAMES
 
 
 def _template_open(header: bytes, close: int) -> int | None:

@@ -4,7 +4,7 @@ A C++ header split as C is one long misread unit (a class body is not a function
 grammar, its inline methods are units and its classes context. The signs are declarations C cannot
 write, looked for on the normalised text (``kernelc.normalise``: comments and literals blanked, so a
 ``class Foo {`` in a comment does not count): a class or namespace definition, a template, an access
-specifier, an out-of-line member definition (``A::f(``), or ``extern "C++"`` (read on the original text,
+specifier, an out-of-line member definition (``A::f(``), a constructor's member initialisers, or ``extern "C++"`` (read on the original text,
 since the normalised one has no string contents).
 """
 
@@ -22,13 +22,15 @@ _SIGNS = re.compile(
     rb")",
     re.M,
 )
+# A constructor's member initialisers, `X(int a) : fA(a), fB(0) {` (also inside `#ifdef __cplusplus` in a C header).
+_INITIALISERS = re.compile(rb"\)\s*:\s*[A-Za-z_]\w*\s*\([^();{}]*\)\s*(?:,\s*[A-Za-z_]\w*\s*\([^();{}]*\)\s*)*\{")
 _MEMBER = re.compile(rb"::~?[A-Za-z_]\w*[ \t]*\(")
 _EXTERN_CPP = re.compile(rb'extern[ \t]+"C\+\+"')
 
 
 def is_cpp(normalised: bytes, original: bytes) -> bool:
     """Whether the file holds C++ declarations (see the module docstring)."""
-    if _SIGNS.search(normalised) or _EXTERN_CPP.search(original):
+    if _SIGNS.search(normalised) or _EXTERN_CPP.search(original) or _INITIALISERS.search(normalised):
         return True
     i = normalised.find(b"::")
     while i > 0:

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from k3lsp import cxx
+
 MAX_NESTING = 200  # #if groups inside each other; real code stays far below (a hostile file nests 1,000 in 13 KB)
 MAX_TABLE_ENTRIES = 2000  # per category of the user's table: a settings typo must not make every split slow
 
@@ -277,7 +279,7 @@ class TooDeep(Exception):
     """A file nests #if groups (or braces) deeper than the splitter follows: split it into line windows."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Macros:
     """The macro table: names and ``*`` globs per kind; ``name()`` also covers the parenthesised arguments."""
 
@@ -288,6 +290,10 @@ class Macros:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_rules", _Rules.build(self))
+
+    def __repr__(self) -> str:
+        added = sum(len(set(getattr(self, k)) - set(getattr(DEFAULT_MACROS, k))) for k in KINDS)
+        return f"the built-in kernel macro table{f' plus {added} entries' if added else ''}"
 
     def extended(self, extra: Mapping[str, tuple[str, ...]]) -> Macros:
         """This table with the user's entries added (the defaults stay: a setting extends, never replaces)."""
@@ -359,13 +365,24 @@ _LITERALS = re.compile(
 )
 _DIRECTIVE = re.compile(rb"[ \t]*#[ \t]*([a-z]*)(?:[^\n\\]|\\.)*", re.S)
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_BRACKETS = re.compile(rb"[{}()]|\Z")
+_EXTERN = re.compile(rb"(?:^|\s)extern\s*\"[^\"]*\"\s*$")
+_CPP_CONTAINER = re.compile(rb"(?:^|[\s>])(?:namespace|class|struct|union)\b[^()=]*$|^\s*namespace\s*$")
 _CONDITIONAL_OPEN = frozenset({b"if", b"ifdef", b"ifndef"})
 _CONDITIONAL_NEXT = frozenset({b"elif", b"else", b"elifdef", b"elifndef"})
 _IF0 = re.compile(rb"[ \t]*#[ \t]*if[ \t]+0[ \t]*$")
 _STATEMENT_BEFORE = frozenset(b";{}):")
 
 
-def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> bytes:
+@dataclass(frozen=True)
+class Normalised:
+    """A file made parseable: the text (same length and lines as the original) and whether it is C++."""
+
+    text: bytes
+    cpp: bool
+
+
+def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
     """The text tree-sitter and the splitter read: same length, same line breaks, kernel idioms made plain C."""
     out = bytearray(data)
     for m in _LITERALS.finditer(data):
@@ -373,9 +390,23 @@ def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> bytes:
         if data[s] in b"\"'":
             s, e = s + 1, e - 1  # keep the quotes: it stays a string (an `extern "C"` stays linkage)
         out[s:e] = out[s:e].translate(_BLANK)
-    _directives(out)
+        n = data.find(b"\n", s, e)
+        while n > s:
+            # A comment over several lines continues a #define it is in (comments go before directives are
+            # read): a backslash at each of its line ends keeps that so (elsewhere it is only whitespace).
+            if out[n - 1] == 0x20:
+                out[n - 1] = 0x5C
+            n = data.find(b"\n", n + 1, e)
+    cpp = cxx.is_cpp(bytes(out), data)
+    _directives(out, cpp)
     _macros(out, macros._rules)
-    return bytes(out)
+    return Normalised(bytes(out), cpp)
+
+
+def is_container(header: bytes, cpp: bool) -> bool:
+    """Whether the code before a ``{`` opens a container whose contents are top level: ``extern "C"``, and in
+    C++ a namespace or a class body (its inline methods are functions)."""
+    return bool(_EXTERN.search(header)) or (cpp and bool(_CPP_CONTAINER.search(header)))
 
 
 def directives(text: bytes) -> list[tuple[int, int, bytes]]:
@@ -395,16 +426,6 @@ def directives(text: bytes) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def _depth_change(text: bytes, start: int, end: int) -> int:
-    """How many braces and parentheses text[start:end] opens, less those it closes."""
-    return (
-        text.count(b"{", start, end)
-        + text.count(b"(", start, end)
-        - text.count(b"}", start, end)
-        - text.count(b")", start, end)
-    )
-
-
 @dataclass
 class _Group:
     """One #if ... #endif group being read."""
@@ -416,52 +437,79 @@ class _Group:
     blanks: bool = False  # it blanked something, or sits inside braces: its directive lines go too
 
 
-def _directives(out: bytearray) -> None:
+def _directives(out: bytearray, cpp: bool) -> None:
     """Blank the directives and branches tree-sitter cannot read (see the module docstring).
 
-    Depth is counted between directives with bytes.count (linear, in C), never below 0; the code of a
-    blanked branch is not counted."""
+    Depth counts the braces and parentheses open in the code kept, less the braces of containers
+    (``extern "C" {``; in C++ namespaces and classes), whose contents are top level."""
     text = bytes(out)
+    spans = directives(text)
     stack: list[_Group] = []
     skipping = 0  # #if groups open inside a blanked branch
-    depth = 0
-    counted = 0  # text before this has been counted (or skipped)
+    brackets: list[bool] = []  # the brackets open: True for a container's brace
+    depth = 0  # of them, those that are not containers
+    last = 0x3B  # the last byte of code before this directive (the file's start counts as a `;`)
     blank: list[tuple[int, int]] = []
-    for s, e, word in directives(text):
-        group = stack[-1] if stack else None
-        if group is None or group.skip_from is None:
-            depth = max(0, depth + _depth_change(text, counted, s))
-        counted = e
-        if skipping:
-            skipping += (word in _CONDITIONAL_OPEN) - (word == b"endif")
+    d = 0
+    for m in _BRACKETS.finditer(text):  # the match at the end flushes the directives after the last bracket
+        p = m.start()
+        while d < len(spans) and spans[d][0] <= p:
+            s, e, word = spans[d]
+            d += 1
+            if not (stack and stack[-1].skip_from is not None):
+                code = text[max(spans[d - 2][1] if d >= 2 else 0, 0) : s].rstrip(b" \t\r\n\f\v\\")
+                last = code[-1] if code else last
+            group = stack[-1] if stack else None
+            if skipping:
+                skipping += (word in _CONDITIONAL_OPEN) - (word == b"endif")
+                continue
+            if group is not None and group.skip_from is not None and word in _CONDITIONAL_OPEN:
+                skipping = 1
+                continue
+            if word in _CONDITIONAL_OPEN:
+                if len(stack) >= MAX_NESTING:
+                    raise TooDeep
+                if0 = bool(_IF0.match(text, s, e)) and depth > 0
+                stack.append(_Group(depth, [(s, e)], taken=not if0, skip_from=e if if0 else None, blanks=depth > 0))
+            elif word in _CONDITIONAL_NEXT and group is not None:
+                group.lines.append((s, e))
+                if group.skip_from is not None:
+                    blank.append((group.skip_from, s))
+                    group.skip_from = None if not group.taken else e
+                    group.taken = True
+                elif group.depth > 0 or depth != group.depth or last not in b";}":
+                    # inside braces, or a branch that leaves them open or stops inside a declaration
+                    # (`int` / `#ifdef A` / `f(int a)` / `#else` / `f(a) int a;` / `#endif` / `{`): the first one
+                    group.skip_from, group.blanks = e, True
+            elif word == b"endif" and group is not None:
+                stack.pop()
+                group.lines.append((s, e))
+                if group.skip_from is not None:
+                    blank.append((group.skip_from, s))
+                if group.blanks:
+                    blank += group.lines
+            elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
+                blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
+        if p >= len(text) or skipping or (stack and stack[-1].skip_from is not None):
             continue
-        if group is not None and group.skip_from is not None and word in _CONDITIONAL_OPEN:
-            skipping = 1
-            continue
-        if word in _CONDITIONAL_OPEN:
-            if len(stack) >= MAX_NESTING:
+        if d and spans[d - 1][0] <= p < spans[d - 1][1]:
+            continue  # a bracket in a directive
+        c = text[p]
+        if c == 0x7B or c == 0x28:
+            container = c == 0x7B and not depth and is_container(_item_before(text, p), cpp)
+            brackets.append(container)
+            depth += not container
+            if depth > 4 * MAX_NESTING:
                 raise TooDeep
-            if0 = bool(_IF0.match(text, s, e)) and depth > 0
-            stack.append(_Group(depth, [(s, e)], taken=not if0, skip_from=e if if0 else None, blanks=depth > 0))
-        elif word in _CONDITIONAL_NEXT and group is not None:
-            group.lines.append((s, e))
-            if group.skip_from is not None:
-                blank.append((group.skip_from, s))
-                group.skip_from = None if not group.taken else e
-                group.taken = True
-            elif group.depth > 0 or depth != group.depth:
-                group.skip_from, group.blanks = e, True
-        elif word == b"endif" and group is not None:
-            stack.pop()
-            group.lines.append((s, e))
-            if group.skip_from is not None:
-                blank.append((group.skip_from, s))
-            if group.blanks:
-                blank += group.lines
-        elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
-            blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
+        elif brackets:
+            depth -= not brackets.pop()
     for s, e in blank:
         out[s:e] = out[s:e].translate(_BLANK)
+
+
+def _item_before(text: bytes, p: int) -> bytes:
+    """The code between the last ``;``, ``{`` or ``}`` before p and p: the header of the brace at p."""
+    return text[max(text.rfind(b";", 0, p), text.rfind(b"{", 0, p), text.rfind(b"}", 0, p)) + 1 : p]
 
 
 def _macros(out: bytearray, rules: _Rules) -> None:

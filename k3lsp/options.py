@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
+from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.protocol import EFFORTS, SEVERITIES
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
@@ -42,6 +43,7 @@ class Options:
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     thinking_effort: str = "auto"
+    kernel_macros: Macros = DEFAULT_MACROS  # what the splitter normalises: the built-in table plus kernelMacros
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -155,6 +157,7 @@ _PARSERS = {
     "include": ("include", _globs),
     "exclude": ("exclude", _globs),
     "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
+    "kernelMacros": ("kernel_macros", Macros.parse),
 }
 
 

@@ -52,7 +52,7 @@ import tree_sitter_c
 import tree_sitter_cpp
 from tree_sitter import Language, Node, Parser
 
-from k3lsp import blocks, cxx, kernelc
+from k3lsp import blocks, kernelc
 from k3lsp.kernelc import DEFAULT_MACROS, MAX_NESTING, Macros
 
 C_LANGUAGE = Language(tree_sitter_c.language())
@@ -208,8 +208,8 @@ def _windows(data: bytes) -> list[Unit]:
 
 
 def _parse(data: bytes, macros: Macros) -> ParsedFile:
-    text = kernelc.normalise(data, macros)
-    cpp = cxx.is_cpp(text, data)
+    normalised = kernelc.normalise(data, macros)
+    text, cpp = normalised.text, normalised.cpp
     found = [b for b in blocks.top_level(text, cpp) if b.kind != "data"]
     spans = _merge(list(_spans(found, data)))
     tree = Parser(CPP_LANGUAGE if cpp else C_LANGUAGE).parse(text)
@@ -463,7 +463,7 @@ def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
         budget -= cost
         return True
 
-    seen = set(IDENT.findall(body)) - {own}
+    seen = (set(IDENT.findall(body)) | set(IDENT.findall(own))) - {own, own.rsplit(b"::", 1)[-1]}  # C++: A::f
     frontier = sorted(seen)
     for depth in range(TRANSITIVE_DEPTH + 1):
         nxt: set[bytes] = set()
