@@ -32,19 +32,20 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tree_sitter import Parser
 
-from k3lsp import blocks, cxx, kernelc, options, units
+from k3lsp import kernelc, options, units
 
 REPO = Path(__file__).resolve().parents[1]
 # Names a unit must never have (a statement keyword; C++ words a broken header may leave).
@@ -52,6 +53,9 @@ KEYWORDS = frozenset(
     "if else for while do switch case return sizeof typeof goto default break continue asm __asm__ struct "
     "union enum typedef static extern inline const volatile".split()
 )
+C11_KEYWORDS = frozenset({"_Atomic", "_Alignas", "_Noreturn", "_Static_assert", "_Thread_local"})
+MACRO = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
 
 
 @dataclass
@@ -136,18 +140,18 @@ def splitter(tree: Path, files: list[Path], list_misses: int) -> None:
         print("universal-ctags not found (apt-get install universal-ctags): no coverage figures")
         return
     read_tags(ctags, tree, results)
-    coverage(tree, results, list_misses)
+    coverage(ctags, tree, results, list_misses)
 
 
 def split_one(path: Path) -> FileResult:
     data = path.read_bytes()
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: other work shares the cores
     split = units.parse(data).units
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     cpp = kernelc.normalise(data).cpp
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     Parser(units.CPP_LANGUAGE if cpp else units.C_LANGUAGE).parse(data)
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     return FileResult(path, len(data), t1 - t0, t3 - t2, split, cpp)
 
 
@@ -156,21 +160,34 @@ def read_tags(ctags: str, tree: Path, results: list[FileResult]) -> None:
     by_path = {str(r.path.relative_to(tree)): r for r in results}
     for language in ("C", "C++"):
         names = [p for p, r in by_path.items() if r.cpp == (language == "C++")]
-        if not names:
-            continue
-        out = subprocess.run(
-            [ctags, f"--language-force={language}", "--output-format=json", "--fields=+ne", "--kinds-C=f"]
-            + ["--kinds-C++=f", "-L", "-", "-o", "-"],
-            input="\n".join(names),
-            capture_output=True,
-            text=True,
-            cwd=tree,
-            check=True,
-        )
-        for line in out.stdout.splitlines():
-            tag = json.loads(line)
-            if tag.get("_type") == "tag" and tag.get("kind") == "function" and tag["path"] in by_path:
+        for tag in run_ctags(ctags, tree, language, names):
+            if tag["path"] in by_path:
                 by_path[tag["path"]].tags.append(Tag(tag["name"], tag["line"], tag.get("end", 0)))
+
+
+def run_ctags(ctags: str, cwd: Path, language: str, names: list[str]) -> Iterator[dict]:
+    """The function tags ctags finds in the files `names` (relative to cwd), read as `language`."""
+    if not names:
+        return
+    out = subprocess.run(
+        [ctags, f"--language-force={language}", "--output-format=json", "--fields=+ne", "--kinds-C=f"]
+        + ["--kinds-C++=f", "-L", "-", "-o", "-"],
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=True,
+    )
+    for line in out.stdout.splitlines():
+        tag = json.loads(line)
+        if tag.get("_type") == "tag" and tag.get("kind") == "function":
+            yield tag
+
+
+def macro_like(name: str, table: kernelc.Macros) -> bool:
+    """A name ctags gives a function that is not one: an upper-case macro, an attribute or statement macro
+    of k3lsp's table, a C11 keyword (`_Atomic(T) *f(...)`, `_Alignas(8) char x[];` above a function)."""
+    return bool(MACRO.match(name)) or name in C11_KEYWORDS or table.kind_of(name) in ("attributes", "statements")
 
 
 def excluded(tag: Tag, tags: list[Tag], lines: list[bytes]) -> str | None:
@@ -184,27 +201,39 @@ def excluded(tag: Tag, tags: list[Tag], lines: list[bytes]) -> str | None:
     return None
 
 
-def coverage(tree: Path, results: list[FileResult], list_misses: int) -> None:
+def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int) -> None:
+    """`function_lines_covered` and `units_named_after_non_functions` against ctags (see the docstring)."""
+    table = kernelc.DEFAULT_MACROS
     inside = covered = 0
     reasons: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
     misses: list[tuple[int, str]] = []
     misnamed: list[str] = []
-    table = kernelc.DEFAULT_MACROS
+    unseen: list[tuple[units.Unit, bool, str]] = []  # units where ctags sees no function
+
+    def exclude(why: str, n: int, where: str) -> None:
+        reasons[why] += n
+        examples.setdefault(why, []).append(where)
+
     for r in results:
         lines = r.path.read_bytes().split(b"\n")
-        owner = [None] * (len(lines) + 1)  # 0-based line -> its unit
+        owner: list[units.Unit | None] = [None] * (len(lines) + 1)  # 0-based line -> its unit
         for u in r.split:
             for line in range(u.start_line, u.end_line + 1):
                 owner[line] = u
         rel = r.path.relative_to(tree)
         for tag in r.tags:
+            where = f"{rel}:{tag.line} {tag.name}"
             why = excluded(tag, r.tags, lines)
             if why is not None:
-                reasons[why] += 1
-                examples.setdefault(why, []).append(f"{rel}:{tag.line} {tag.name}")
+                exclude(why, tag.end - tag.line + 1 if tag.end >= tag.line else 0, where)
                 continue
-            span = range(tag.line - 1, tag.end)
+            first = tag.line - 1
+            last_owner = owner[tag.end - 1]
+            if macro_like(tag.name, table) and last_owner is not None and last_owner.start_line > first:
+                exclude(BEGAN_ABOVE, last_owner.start_line - first, where)
+                first = last_owner.start_line
+            span = range(first, tag.end)
             inside += len(span)
             hit = sum(owner[line] is not None for line in span)
             covered += hit
@@ -214,45 +243,95 @@ def coverage(tree: Path, results: list[FileResult], list_misses: int) -> None:
             if u.kind == units.WINDOW_KIND:
                 continue
             over = [t.name for t in r.tags if t.line - 1 <= u.end_line and t.end - 1 >= u.start_line]
-            if not named_after(u.name, over, table):
-                misnamed.append(f"{rel}:{u.start_line + 1} unit {u.name!r} over ctags {over or 'nothing'}")
+            where = f"{rel}:{u.start_line + 1} unit {u.name!r} over ctags {over or 'nothing'}"
+            parts = [part.rsplit("::", 1)[-1] for part in merged(u.name)]
+            if any(bad(u, part, table) for part in parts):
+                misnamed.append(where)
+            elif not over:
+                unseen.append((u, r.cpp, where))
+            elif named_after(u.name, over):
+                continue
+            elif all(ctags_mislabel(u, f, parts, table) for f in over):
+                exclude(NAMED_AFTER_MACRO, 0, where)
+            else:
+                misnamed.append(where)
+    confirmed = confirm(ctags, unseen)
     print(f"ctags functions: {sum(len(r.tags) for r in results)}; lines inside them: {inside}; covered: {covered}")
     for why, n in reasons.most_common():
-        print(f"  excluded: {n} tags, {why}; e.g. {', '.join(examples[why][:3])}")
+        print(f"  excluded: {n} lines, {why} ({len(examples[why])}); e.g. {', '.join(examples[why][:3])}")
     for _, text in sorted(misses, reverse=True)[:list_misses]:
         print(f"  uncovered: {text}")
     for text in misnamed[:list_misses]:
         print(f"  misnamed: {text}")
+    kinds = Counter(u.kind for u, _, _ in unseen)
+    print(
+        f"units where ctags sees no function: {len(unseen)} ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+        f"{sum(confirmed)} of them are a function of that name when ctags reads the unit's text alone; e.g. "
+        + ", ".join([where for (_, _, where), ok in zip(unseen, confirmed, strict=True) if not ok][:5])
+    )
     print(f"ratio function_lines_covered = {covered / inside if inside else 1.0:.6f}")
     print(f"units_named_after_non_functions = {len(misnamed)}")
 
 
-def named_after(name: str, functions: Iterable[str], table: kernelc.Macros) -> bool:
-    """Whether a unit's name is one of the functions ctags sees under it (any of a merged "a+b"), allowing
-    the kernel's names for macro-defined functions; never a keyword or a loop macro."""
-    functions = set(functions)
-    for part in name.split("+"):
-        short = part.rsplit("::", 1)[-1]
-        if short in KEYWORDS or blocks_loop(short, table):
+NAMED_AFTER_MACRO = (
+    "no lines: units that ctags names after a word of the return type, or after a loop macro in the body"
+)
+BEGAN_ABOVE = "lines above the function's header where ctags began it, at a macro or keyword it named it after"
+
+
+def ctags_mislabel(unit: units.Unit, tag: str, parts: list[str], table: kernelc.Macros) -> bool:
+    """Whether ctags named the function under a unit after something that is not its name: a word of the
+    header before the unit's name (`_Atomic(T) *f(...)`, `os_ref_count_t (f)(...)`), or a loop macro of the
+    table used in the body (`zpercpu_foreach_cpu(cpu) {`)."""
+    text = unit.text.replace(" (", "(")
+    body = text.find("{")
+    if table.kind_of(tag) == "loops" and text.find(f"{tag}(", body) > body:
+        return True
+    head = text[:body]
+    if tag not in head:  # the extent began above the unit, at the macro ctags named it after
+        return macro_like(tag, table)
+    names = [head.find(f"{p}(") for p in parts] + [head.find(f"({p})(") for p in parts]
+    return 0 <= head.find(tag) < min((n for n in names if n >= 0), default=-1)
+
+
+def merged(name: str) -> list[str]:
+    """The names in a unit's name: "a+b" for two functions on one line (not the `+` of `operator++`)."""
+    return re.split(r"(?<=[\w)])\+(?=[A-Za-z_~])", name)
+
+
+def named_after(name: str, functions: list[str]) -> bool:
+    """Whether a unit is named after a function ctags sees under it: any part of a merged "a+b", a C++ name's
+    last component (ctags writes `operator ==`), `sys_read` for `SYSCALL_DEFINE3`, `MACRO(x)` for `MACRO`."""
+    plain = {f.replace(" ", "") for f in functions}
+    for part in merged(name.replace(" ", "")):
+        if part.rsplit("::", 1)[-1] in plain or part.split("(", 1)[0] in plain:
+            continue
+        if not (part.startswith(("sys_", "compat_sys_")) and any(SYSCALL.match(f) for f in functions)):
             return False
-        if not functions:
-            continue
-        macro = part.split("(", 1)[0]
-        if (
-            short in functions
-            or macro in functions
-            or part.removeprefix("compat_").removeprefix("sys_") in {f for f in functions}
-        ):
-            continue
-        if any(f.startswith(("SYSCALL_DEFINE", "COMPAT_SYSCALL_DEFINE")) for f in functions):
-            continue
-        return False
     return True
 
 
-def blocks_loop(name: str, table: kernelc.Macros) -> bool:
-    hit = table._rules.lookup(name.encode())
-    return hit is not None and hit[0] == "loops"
+def confirm(ctags: str, unseen: list[tuple[units.Unit, bool, str]]) -> list[bool]:
+    """For each unit where ctags sees no function in the whole file: whether ctags, given the unit's text
+    alone, sees a function of the unit's name in it."""
+    found: list[set[str]] = [set() for _ in unseen]
+    with tempfile.TemporaryDirectory() as scratch:
+        for language, suffix in (("C", ".c"), ("C++", ".cpp")):
+            names = []
+            for i, (u, cpp, _) in enumerate(unseen):
+                if cpp == (suffix == ".cpp"):
+                    (Path(scratch) / f"u{i}{suffix}").write_text(u.text + "\n")
+                    names.append(f"u{i}{suffix}")
+            for tag in run_ctags(ctags, Path(scratch), language, names):
+                found[int(tag["path"][1:].split(".")[0])].add(tag["name"])
+    return [named_after(u.name, sorted(f)) for (u, _, _), f in zip(unseen, found, strict=True)]
+
+
+def bad(unit: units.Unit, name: str, table: kernelc.Macros) -> bool:
+    """A keyword, or a loop macro the unit starts with (a loop cut out of its function: `for_each_cpu(c) {`
+    with no return type before it; a function named like a loop macro has one)."""
+    head = unit.text.lstrip().replace(" (", "(")
+    return name in KEYWORDS or (table.kind_of(name) == "loops" and head.startswith(f"{name}("))
 
 
 # A file of kernel idioms for the quick tree (the constructs of tests/lsp/test_units_kernel.py, in one file).
@@ -307,9 +386,9 @@ static void k3_walk(struct task_struct *g)
 
 int k3_open(struct inode *inode,
 #ifdef CONFIG_K3_FILE
-	    struct file *file,
+		struct file *file,
 #endif
-	    int flags)
+		int flags)
 {
 	return 0;
 }

@@ -33,7 +33,10 @@ NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
 _CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
-_KR_PARAMETERS = re.compile(rb"[A-Za-z_]\w*\s*\(\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*\)(?=\s*[A-Za-z_])")
+_KR_PARAMETERS = re.compile(rb"[A-Za-z_]\w*\s*\((\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*)\)(?=\s*[A-Za-z_])")
+_TYPE_OPERATORS = frozenset(b"typeof __typeof__ __typeof _Atomic decltype __declspec alignas _Alignas".split())
+_TYPE_WORD = re.compile(rb"\b(?:struct|union|enum|class|typedef|namespace)\b")
+_DECLARED = re.compile(rb"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
 _CALL = re.compile(rb"([A-Za-z_]\w*)\s*\(")
 _COMPARISON = re.compile(rb"operator\s*[=!<>+\-*/%&|^]*=|[=!<>]=|==")
 _SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
@@ -113,6 +116,31 @@ def top_level(text: bytes, cpp: bool = False) -> list[Block]:
     return blocks
 
 
+def _declares(declarations: bytes, parameters: bytes) -> bool:
+    """Whether what follows a K&R parameter list (`struct sadb_msg *base; int len;`) declares only those
+    parameters, ending at the body."""
+    names = set(_IDENT.findall(parameters))
+    *parts, rest = declarations.split(b";")
+    for part in parts:
+        for declarator in part.split(b","):
+            last = _DECLARED.search(declarator)
+            if last is None or last.group(1) not in names or b"=" in declarator or b"(" in declarator:
+                return False
+    return bool(parts) and not rest.strip(bytes(_SPACE))
+
+
+def _without_directives(text: bytes, spans: list[tuple[int, int]], start: int, end: int) -> bytearray:
+    """text[start:end] with its directive lines blanked (`#ifdef X` / `int f(int a)` / `#else` / ... / `{`)."""
+    out = bytearray(text[start:end])
+    k = max(0, bisect.bisect_right(spans, (start,)) - 1)
+    while k < len(spans) and spans[k][0] < end:
+        a, b = max(spans[k][0], start) - start, min(spans[k][1], end) - start
+        if b > a:
+            out[a:b] = b" " * (b - a)
+        k += 1
+    return out
+
+
 def _scope(containers: list[str]) -> str:
     """The qualification of a method defined inside class bodies: ``Outer::Inner::``."""
     return "".join(f"{c}::" for c in containers if c)
@@ -129,20 +157,14 @@ def _block(
     recent: list[int],
 ) -> Block:
     """Read the header text[item:opened] of a block; ``recent``: where the `;`-ended items before it began."""
-    params = None
-    if not cpp and b"(" not in text[item:opened]:
+    header = _without_directives(text, spans, item, opened)
+    if not cpp and b"(" not in header:
         for start in reversed(recent[-8:]):  # `int f(a, b)` / `int a; char *b;` / `{`: a K&R definition
-            params = _KR_PARAMETERS.search(text, start, text.index(b";", start))
-            if params is not None:
-                item = start
+            candidate = _without_directives(text, spans, start, opened)
+            params = _KR_PARAMETERS.search(candidate, 0, max(0, candidate.find(b";")))
+            if params is not None and _declares(candidate[params.end() :], params.group(1)):
+                item, header = start, candidate[: params.end()]
                 break
-    header = bytearray(text[item : params.end() if params is not None else opened])
-    k = max(0, bisect.bisect_right(spans, (item,)) - 1)
-    while k < len(spans) and spans[k][0] < item + len(header):  # directive lines inside the header
-        a, b = max(spans[k][0], item) - item, min(spans[k][1], item + len(header)) - item
-        if b > a:  # (`#ifdef X` / `int f(int a)` / `#else` / `int f(int a, int b)` / `#endif` / `{`)
-            header[a:b] = b" " * (b - a)
-        k += 1
     if cpp:
         access = _ACCESS.match(header)
         if access and access.end() > 0:
@@ -165,9 +187,12 @@ def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:
     i = len(header) - 1
     while i >= 0 and (header[i] in _SPACE or header[i] in trailing):  # const, override, & noexcept, __unused
         i -= 1
-    if i < 0 or header[i] != 0x29:
+    if i < 0 or header[i] != 0x29 or _TYPE_WORD.search(header, i):  # `MACRO()` / `struct x {`: a type
         return "data", None
     j = _opening(header, i)
+    while j is not None and _trailing_attribute(header, j):  # `f(int n) __xnu_precondition(n, "x") {`
+        i = _last_non_space(header, _word_start(header, _last_non_space(header, j - 1)) - 1)
+        j = _opening(header, i)
     if j is None:
         return "data", None
     name = _name_before(header, j, cpp)
@@ -182,6 +207,31 @@ def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:
     if arg and _SYSCALL.match(name):
         return "macro_body", ("compat_sys_" if name.startswith("COMPAT_") else "sys_") + arg
     return "macro_body", f"{name}({arg})" if arg else name
+
+
+def _word_start(header: bytes, k: int) -> int:
+    """The start of the identifier ending at k."""
+    while k >= 0 and header[k] in _IDENT_CHARS:
+        k -= 1
+    return k + 1
+
+
+def _trailing_attribute(header: bytes, j: int) -> bool:
+    """Whether the group at j is an attribute macro's arguments after the parameter list: ``) NAME(args)``
+    with an attribute's name (``__x`` or upper case), not after a type (``__typeof__(T) name(args)``)."""
+    k = _last_non_space(header, j - 1)
+    if k < 0 or header[k] not in _IDENT_CHARS:
+        return False
+    start = _word_start(header, k)
+    word = header[start : k + 1]
+    if not (word.startswith(b"__") or _MACRO_NAME.match(word.decode("latin-1"))):
+        return False
+    close = _last_non_space(header, start - 1)
+    if close < 0 or header[close] != 0x29:
+        return False
+    opening = _opening(header, close)
+    before = _last_non_space(header, opening - 1) if opening is not None else -1
+    return before < 0 or header[_word_start(header, before) : before + 1] not in _TYPE_OPERATORS
 
 
 def _inner_name(header: bytes, j: int, cpp: bool) -> str | None:
@@ -225,10 +275,9 @@ def _outside(header: bytes, cpp: bool) -> Iterator[int]:
 
 def _assigns(header: bytes, cpp: bool) -> bool:
     """An ``=`` outside parentheses (an initialiser), not counting ``operator=``/``==``/``<=``..."""
-    for k in _outside(header, cpp):
-        if header[k] == 0x3D and not _COMPARISON.search(header[max(0, k - 12) : k + 2]):
-            return True
-    return False
+    return b"=" in header and any(
+        header[k] == 0x3D and not _COMPARISON.search(header[max(0, k - 12) : k + 2]) for k in _outside(header, cpp)
+    )
 
 
 def _without_initialisers(header: bytes) -> bytes:

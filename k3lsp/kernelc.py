@@ -61,6 +61,7 @@ DEFAULT_LOOPS = (
     "for_rx_tx",
     "for_all_rings",
     "smrq_serialized_iter",
+    "T_STAT_MEASURE*",
 )
 # Attribute macros: Coccinelle's MACROANNOTATION list, Linux's compiler_attributes.h / compiler_types.h and
 # XNU's sys/cdefs.h / os/base.h. `name()` takes parenthesised arguments.
@@ -295,6 +296,11 @@ class Macros:
         added = sum(len(set(getattr(self, k)) - set(getattr(DEFAULT_MACROS, k))) for k in KINDS)
         return f"the built-in kernel macro table{f' plus {added} entries' if added else ''}"
 
+    def kind_of(self, name: str) -> str | None:
+        """The kind of a name in this table (loops, attributes, statements), or None."""
+        hit = self._rules.lookup(name.encode())
+        return hit[0] if hit is not None else None
+
     def extended(self, extra: Mapping[str, tuple[str, ...]]) -> Macros:
         """This table with the user's entries added (the defaults stay: a setting extends, never replaces)."""
         grown = {k: tuple(dict.fromkeys((*getattr(self, k), *extra.get(k, ())))) for k in KINDS}
@@ -365,7 +371,9 @@ _LITERALS = re.compile(
 )
 _DIRECTIVE = re.compile(rb"[ \t]*#[ \t]*([a-z]*)(?:[^\n\\]|\\.)*", re.S)
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-_BRACKETS = re.compile(rb"[{}()]|\Z")
+_BRACES = re.compile(rb"[{}]")
+_C_CONTAINER_OPEN = re.compile(rb"extern\s*\"[^\"\n]*\"\s*\{")
+_CPP_CONTAINER_OPEN = re.compile(rb"(?:extern\s*\"[^\"\n]*\"|\b(?:namespace|class|struct|union)\b[^;{}()=]*)\{")
 _EXTERN = re.compile(rb"(?:^|\s)extern\s*\"[^\"]*\"\s*$")
 _CPP_CONTAINER = re.compile(rb"(?:^|[\s>])(?:namespace|class|struct|union)\b[^()=]*$|^\s*namespace\s*$")
 _CONDITIONAL_OPEN = frozenset({b"if", b"ifdef", b"ifndef"})
@@ -440,71 +448,94 @@ class _Group:
 def _directives(out: bytearray, cpp: bool) -> None:
     """Blank the directives and branches tree-sitter cannot read (see the module docstring).
 
-    Depth counts the braces and parentheses open in the code kept, less the braces of containers
-    (``extern "C" {``; in C++ namespaces and classes), whose contents are top level."""
+    Depth counts the braces and parentheses open in the code kept (with bytes.count between directives:
+    linear, in C; never below 0), less the braces of the containers around (``extern "C" {``; in C++
+    namespaces and classes), whose contents are top level."""
     text = bytes(out)
     spans = directives(text)
+    opens, closes = _containers(text, spans, cpp)
     stack: list[_Group] = []
     skipping = 0  # #if groups open inside a blanked branch
-    brackets: list[bool] = []  # the brackets open: True for a container's brace
-    depth = 0  # of them, those that are not containers
+    raw = 0  # brackets open, containers' braces included
+    counted = 0  # text before this has been counted (or skipped)
     last = 0x3B  # the last byte of code before this directive (the file's start counts as a `;`)
     blank: list[tuple[int, int]] = []
-    d = 0
-    for m in _BRACKETS.finditer(text):  # the match at the end flushes the directives after the last bracket
-        p = m.start()
-        while d < len(spans) and spans[d][0] <= p:
-            s, e, word = spans[d]
-            d += 1
-            if not (stack and stack[-1].skip_from is not None):
-                code = text[max(spans[d - 2][1] if d >= 2 else 0, 0) : s].rstrip(b" \t\r\n\f\v\\")
-                last = code[-1] if code else last
-            group = stack[-1] if stack else None
-            if skipping:
-                skipping += (word in _CONDITIONAL_OPEN) - (word == b"endif")
-                continue
-            if group is not None and group.skip_from is not None and word in _CONDITIONAL_OPEN:
-                skipping = 1
-                continue
-            if word in _CONDITIONAL_OPEN:
-                if len(stack) >= MAX_NESTING:
-                    raise TooDeep
-                if0 = bool(_IF0.match(text, s, e)) and depth > 0
-                stack.append(_Group(depth, [(s, e)], taken=not if0, skip_from=e if if0 else None, blanks=depth > 0))
-            elif word in _CONDITIONAL_NEXT and group is not None:
-                group.lines.append((s, e))
-                if group.skip_from is not None:
-                    blank.append((group.skip_from, s))
-                    group.skip_from = None if not group.taken else e
-                    group.taken = True
-                elif group.depth > 0 or depth != group.depth or last not in b";}":
-                    # inside braces, or a branch that leaves them open or stops inside a declaration
-                    # (`int` / `#ifdef A` / `f(int a)` / `#else` / `f(a) int a;` / `#endif` / `{`): the first one
-                    group.skip_from, group.blanks = e, True
-            elif word == b"endif" and group is not None:
-                stack.pop()
-                group.lines.append((s, e))
-                if group.skip_from is not None:
-                    blank.append((group.skip_from, s))
-                if group.blanks:
-                    blank += group.lines
-            elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
-                blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
-        if p >= len(text) or skipping or (stack and stack[-1].skip_from is not None):
+    for s, e, word in spans:
+        group = stack[-1] if stack else None
+        if group is None or group.skip_from is None:
+            raw = max(0, raw + _depth_change(text, counted, s))
+            code = text[counted:s].rstrip(b" \t\r\n\f\v\\")
+            last = code[-1] if code else last
+        counted = e
+        depth = max(0, raw - (bisect.bisect_left(opens, s) - bisect.bisect_left(closes, s)))
+        if skipping:
+            skipping += (word in _CONDITIONAL_OPEN) - (word == b"endif")
             continue
-        if d and spans[d - 1][0] <= p < spans[d - 1][1]:
-            continue  # a bracket in a directive
-        c = text[p]
-        if c == 0x7B or c == 0x28:
-            container = c == 0x7B and not depth and is_container(_item_before(text, p), cpp)
-            brackets.append(container)
-            depth += not container
-            if depth > 4 * MAX_NESTING:
+        if group is not None and group.skip_from is not None and word in _CONDITIONAL_OPEN:
+            skipping = 1
+            continue
+        if word in _CONDITIONAL_OPEN:
+            if len(stack) >= MAX_NESTING:
                 raise TooDeep
-        elif brackets:
-            depth -= not brackets.pop()
+            if0 = bool(_IF0.match(text, s, e)) and depth > 0
+            stack.append(_Group(depth, [(s, e)], taken=not if0, skip_from=e if if0 else None, blanks=depth > 0))
+        elif word in _CONDITIONAL_NEXT and group is not None:
+            group.lines.append((s, e))
+            if group.skip_from is not None:
+                blank.append((group.skip_from, s))
+                group.skip_from = None if not group.taken else e
+                group.taken = True
+            elif group.depth > 0 or depth != group.depth or last not in b";}":
+                # inside braces, or a branch that leaves them open or stops inside a declaration
+                # (`int` / `#ifdef A` / `f(int a)` / `#else` / `f(a) int a;` / `#endif` / `{`): the first one
+                group.skip_from, group.blanks = e, True
+        elif word == b"endif" and group is not None:
+            stack.pop()
+            group.lines.append((s, e))
+            if group.skip_from is not None:
+                blank.append((group.skip_from, s))
+            if group.blanks:
+                blank += group.lines
+        elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
+            blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
     for s, e in blank:
         out[s:e] = out[s:e].translate(_BLANK)
+
+
+def _depth_change(text: bytes, start: int, end: int) -> int:
+    """How many braces and parentheses text[start:end] opens, less those it closes."""
+    return (
+        text.count(b"{", start, end)
+        + text.count(b"(", start, end)
+        - text.count(b"}", start, end)
+        - text.count(b")", start, end)
+    )
+
+
+def _containers(text: bytes, spans: list[tuple[int, int, bytes]], cpp: bool) -> tuple[list[int], list[int]]:
+    """The braces of the containers (``extern "C" {``, C++ namespaces and classes): their `{` and their `}`
+    positions, each sorted. Only the few containers are matched brace by brace."""
+    starts = [s for s, _, _ in spans]
+    opens: list[int] = []
+    closes: list[int] = []
+    for m in (_CPP_CONTAINER_OPEN if cpp else _C_CONTAINER_OPEN).finditer(text):
+        p = m.end() - 1
+        k = bisect.bisect_right(starts, p) - 1
+        if (k >= 0 and p < spans[k][1]) or not is_container(_item_before(text, p), cpp):
+            continue
+        level = 0
+        for b in _BRACES.finditer(text, p):
+            q = b.start()
+            k = bisect.bisect_right(starts, q) - 1
+            if k >= 0 and q < spans[k][1]:
+                continue  # a brace in a #define
+            level += 1 if text[q] == 0x7B else -1
+            if not level:
+                opens.append(p)
+                closes.append(q)
+                break
+    closes.sort()
+    return opens, closes
 
 
 def _item_before(text: bytes, p: int) -> bytes:
