@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from k3lsp.kernelc import MAX_NESTING, TooDeep, directives, is_container
 
@@ -66,8 +66,9 @@ class Block:
     name: str
 
 
-def top_level(text: bytes, cpp: bool = False) -> list[Block]:
-    """The top-level blocks of a normalised text, in order (raises TooDeep beyond MAX_NESTING braces)."""
+def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) -> list[Block]:
+    """The top-level blocks of a normalised text, in order (raises TooDeep beyond MAX_NESTING braces);
+    ``syscalls``: where kernelc rewrote a ``SYSCALL_DEFINEn`` header (those blocks are macro bodies)."""
     spans = [(s, e) for s, e, _ in directives(text)]
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
@@ -91,7 +92,11 @@ def top_level(text: bytes, cpp: bool = False) -> list[Block]:
             elif c == 0x7D:
                 depth -= 1
                 if not depth:
-                    blocks.append(_block(text, spans, item, opened, p, cpp, _scope(containers), recent))
+                    block = _block(text, spans, item, opened, p, cpp, _scope(containers), recent)
+                    k = bisect.bisect_left(syscalls, block.start)
+                    if k < len(syscalls) and syscalls[k] < opened:
+                        block = replace(block, kind="macro_body")
+                    blocks.append(block)
                     item = p + 1
                     recent = []
         elif c == 0x3B:
@@ -200,8 +205,8 @@ def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:
         name = _inner_name(header, j, cpp)
     if name is None:
         return "data", None
-    if cpp or not _MACRO_NAME.match(name):
-        return "function", name
+    if cpp or not _MACRO_NAME.match(name) or header[:j].strip(bytes(_SPACE)) != name.encode():
+        return "function", name  # `int\nVFS_MOUNT(mount_t mp, ...)`: a return type, so a function of that name
     first = _IDENT.search(header, j + 1)
     arg = first.group().decode("utf-8", "replace") if first and first.start() < i else None
     if arg and _SYSCALL.match(name):

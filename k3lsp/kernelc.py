@@ -20,6 +20,8 @@ What is rewritten (each replaced by spaces, newlines kept, unless said otherwise
   braces or parentheses (``#define``, ``#pragma``) go too;
 - attribute macros (``__user``, ``__must_check``, ``__printf(3, 4)``, ``__sized_by(n)``, ``__attribute__((...))``)
   and statement-like macros (``__unreachable_ok_push``), with their arguments where the table says so;
+- ``SYSCALL_DEFINE3(read, unsigned int, fd, ...)`` (and ``COMPAT_SYSCALL_DEFINEn``) at a line's start becomes
+  ``long sys_read( unsigned int, fd, ...)``: a function definition under the kernel's name for it;
 - loop-like macros at the head of a statement inside a function (``for_each_possible_cpu(cpu)``,
   ``list_for_each_entry(pos, head, member)``, ``} while_each_thread(p, t);``) become ``while(1)``, which
   reads the same way before a block, before a single statement and after ``do { }``.
@@ -380,14 +382,17 @@ _CONDITIONAL_OPEN = frozenset({b"if", b"ifdef", b"ifndef"})
 _CONDITIONAL_NEXT = frozenset({b"elif", b"else", b"elifdef", b"elifndef"})
 _IF0 = re.compile(rb"[ \t]*#[ \t]*if[ \t]+0[ \t]*$")
 _STATEMENT_BEFORE = frozenset(b";{}):")
+_SYSCALL_HEAD = re.compile(rb"(?m)^(COMPAT_)?SYSCALL_DEFINE(\d)\([ \t]*([A-Za-z_]\w*)[ \t]*([,)])")
 
 
 @dataclass(frozen=True)
 class Normalised:
-    """A file made parseable: the text (same length and lines as the original) and whether it is C++."""
+    """A file made parseable: the text (same length and lines as the original), whether it is C++, and where
+    a ``SYSCALL_DEFINEn`` header was rewritten (the functions macros define)."""
 
     text: bytes
     cpp: bool
+    syscalls: tuple[int, ...] = ()
 
 
 def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
@@ -408,7 +413,8 @@ def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
     cpp = cxx.is_cpp(bytes(out), data)
     _directives(out, cpp)
     _macros(out, macros._rules)
-    return Normalised(bytes(out), cpp)
+    syscalls = _syscalls(out)
+    return Normalised(bytes(out), cpp, syscalls)
 
 
 def is_container(header: bytes, cpp: bool) -> bool:
@@ -577,6 +583,22 @@ def _macros(out: bytearray, rules: _Rules) -> None:
         if head is not None:
             out[s:end] = out[s:end].translate(_BLANK)
             out[s : s + len(head)] = head
+
+
+def _syscalls(out: bytearray) -> tuple[int, ...]:
+    """``SYSCALL_DEFINE3(read, unsigned int, fd, ...)`` -> ``long sys_read( unsigned int, fd, ...)`` (the pairs
+    of type and name read as parameters), ``SYSCALL_DEFINE0(sync)`` -> ``long sys_sync(void)``: a function
+    definition to tree-sitter, under the kernel's own name. Returns where each rewritten header starts."""
+    text = bytes(out)
+    starts = []
+    for m in _SYSCALL_HEAD.finditer(text):
+        compat, arity, name, after = m.groups()
+        new = b"long " + (b"compat_sys_" if compat else b"sys_") + name + (b"(void)" if arity == b"0" else b"(")
+        if (after == b")") != (arity == b"0") or len(new) > m.end() - m.start():
+            continue
+        out[m.start() : m.end()] = new.ljust(m.end() - m.start())
+        starts.append(m.start())
+    return tuple(starts)
 
 
 def _arguments_end(text: bytes, e: int) -> int | None:

@@ -61,6 +61,7 @@ CPP_LANGUAGE = Language(tree_sitter_cpp.language())
 MAX_CONTEXT_CHARS = 8000  # ~2k tokens: a unit's context must stay well below the unit itself on average
 MAX_FILE_CONTEXT_CHARS = 32_000  # ~8k tokens read once per file: beyond, each unit gets its own context
 MAX_ITEM_LINES = 40  # a 500-line table initialiser is not worth its tokens; its head says what it is
+MAX_INCLUDES = 64  # the first includes say which APIs a file uses; hundreds in every unit would be quadratic
 MAX_REFERENCES = 4  # top-level lines naming the unit (ops structs, module_init) that show how it is reached
 TRANSITIVE_DEPTH = 2  # a macro's macros, a struct's member types; deeper chains are rarely needed
 _MIN_ITEM_CHARS = 24  # below this much budget nothing useful fits: stop looking (big files fill the budget)
@@ -210,7 +211,7 @@ def _windows(data: bytes) -> list[Unit]:
 def _parse(data: bytes, macros: Macros) -> ParsedFile:
     normalised = kernelc.normalise(data, macros)
     text, cpp = normalised.text, normalised.cpp
-    found = [b for b in blocks.top_level(text, cpp) if b.kind != "data"]
+    found = [b for b in blocks.top_level(text, cpp, normalised.syscalls) if b.kind != "data"]
     spans = _merge(list(_spans(found, data)))
     tree = Parser(CPP_LANGUAGE if cpp else C_LANGUAGE).parse(text)
     items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], cpp)
@@ -464,7 +465,8 @@ def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
         return True
 
     seen = (set(IDENT.findall(body)) | set(IDENT.findall(own))) - {own, own.rsplit(b"::", 1)[-1]}  # C++: A::f
-    frontier = sorted(seen)
+    names = index.by_name.keys()
+    frontier = sorted(seen & names)  # the identifiers that name an item (a set intersection, in C)
     for depth in range(TRANSITIVE_DEPTH + 1):
         nxt: set[bytes] = set()
         for ident in frontier:
@@ -473,10 +475,15 @@ def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
             for i in index.by_name.get(ident, ()):
                 if take(i) and items[i].kind in ("macro", "type", "global"):
                     nxt |= items[i].idents
-        if depth == 0:
-            for i in index.includes:
-                take(i)
-        frontier = sorted(nxt - seen)
+        if depth == 0:  # (inline: every unit of a file does this)
+            for i in index.includes[:MAX_INCLUDES]:
+                cost = len(items[i].text) + 2
+                if budget < _MIN_ITEM_CHARS:
+                    break
+                if cost <= budget and i not in chosen:
+                    chosen.add(i)
+                    budget -= cost
+        frontier = sorted((nxt - seen) & names)
         seen |= nxt
     for i in index.mentions.get(own, ())[:MAX_REFERENCES]:
         take(i)
