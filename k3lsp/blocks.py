@@ -8,7 +8,7 @@ is one block, and a function body is exactly one such block. So the splitter tak
 here and tree-sitter only reads the file-level declarations.
 
 Each block's header is the code between the previous top-level item (a ``;``, a block, a container's
-brace) and its ``{``; preprocessor lines are skipped, not ends. The header says what the block is:
+brace, a ``#define`` or ``#include``) and its ``{``; conditional directives inside it are skipped, not ends. The header says what the block is:
 
 - ``... name(params) {`` (also ``name(params) const``, an attribute after it, ``(*name(params))(void)``,
   ``A::B::name``, ``operator==``, a C++ constructor's ``: member(x)`` list): the function ``name``;
@@ -27,10 +27,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from k3lsp.kernelc import MAX_NESTING, TooDeep, directives, is_container
+from k3lsp import kernelc
+from k3lsp.kernelc import TooDeep, directives, is_container
 
 NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
+_CONDITIONALS = frozenset({b"if", b"ifdef", b"ifndef", b"elif", b"elifdef", b"elifndef", b"else", b"endif"})
 _CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _KR_PARAMETERS = re.compile(rb"[A-Za-z_]\w*\s*\((\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*)\)(?=\s*[A-Za-z_])")
@@ -67,9 +69,10 @@ class Block:
 
 
 def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) -> list[Block]:
-    """The top-level blocks of a normalised text, in order (raises TooDeep beyond MAX_NESTING braces);
+    """The top-level blocks of a normalised text, in order (raises TooDeep beyond kernelc.MAX_NESTING braces);
     ``syscalls``: where kernelc rewrote a ``SYSCALL_DEFINEn`` header (those blocks are macro bodies)."""
-    spans = [(s, e) for s, e, _ in directives(text)]
+    lines = directives(text)
+    spans = [(s, e) for s, e, _ in lines]
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
     depth = 0
@@ -80,6 +83,8 @@ def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) ->
     for m in _TOKENS.finditer(text):
         p = m.start()
         while d < len(spans) and spans[d][1] <= p:
+            if not depth and lines[d][2] not in _CONDITIONALS:
+                item = max(item, spans[d][1])  # a #define or #include ends what came before; an #ifdef does not
             d += 1
         if d < len(spans) and spans[d][0] <= p:
             continue  # a brace in a #define
@@ -87,7 +92,7 @@ def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) ->
         if depth:
             if c == 0x7B:
                 depth += 1
-                if depth > MAX_NESTING:
+                if depth > kernelc.MAX_NESTING:
                     raise TooDeep
             elif c == 0x7D:
                 depth -= 1
@@ -110,7 +115,7 @@ def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) ->
         elif is_container(text[item:p], cpp):
             cls = _CLASS.search(text, item, p) if cpp else None
             containers.append(cls.group(1).decode("utf-8", "replace") if cls else "")
-            if len(containers) > MAX_NESTING:
+            if len(containers) > kernelc.MAX_NESTING:
                 raise TooDeep
             item = p + 1
             recent = []

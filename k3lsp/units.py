@@ -53,7 +53,7 @@ import tree_sitter_cpp
 from tree_sitter import Language, Node, Parser
 
 from k3lsp import blocks, kernelc
-from k3lsp.kernelc import DEFAULT_MACROS, MAX_NESTING, Macros
+from k3lsp.kernelc import DEFAULT_MACROS, Macros
 
 C_LANGUAGE = Language(tree_sitter_c.language())
 CPP_LANGUAGE = Language(tree_sitter_cpp.language())
@@ -190,7 +190,7 @@ def fallback_note(units: tuple[Unit, ...] | list[Unit]) -> str | None:
     if not units or units[0].kind != WINDOW_KIND:
         return None
     return (
-        f"nested deeper than the C splitter follows (over {MAX_NESTING} levels of #if or braces): audited as "
+        f"nested deeper than the C splitter follows (over {kernelc.MAX_NESTING} levels of #if or braces): audited as "
         f"{len(units)} windows of up to {WINDOW_LINES} lines (line windows, without file context)"
     )
 
@@ -293,7 +293,7 @@ def _context(root: Node, data: bytes, taken: list[tuple[int, int]], cpp: bool) -
         overlaps = (k >= 0 and taken[k][1] > s) or (k + 1 < len(taken) and taken[k + 1][0] < e)
         kind = node.type
         if kind in _CONTAINERS:
-            if len(stack) > MAX_NESTING:
+            if len(stack) > kernelc.MAX_NESTING:
                 raise kernelc.TooDeep
             stack.append(iter(node.children))
         elif (not overlaps or (cpp and kind in _CPP_TYPES)) and kind not in _SKIP:
