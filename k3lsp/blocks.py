@@ -8,7 +8,8 @@ is one block, and a function body is exactly one such block. So the splitter tak
 here and tree-sitter only reads the file-level declarations.
 
 Each block's header is the code between the previous top-level item (a ``;``, a block, a container's
-brace, a ``#define`` or ``#include``) and its ``{``; conditional directives inside it are skipped, not ends. The header says what the block is:
+brace, a ``#define`` or ``#include``) and its ``{``; conditional directives inside it are skipped, not
+ends. The header says what the block is:
 
 - ``... name(params) {`` (also ``name(params) const``, an attribute after it, ``(*name(params))(void)``,
   ``A::B::name``, ``operator==``, a C++ constructor's ``: member(x)`` list): the function ``name``;
