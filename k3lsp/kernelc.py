@@ -321,7 +321,7 @@ class Macros:
             if not isinstance(entries, list | tuple) or len(entries) > MAX_TABLE_ENTRIES:
                 raise ValueError(f"{key}: expected a list of at most {MAX_TABLE_ENTRIES} macro names")
             for entry in entries:
-                if not isinstance(entry, str) or not _ENTRY.match(entry) or entry.strip("*()") == "":
+                if not isinstance(entry, str) or len(entry) > 200 or not _ENTRY.match(entry) or not entry.strip("*()"):
                     raise ValueError(f"{key}: {entry!r} is not a macro name, a glob such as for_each_*, or name()")
             extra[key] = tuple(entries)
         return cls().extended(extra)

@@ -509,6 +509,8 @@ def test_the_users_table_extends_the_defaults():
         ({"loops": "for_each_*"}, "expected a list"),
         ({"attributes": ["__user", "a b"]}, "'a b' is not a macro name"),
         ({"statements": ["*"]}, "'*' is not a macro name"),
+        ({"loops": ["for_each_" + "x" * 300]}, "is not a macro name"),
+        ({"loops": ["x"] * 2001}, "at most 2000"),
     ],
 )
 def test_a_bad_macro_table_is_reported_and_the_defaults_kept(value, message):
