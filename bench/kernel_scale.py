@@ -43,11 +43,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tree_sitter import Parser
-
-from k3lsp import kernelc, options, units
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywhere)
+
+from tree_sitter import Parser  # noqa: E402
+
+from k3lsp import kernelc, options, units  # noqa: E402
+from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
+
 # Names a unit must never have (a statement keyword; C++ words a broken header may leave).
 KEYWORDS = frozenset(
     {
@@ -107,12 +110,14 @@ def machine() -> None:
 
 
 def quick_tree(root: Path) -> Path:
-    """A small tree: the demo corpus, the real C files of bench/corpus, and one file of kernel idioms."""
+    """A small tree: the demo corpus, the real C files of bench/corpus, and the kernel idioms of the tests
+    (tests/support/kernel_idioms.py), one file each."""
     tree = root / "tree"
     shutil.copytree(REPO / "examples", tree / "examples", ignore=shutil.ignore_patterns("traces"))
     shutil.copytree(REPO / "bench" / "corpus", tree / "corpus")
-    (tree / "kernel" / "idioms.c").parent.mkdir(parents=True)
-    (tree / "kernel" / "idioms.c").write_text(KERNEL_IDIOMS)
+    (tree / "kernel").mkdir()
+    for case in kernel_idioms.CASES:
+        (tree / "kernel" / f"{case.name}{case.suffix}").write_text(case.source)
     return tree
 
 
@@ -151,7 +156,7 @@ def splitter(tree: Path, files: list[Path], list_misses: int) -> None:
 def megabyte() -> None:
     """A generated 1 MB kernel file (300 includes, thousands of functions full of kernel idioms): the shape
     that once took the splitter 86 s, because every unit walked every include."""
-    functions = KERNEL_IDIOMS.split("#include <linux/uaccess.h>\n", 1)[1]
+    functions = "\n".join(case.source for case in kernel_idioms.CASES if case.suffix == ".c")
     data = "".join(f"#include <linux/k3_{i}.h>\n" for i in range(300))
     copies = 0
     while len(data) < 1_000_000:
@@ -363,67 +368,6 @@ def bad(unit: units.Unit, name: str, table: kernelc.Macros) -> bool:
     with no return type before it; a function named like a loop macro has one)."""
     head = unit.text.lstrip().replace(" (", "(")
     return name in KEYWORDS or (table.kind_of(name) == "loops" and head.startswith(f"{name}("))
-
-
-# A file of kernel idioms for the quick tree (the constructs of tests/lsp/test_units_kernel.py, in one file).
-KERNEL_IDIOMS = r"""
-#include <linux/uaccess.h>
-
-static long k3_sum(unsigned long arg)
-{
-	long total = 0;
-	int cpu;
-	void __user *p = (void __user *)arg;
-
-	for_each_possible_cpu(cpu) {
-		total += per_cpu(k3_counter, cpu);
-	}
-	if (copy_to_user(p, &total, sizeof(total)))
-		return -EFAULT;
-	return 0;
-}
-
-SYSCALL_DEFINE2(k3_init, unsigned int, flags, unsigned int, event_f_flags)
-{
-#ifdef CONFIG_AUDITSYSCALL
-	if (flags & ~(K3_INIT_FLAGS | K3_ENABLE_AUDIT))
-#else
-	if (flags & ~K3_INIT_FLAGS)
-#endif
-		return -EINVAL;
-	if (!capable(CAP_SYS_ADMIN))
-		return -EPERM;
-	return 0;
-}
-
-static __printf(3, 4) void k3_log(struct device *dev, int level, const char *fmt, ...)
-{
-	va_list args;
-
-	va_start(args, fmt);
-	vprintk(fmt, args);
-	va_end(args);
-}
-
-static void k3_walk(struct task_struct *g)
-{
-	struct task_struct *p = g, *t = g;
-
-	do {
-		k3_visit(t);
-	} while_each_thread(p, t);
-	k3_done(g);
-}
-
-int k3_open(struct inode *inode,
-#ifdef CONFIG_K3_FILE
-		struct file *file,
-#endif
-		int flags)
-{
-	return 0;
-}
-"""
 
 
 if __name__ == "__main__":

@@ -303,17 +303,20 @@ def _without_initialisers(header: bytes) -> bytes:
     return header
 
 
-def _opening(header: bytes, close: int) -> int | None:
-    """The ``(`` matching the ``)`` at close."""
+def _opening(header: bytes, close: int, pair: bytes = b"()", stops: bytes = b"") -> int | None:
+    """The opening byte of ``pair`` matching its closing one at close (None if there is none before a byte of
+    ``stops``)."""
     level = 0
     for k in range(close, -1, -1):
         c = header[k]
-        if c == 0x29:
+        if c == pair[1]:
             level += 1
-        elif c == 0x28:
+        elif c == pair[0]:
             level -= 1
             if not level:
                 return k
+        elif c in stops:
+            return None
     return None
 
 
@@ -379,15 +382,4 @@ def _template_open(header: bytes, close: int) -> int | None:
     """The ``<`` matching a ``>`` at close (template arguments), or None (also when close is not a ``>``)."""
     if close < 0 or header[close] != 0x3E:
         return None
-    level = 0
-    for k in range(close, -1, -1):
-        c = header[k]
-        if c == 0x3E:
-            level += 1
-        elif c == 0x3C:
-            level -= 1
-            if not level:
-                return k
-        elif c in b";{}":
-            return None
-    return None
+    return _opening(header, close, b"<>", b";{}")
