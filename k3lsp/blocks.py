@@ -33,6 +33,7 @@ from k3lsp.kernelc import TooDeep, directives, is_container
 
 NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
+_BRACES = re.compile(rb"[{}]")
 _CONDITIONALS = frozenset({b"if", b"ifdef", b"ifndef", b"elif", b"elifdef", b"elifndef", b"else", b"endif"})
 _CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
@@ -69,62 +70,76 @@ class Block:
     name: str
 
 
-def top_level(text: bytes, cpp: bool = False, syscalls: tuple[int, ...] = ()) -> list[Block]:
-    """The top-level blocks of a normalised text, in order (raises TooDeep beyond kernelc.MAX_NESTING braces);
-    ``syscalls``: where kernelc rewrote a ``SYSCALL_DEFINEn`` header (those blocks are macro bodies)."""
+def top_level(normalised: kernelc.Normalised) -> list[Block]:
+    """The top-level blocks of a normalised text, in order (raises TooDeep beyond kernelc.MAX_NESTING braces).
+    A block whose header kernelc rewrote from ``SYSCALL_DEFINEn`` is a macro body; one whose header begins
+    with an attribute kernelc blanked (``__init`` / ``int f(void)``) begins there."""
+    text, cpp, syscalls, attributes = normalised.text, normalised.cpp, normalised.syscalls, normalised.attributes
     lines = directives(text)
     spans = [(s, e) for s, e, _ in lines]
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
-    depth = 0
     recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
     item = 0  # where the current top-level item began
-    opened = 0
     d = 0  # the next directive that may hold a token
-    for m in _TOKENS.finditer(text):
-        p = m.start()
-        while d < len(spans) and spans[d][1] <= p:
-            if not depth and lines[d][2] not in _CONDITIONALS:
+    pos = 0
+    while (m := _TOKENS.search(text, pos)) is not None:
+        q = m.start()
+        p = pos = q + 1
+        while d < len(spans) and spans[d][1] <= q:
+            if lines[d][2] not in _CONDITIONALS:
                 item = max(item, spans[d][1])  # a #define or #include ends what came before; an #ifdef does not
             d += 1
-        if d < len(spans) and spans[d][0] <= p:
+        if d < len(spans) and spans[d][0] <= q:
             continue  # a brace in a #define
-        c = text[p]
-        if depth:
-            if c == 0x7B:
-                depth += 1
-                if depth > kernelc.MAX_NESTING:
-                    raise TooDeep
-            elif c == 0x7D:
-                depth -= 1
-                if not depth:
-                    block = _block(text, spans, item, opened, p, cpp, _scope(containers), recent)
-                    k = bisect.bisect_left(syscalls, block.start)
-                    if k < len(syscalls) and syscalls[k] < opened:
-                        block = replace(block, kind="macro_body")
-                    blocks.append(block)
-                    item = p + 1
-                    recent = []
-        elif c == 0x3B:
+        c = text[p - 1]
+        if c == 0x3B:
             recent.append(item)
-            item = p + 1
+            item = p
         elif c == 0x7D:
             if containers:  # a container's end (or a stray brace)
                 containers.pop()
-            item = p + 1
-            recent = []
-        elif is_container(text[item:p], cpp):
+            item, recent = p, []
+        elif is_container(text[item : p - 1], cpp):
             cls = _CLASS.search(text, item, p) if cpp else None
             containers.append(cls.group(1).decode("utf-8", "replace") if cls else "")
             if len(containers) > kernelc.MAX_NESTING:
                 raise TooDeep
-            item = p + 1
-            recent = []
+            item, recent = p, []
         else:
-            depth, opened = 1, p
-    if depth:
-        blocks.append(_block(text, spans, item, opened, len(text) - 1, cpp, _scope(containers), recent))
+            close, d = _close(text, spans, p - 1, d)
+            block = _block(text, spans, item, p - 1, close, cpp, _scope(containers), recent)
+            k = bisect.bisect_left(syscalls, block.start)
+            if k < len(syscalls) and syscalls[k] < block.open:
+                block = replace(block, kind="macro_body")
+            k = bisect.bisect_left(attributes, item)
+            if k < len(attributes) and attributes[k] < block.start:
+                block = replace(block, start=attributes[k])
+            blocks.append(block)
+            item = pos = close + 1
+            recent = []
     return blocks
+
+
+def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int) -> tuple[int, int]:
+    """The `}` that closes the block opened at `opened` (the file's last byte if none does), and the next
+    directive after it. Only braces count inside a block."""
+    depth = 0
+    for m in _BRACES.finditer(text, opened):
+        q = m.start()
+        while d < len(spans) and spans[d][1] <= q:
+            d += 1
+        if d < len(spans) and spans[d][0] <= q:
+            continue  # a brace in a #define
+        if text[q] == 0x7B:
+            depth += 1
+            if depth > kernelc.MAX_NESTING:
+                raise TooDeep
+        else:
+            depth -= 1
+            if not depth:
+                return q, d
+    return len(text) - 1, d
 
 
 def _declares(declarations: bytes, parameters: bytes) -> bool:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +203,14 @@ DEFAULT_ATTRIBUTES = (
     "__enum_closed",
     "__enum_open",
     "__enum_options",
+    "__xnu_string_inline",
+    "__xnu_pass_struct_size",
+    "__xnu_pass_member_size",
+    "__xnu_pass_object_size",
+    "__xnu_force_overload",
+    "__xnu_struct_size_precondition()",
+    "__xnu_member_size_precondition()",
+    "__xnu_object_size_precondition()",
     "MARK_AS_PMAP_TEXT",
     "MARK_AS_PMAP_RODATA",
     "MARK_AS_FIXUP_TEXT",
@@ -382,17 +390,20 @@ _CONDITIONAL_OPEN = frozenset({b"if", b"ifdef", b"ifndef"})
 _CONDITIONAL_NEXT = frozenset({b"elif", b"else", b"elifdef", b"elifndef"})
 _IF0 = re.compile(rb"[ \t]*#[ \t]*if[ \t]+0[ \t]*$")
 _STATEMENT_BEFORE = frozenset(b";{}):")
+_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_SIMPLE_ARGUMENTS = re.compile(rb"[ \t\r\n]*\([^(){};]*\)")  # no parentheses inside: most macro arguments
 _SYSCALL_HEAD = re.compile(rb"(?m)^(COMPAT_)?SYSCALL_DEFINE(\d)\([ \t]*([A-Za-z_]\w*)[ \t]*([,)])")
 
 
 @dataclass(frozen=True)
 class Normalised:
-    """A file made parseable: the text (same length and lines as the original), whether it is C++, and where
-    a ``SYSCALL_DEFINEn`` header was rewritten (the functions macros define)."""
+    """A file made parseable: the text (same length and lines as the original), whether it is C++, where a
+    ``SYSCALL_DEFINEn`` header was rewritten (the functions macros define) and where attributes were blanked."""
 
     text: bytes
     cpp: bool
     syscalls: tuple[int, ...] = ()
+    attributes: tuple[int, ...] = ()
 
 
 def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
@@ -412,9 +423,9 @@ def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
             n = data.find(b"\n", n + 1, e)
     cpp = cxx.is_cpp(bytes(out), data)
     _directives(out, cpp)
-    _macros(out, macros._rules)
+    attributes = _macros(out, macros._rules)
     syscalls = _syscalls(out)
-    return Normalised(bytes(out), cpp, syscalls)
+    return Normalised(bytes(out), cpp, syscalls, attributes)
 
 
 def is_container(header: bytes, cpp: bool) -> bool:
@@ -549,29 +560,32 @@ def _item_before(text: bytes, p: int) -> bytes:
     return text[max(text.rfind(b";", 0, p), text.rfind(b"{", 0, p), text.rfind(b"}", 0, p)) + 1 : p]
 
 
-def _macros(out: bytearray, rules: _Rules) -> None:
-    """Blank attribute and statement macros, turn loop macros at a statement's head into ``while(1)``.
+def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
+    """Blank attribute and statement macros, turn loop macros at a statement's head into ``while(1)``; returns
+    where each attribute blanked starts (a declaration that begins with one still begins there).
 
     The file's distinct identifiers are looked up once (findall and a set, in C); only the names that hit
     are searched for again, so a file without table macros costs one findall."""
     text = bytes(out)
     hits = {name: hit for name in set(_IDENT.findall(text)) if (hit := rules.lookup(name)) is not None}
+    attributes: list[int] = []
     if not hits:
-        return
+        return ()
     spans = [(s, e) for s, e, _ in directives(text)]
     starts = [s for s, _ in spans]
-    names = sorted(hits, key=len, reverse=True)
     depth, counted = 0, 0
-    for m in re.finditer(rb"\b(?:" + b"|".join(map(re.escape, names)) + rb")\b", text):
-        s, e = m.span()
+    for s, name in sorted(_occurrences(text, hits)):
+        e = s + len(name)
         d = bisect.bisect_right(starts, s) - 1
         if d >= 0 and s < spans[d][1]:
             continue  # inside a #define: left as written
-        kind, args = hits[m.group()]
+        kind, args = hits[name]
         end = _arguments_end(text, e) if args else e
         if kind != "loops":
             end = e if end is None else end
             out[s:end] = out[s:end].translate(_BLANK)
+            if kind == "attributes":
+                attributes.append(s)
             continue
         braces = text.count(b"{", counted, s) - text.count(b"}", counted, s)
         depth, counted = max(0, depth + braces), s
@@ -583,6 +597,18 @@ def _macros(out: bytearray, rules: _Rules) -> None:
         if head is not None:
             out[s:end] = out[s:end].translate(_BLANK)
             out[s : s + len(head)] = head
+    return tuple(attributes)
+
+
+def _occurrences(text: bytes, names: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Where each name occurs in text as a whole identifier (bytes.find: memchr speed, a few names)."""
+    for name in names:
+        i = text.find(name)
+        while i >= 0:
+            j = i + len(name)
+            if (not i or text[i - 1] not in _WORD) and (j >= len(text) or text[j] not in _WORD):
+                yield i, name
+            i = text.find(name, j)
 
 
 def _syscalls(out: bytearray) -> tuple[int, ...]:
@@ -603,6 +629,9 @@ def _syscalls(out: bytearray) -> tuple[int, ...]:
 
 def _arguments_end(text: bytes, e: int) -> int | None:
     """The end of the balanced ``( ... )`` right after position e (spaces allowed before it), or None."""
+    simple = _SIMPLE_ARGUMENTS.match(text, e)
+    if simple is not None:
+        return simple.end()
     i = e
     n = len(text)
     while i < n and text[i] in b" \t\n\r":

@@ -44,6 +44,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -211,7 +212,7 @@ def _windows(data: bytes) -> list[Unit]:
 def _parse(data: bytes, macros: Macros) -> ParsedFile:
     normalised = kernelc.normalise(data, macros)
     text, cpp = normalised.text, normalised.cpp
-    found = [b for b in blocks.top_level(text, cpp, normalised.syscalls) if b.kind != "data"]
+    found = [b for b in blocks.top_level(normalised) if b.kind != "data"]
     spans = _merge(list(_spans(found, data)))
     tree = Parser(CPP_LANGUAGE if cpp else C_LANGUAGE).parse(text)
     items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], cpp)
@@ -429,7 +430,8 @@ class _Index:
     items: list[ContextItem]
     by_name: dict[bytes, list[int]]  # defined name -> items defining it
     mentions: dict[bytes, list[int]]  # identifier -> references/globals mentioning it (who reaches a unit)
-    includes: list[int]
+    includes: list[int]  # the first MAX_INCLUDES includes
+    include_costs: list[int]  # what the first k of them cost together, for each k
 
     @classmethod
     def build(cls, items: list[ContextItem]) -> _Index:
@@ -441,7 +443,9 @@ class _Index:
             if item.kind in ("reference", "global"):
                 for ident in item.idents:
                     mentions.setdefault(ident, []).append(i)
-        return cls(items, by_name, mentions, [i for i, item in enumerate(items) if item.kind == "include"])
+        includes = [i for i, item in enumerate(items) if item.kind == "include"][:MAX_INCLUDES]
+        costs = list(itertools.accumulate(len(items[i].text) + 2 for i in includes))
+        return cls(items, by_name, mentions, includes, costs)
 
 
 def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
@@ -475,14 +479,10 @@ def _chosen(name: str, body: bytes, index: _Index) -> set[int]:
             for i in index.by_name.get(ident, ()):
                 if take(i) and items[i].kind in ("macro", "type", "global"):
                     nxt |= items[i].idents
-        if depth == 0:  # (inline: every unit of a file does this)
-            for i in index.includes[:MAX_INCLUDES]:
-                cost = len(items[i].text) + 2
-                if budget < _MIN_ITEM_CHARS:
-                    break
-                if cost <= budget and i not in chosen:
-                    chosen.add(i)
-                    budget -= cost
+        if depth == 0:  # the first includes that fit (prefix sums: every unit of a file does this)
+            k = bisect.bisect_right(index.include_costs, budget)
+            chosen.update(index.includes[:k])
+            budget -= index.include_costs[k - 1] if k else 0
         frontier = sorted((nxt - seen) & names)
         seen |= nxt
     for i in index.mentions.get(own, ())[:MAX_REFERENCES]:
