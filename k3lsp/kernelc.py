@@ -41,7 +41,7 @@ from typing import Any
 
 from k3lsp import cxx
 
-MAX_NESTING = 200  # #if groups inside each other; real code stays far below (a hostile file nests 1,000 in 13 KB)
+MAX_NESTING = 200  # #if groups, braces or containers inside each other (a hostile file nests 1,000 in 13 KB)
 MAX_TABLE_ENTRIES = 2000  # per category of the user's table: a settings typo must not make every split slow
 
 KINDS = ("loops", "attributes", "statements")

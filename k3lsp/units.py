@@ -211,11 +211,10 @@ def _windows(data: bytes) -> list[Unit]:
 
 def _parse(data: bytes, macros: Macros) -> ParsedFile:
     normalised = kernelc.normalise(data, macros)
-    text, cpp = normalised.text, normalised.cpp
     found = [b for b in blocks.top_level(normalised) if b.kind != "data"]
     spans = _merge(list(_spans(found, data)))
-    tree = Parser(CPP_LANGUAGE if cpp else C_LANGUAGE).parse(text)
-    items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], cpp)
+    tree = Parser(CPP_LANGUAGE if normalised.cpp else C_LANGUAGE).parse(normalised.text)
+    items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], normalised.cpp)
     items += _signatures(spans, items, data)
     items.sort(key=lambda item: item.start_line)
     lines = data.split(b"\n")
@@ -227,8 +226,8 @@ def _parse(data: bytes, macros: Macros) -> ParsedFile:
     units = []
     for s, body, picked in zip(spans, bodies, chosen, strict=True):
         context = _joined(items, picked)
-        text_ = body.decode("utf-8", "replace")
-        units.append(Unit(s.name, s.kind, s.start, s.end, text_, context, unit_key(text_, context), shared))
+        text = body.decode("utf-8", "replace")
+        units.append(Unit(s.name, s.kind, s.start, s.end, text, context, unit_key(text, context), shared))
     return ParsedFile(units, items)
 
 
@@ -312,13 +311,6 @@ def _rows(node: Node) -> tuple[int, int]:
     return start, end
 
 
-def _is_data(fn: Node) -> bool:
-    """`static SQLITE_WSD struct s {...} x = {...};` parses as a "function" named by a bare identifier
-    (no parameter list anywhere): it is data, so context, not a unit."""
-    declarator = fn.child_by_field_name("declarator")
-    return declarator is not None and declarator.type == "identifier"
-
-
 def _declarator_name(node: Node | None) -> Node | None:
     """The name a function declarator chain declares: through pointers, parentheses, attributes and the
     function declarators of `static void (*f(int))(void)`. None when no function declarator is on the way."""
@@ -363,7 +355,7 @@ def _context_item(node: Node, data: bytes) -> ContextItem | None:
         item_kind = "prototype" if is_proto else "global"
     elif kind == "expression_statement":
         item_kind, names = "reference", ()  # module_init(f); EXPORT_SYMBOL(f);
-    elif kind == "function_definition":  # misparsed data (see _is_data)
+    elif kind == "function_definition":  # not a unit: `static SQLITE_WSD struct s {...} x = {...};` misread
         declarator = node.child_by_field_name("declarator")
         item_kind, names = "global", (_text(declarator, data),) if declarator is not None else ()
     else:

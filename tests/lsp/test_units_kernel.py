@@ -216,3 +216,25 @@ def kernel_files(draw):
 def test_every_line_of_every_generated_function_is_in_exactly_its_unit(case):
     source, truth = case
     assert_whole(source, truth)
+
+
+SOUP = [
+    *("{", "}", "(", ")", ";", "\n", "\r\n", "\\\n", "/*", "*/", "//", '"', "'", ",", "=", "<", ">", "::"),
+    *("#if X\n", "#else\n", "#endif\n", "#define A {\n", "int ", "f", "struct ", "do ", 'extern "C" '),
+    *("for_each_x", "while_each_thread", "__user", "__printf", "SYSCALL_DEFINE2(", "class X ", "template<"),
+    *("public:", "operator", "\x00", "\ufffd"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(SOUP), max_size=120))
+def test_any_token_soup_splits_into_disjoint_whole_line_units(tokens):
+    """Unbalanced braces, unterminated comments and strings, stray directives, C++ and kernel words in any
+    order: never a crash, units never overlap, each is whole lines of the original text."""
+    source = "".join(tokens)
+    split = units.split(source)
+    lines = source.split("\n")
+    for a, b in itertools.pairwise(split):
+        assert a.end_line < b.start_line
+    for u in split:
+        assert u.text == "\n".join(lines[u.start_line : u.end_line + 1])
