@@ -167,6 +167,12 @@ DEFAULT_ATTRIBUTES = (
     "__sized_by()",
     "__guarded_by()",
     "__pt_guarded_by()",
+    "__free()",
+    "__cleanup()",
+    "__bpf_kfunc",
+    "nokprobe_inline",
+    "__softirq_entry",
+    "__cpuidle",
     # XNU: sys/cdefs.h, os/base.h, the bounds-safety annotations
     "__dead2",
     "__pure2",
