@@ -16,6 +16,8 @@ TREE is a directory; the files are those a workspace audit visits with the defau
   - `units_named_after_non_functions = N` (target 0): units over a ctags function named after none of the
     functions there (a keyword, a loop macro, another name), plus units named after a C keyword or a
     loop macro of the table anywhere;
+  - `units_over_several_functions = N` (target 0): units that hold more whole ctags functions than their
+    name says (one function swallowed the next; ctags' tags of loop macros do not count);
   - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
     bytes in the same run (`ratio split_over_parse = X`: what the normalisation, the brace scan and the
     context cost on top of the parse).
@@ -249,6 +251,7 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
     examples: dict[str, list[str]] = {}
     misses: list[tuple[int, str]] = []
     misnamed: list[str] = []
+    swallowed: list[str] = []  # units holding more functions than their name says (one swallowed the next)
     unseen: list[tuple[units.Unit, bool, str]] = []  # units where ctags sees no function
 
     def exclude(why: str, n: int, where: str) -> None:
@@ -285,6 +288,9 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
             over = [t.name for t in r.tags if t.line - 1 <= u.end_line and t.end - 1 >= u.start_line]
             where = f"{rel}:{u.start_line + 1} unit {u.name!r} over ctags {over or 'nothing'}"
             parts = [part.rsplit("::", 1)[-1] for part in merged(u.name)]
+            whole = [t for t in r.tags if u.start_line <= t.line - 1 <= t.end - 1 <= u.end_line]
+            if len([t for t in whole if table.kind_of(t.name) != "loops"]) > len(parts):
+                swallowed.append(f"{where}: {len(whole)} functions in one unit")
             if any(bad(u, part, table) for part in parts):
                 misnamed.append(where)
             elif not over:
@@ -311,6 +317,9 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
     )
     print(f"ratio function_lines_covered = {covered / inside if inside else 1.0:.6f}")
     print(f"units_named_after_non_functions = {len(misnamed)}")
+    for text in swallowed[:list_misses]:
+        print(f"  swallowed: {text}")
+    print(f"units_over_several_functions = {len(swallowed)}")
 
 
 NAMED_AFTER_MACRO = (

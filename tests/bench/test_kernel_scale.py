@@ -47,5 +47,6 @@ def test_quick_mode_checks_coverage_against_ctags(quick):
     out = quick
     assert figure(out, "function_lines_covered") == 1.0, out
     assert figure(out, "units_named_after_non_functions") == 0, out
+    assert figure(out, "units_over_several_functions") == 0, out
     (functions,) = re.findall(r"^ctags functions: (\d+);", out, flags=re.M)
     assert int(functions) > 50  # the demo corpus, zlib and libpng pieces, the kernel idioms
