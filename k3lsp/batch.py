@@ -26,6 +26,7 @@ from typing import TextIO
 from lsprotocol import types as lsp
 
 from k3lsp import pipeline, suppress, tasks, units
+from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.options import Options, admitted_files
 from k3lsp.pool import DEFAULT_SLOTS, Pool
 from k3lsp.run import Counters, Summary, Target, describe
@@ -140,7 +141,9 @@ def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[P
     return list(dict.fromkeys(files)), errors
 
 
-def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[str], list[str]]:
+def read_sources(
+    files: Sequence[Path], root: Path, macros: Macros = DEFAULT_MACROS
+) -> tuple[list[Source], list[str], list[str]]:
     """(sources, errors: files not read, notes: files split coarser than into functions)."""
     sources, errors, notes = [], [], []
     for path in files:
@@ -150,7 +153,7 @@ def read_sources(files: Sequence[Path], root: Path) -> tuple[list[Source], list[
         except OSError as exc:
             errors.append(f"{rel}: {exc.strerror or exc}")
             continue
-        split = units.split(text)
+        split = units.split(text, macros)
         note = units.fallback_note(split)
         if note is not None:
             notes.append(f"{rel}: {note}")
@@ -184,7 +187,7 @@ async def audit_paths(
     report = BatchReport(root)
     files, report.errors = collect(paths, root, options)
     report.files = len(files)
-    sources, read_errors, report.warnings = read_sources(files, root)
+    sources, read_errors, report.warnings = read_sources(files, root, options.kernel_macros)
     report.errors += read_errors
     baseline = suppress.Baseline.load(root)
     if baseline.error:

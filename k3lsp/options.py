@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.client import default_endpoint
+from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
@@ -43,6 +44,7 @@ class Options:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     thinking_effort: str = "auto"
     max_workspace_files: int = 0  # a workspace audit's bound on files (open, then newest first); 0: every file
+    kernel_macros: Macros = DEFAULT_MACROS  # what the splitter normalises: the built-in table plus kernelMacros
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -159,6 +161,7 @@ _PARSERS = {
     "exclude": ("exclude", _globs),
     "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
     "maxWorkspaceFiles": ("max_workspace_files", _count),
+    "kernelMacros": ("kernel_macros", Macros.parse),
 }
 
 

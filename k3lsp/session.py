@@ -228,7 +228,9 @@ class Session:
 
     async def split(self, text: str) -> tuple[Unit, ...]:
         """The units of a text, split on the splitter's own thread (never on the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self._splitter, units.split, text)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._splitter, units.split, text, self.options.kernel_macros
+        )
 
     async def republish(self, doc: Document) -> None:
         """Derive what is shown from the stored results for the document's current text, and send it."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import options
+from k3lsp import kernelc, options
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {f.name: f.default for f in fields(options.Options)}
@@ -32,4 +32,7 @@ def test_every_setting_is_documented_with_its_default(doc):
         if key == "endpoint" or default == "":  # computed per user / no value: said in words
             continue
         cell = table[key].strip()
+        if isinstance(default, kernelc.Macros):  # the built-in table, nothing added: the setting adds to it
+            assert default == kernelc.DEFAULT_MACROS and cell == "`{}`"
+            continue
         assert cell in (shown(default), str(default)), (key, cell, default)

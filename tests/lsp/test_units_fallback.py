@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from k3lsp import cli, sandbox, units
+from k3lsp import cli, kernelc, sandbox, units
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
@@ -37,9 +37,13 @@ def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(sou
     assert "no definition of f0" in sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too
 
 
-def test_the_recursion_limit_itself_also_falls_back(monkeypatch):
-    monkeypatch.setattr(units, "MAX_NESTING", 10**6)  # only Python's own limit is left
-    assert all(u.kind == units.WINDOW_KIND for u in units.parse(DEEP_IF).units)
+def test_with_the_limit_lifted_nothing_recurses(monkeypatch):
+    """The splitter once recursed per level (the limit stood in for Python's stack); now nothing does: with the
+    limit lifted, the 1,000 levels split into their function."""
+    monkeypatch.setattr(kernelc, "MAX_NESTING", 10**6)
+    (unit,) = units.parse(DEEP_IF).units
+    assert (unit.name, unit.start_line, unit.end_line) == ("f", 1000, 1003)
+    assert [u.name for u in units.parse(IF_ELSE).units] == ["f0"]  # 500 braces open in the #if branches
 
 
 def workspace(tmp_path):

@@ -1,0 +1,387 @@
+"""Kernel scale: the editor side on a whole kernel tree (XNU, a Linux checkout, any C tree).
+
+    uv run python bench/kernel_scale.py TREE [--list-misses N]
+    uv run python bench/kernel_scale.py --quick        # a small tree the script builds (what tests/bench runs)
+
+TREE is a directory; the files are those a workspace audit visits with the default settings (`include`
+`**/*.c`, `**/*.h`, `exclude`, `maxFileBytes`: k3lsp.options). One function per section, called by `main`:
+
+- **splitter** (`splitter`): every file is split with `units.parse` (uncached, what a changed text costs) and
+  checked against universal-ctags' function extents (`ctags --fields=+ne`: line and `end:` of every function
+  definition; a `.h` file is read by ctags as C++ when k3lsp reads it as C++, as C otherwise), the
+  independent check:
+  - `ratio function_lines_covered = X`: lines inside ctags function extents that some unit covers, over all
+    such lines (target on XNU >= 0.9999). Lines of tags ctags itself mislabels are excluded and listed with
+    the reason (`--list-misses` also lists the uncovered lines' functions);
+  - `units_named_after_non_functions = N` (target 0): units over a ctags function named after none of the
+    functions there (a keyword, a loop macro, another name), plus units named after a C keyword or a
+    loop macro of the table anywhere;
+  - `units_over_several_functions = N` (target 0): units that hold more whole ctags functions than their
+    name says (one function swallowed the next; ctags' tags of loop macros do not count);
+  - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
+    bytes in the same run (`ratio split_over_parse = X`: what the normalisation, the brace scan and the
+    context cost on top of the parse).
+- further sections (tools: `find_definition_found`, tool p50/p90, index build; the language server: hover
+  p99 during a workspace audit) are functions of the same shape, called by `main` after this one.
+
+Needs universal-ctags on PATH (Debian/Ubuntu: `apt-get install universal-ctags`; macOS: `brew install
+universal-ctags`); without it the splitter section prints the split times only and says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywhere)
+
+from tree_sitter import Parser  # noqa: E402
+
+from k3lsp import kernelc, options, units  # noqa: E402
+from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
+
+# Names a unit must never have (a statement keyword; C++ words a broken header may leave).
+KEYWORDS = frozenset(
+    {
+        *("if", "else", "for", "while", "do", "switch", "case", "return", "sizeof", "typeof", "goto", "default"),
+        *("break", "continue", "asm", "__asm__", "struct", "union", "enum", "typedef", "static", "extern"),
+        *("inline", "const", "volatile"),
+    }
+)
+C11_KEYWORDS = frozenset({"_Atomic", "_Alignas", "_Noreturn", "_Static_assert", "_Thread_local"})
+MACRO = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
+TAIL = ("--kinds-C++=f", "-L", "-", "-o", "-")  # function definitions only; file names on stdin
+
+
+@dataclass
+class Tag:
+    """One function definition as ctags reports it (1-based lines, end inclusive)."""
+
+    name: str
+    line: int
+    end: int
+
+
+@dataclass
+class FileResult:
+    """One file of the tree as the splitter saw it."""
+
+    path: Path
+    size: int
+    split_s: float
+    parse_s: float
+    split: list[units.Unit]
+    cpp: bool
+    tags: list[Tag] = field(default_factory=list)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tree", nargs="?", type=Path, help="the tree to measure")
+    parser.add_argument("--quick", action="store_true", help="a small tree built by the script")
+    parser.add_argument("--list-misses", type=int, default=20, metavar="N", help="list N uncovered functions")
+    args = parser.parse_args(argv)
+    if args.quick == (args.tree is not None):
+        parser.error("give a TREE or --quick")
+    machine()
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = quick_tree(Path(scratch)) if args.quick else args.tree.resolve()
+        files = list(options.admitted_files(tree, tree, options.Options()))
+        print(f"tree: {tree} ({len(files)} files admitted by the default include/exclude/maxFileBytes)")
+        splitter(tree, files, args.list_misses)
+        # One call per further section, each `name(tree, files)` printing its own `ratio ...` lines: the
+        # workspace tools (find_definition_found, tool p50/p90, index build), the server (hover p99).
+    return 0
+
+
+def machine() -> None:
+    print(
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores; "
+        f"load average {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+def quick_tree(root: Path) -> Path:
+    """A small tree: the demo corpus, the real C files of bench/corpus, and the kernel idioms of the tests
+    (tests/support/kernel_idioms.py), one file each."""
+    tree = root / "tree"
+    shutil.copytree(REPO / "examples", tree / "examples", ignore=shutil.ignore_patterns("traces"))
+    shutil.copytree(REPO / "bench" / "corpus", tree / "corpus")
+    (tree / "kernel").mkdir()
+    for case in kernel_idioms.CASES:
+        (tree / "kernel" / f"{case.name}{case.suffix}").write_text(case.source)
+    return tree
+
+
+# --- the splitter ---------------------------------------------------------------------------------------------
+
+
+def splitter(tree: Path, files: list[Path], list_misses: int) -> None:
+    """Split every file; measure coverage of ctags' function extents, names, and time."""
+    results = [split_one(path) for path in files]
+    total_split = sum(r.split_s for r in results)
+    total_parse = sum(r.parse_s for r in results)
+    largest = max(results, key=lambda r: r.size, default=None)
+    print(
+        f"split: {len(results)} files, {sum(r.size for r in results) / 1e6:.1f} MB, "
+        f"{sum(len(r.split) for r in results)} units in {total_split:.2f} s "
+        f"(tree-sitter's bare parse of the same bytes: {total_parse:.2f} s); "
+        f"{sum(r.cpp for r in results)} files read as C++, "
+        f"{sum(bool(units.fallback_note(r.split)) for r in results)} in line windows"
+    )
+    if largest is not None:
+        print(
+            f"largest file: {largest.path.relative_to(tree)} ({largest.size / 1e6:.2f} MB): split in "
+            f"{largest.split_s * 1000:.0f} ms, bare parse {largest.parse_s * 1000:.0f} ms"
+        )
+    if total_parse:
+        print(f"ratio split_over_parse = {total_split / total_parse:.2f}")
+    megabyte()
+    ctags = shutil.which("ctags")
+    if ctags is None or b"Universal Ctags" not in subprocess.run([ctags, "--version"], capture_output=True).stdout:
+        print("universal-ctags not found (apt-get install universal-ctags): no coverage figures")
+        return
+    read_tags(ctags, tree, results)
+    coverage(ctags, tree, results, list_misses)
+
+
+def megabyte() -> None:
+    """A generated 1 MB kernel file (300 includes, thousands of functions full of kernel idioms): the shape
+    that once took the splitter 86 s, because every unit walked every include."""
+    functions = "\n".join(case.source for case in kernel_idioms.CASES if case.suffix == ".c")
+    data = "".join(f"#include <linux/k3_{i}.h>\n" for i in range(300))
+    copies = 0
+    while len(data) < 1_000_000:
+        data += re.sub(r"\b(k3_\w+)\(", rf"\1_{copies}(", functions)
+        copies += 1
+    best = min(timed(data) for _ in range(3))
+    split_s, parse_s, n = best
+    print(
+        f"1 MB file ({len(data) / 1e6:.2f} MB, {n} units): split in {split_s * 1000:.0f} ms, bare parse "
+        f"{parse_s * 1000:.0f} ms (best of 3)"
+    )
+    print(f"ratio split_1mb_over_parse = {split_s / parse_s:.2f}")
+
+
+def timed(source: str) -> tuple[float, float, int]:
+    data = source.encode()
+    t0 = time.process_time()
+    n = len(units.parse(data).units)
+    t1 = time.process_time()
+    Parser(units.C_LANGUAGE).parse(data)
+    return t1 - t0, time.process_time() - t1, n
+
+
+def split_one(path: Path) -> FileResult:
+    data = path.read_bytes()
+    t0 = time.process_time()  # CPU time: other work shares the cores
+    split = units.parse(data).units
+    t1 = time.process_time()
+    cpp = kernelc.normalise(data).cpp
+    t2 = time.process_time()
+    Parser(units.CPP_LANGUAGE if cpp else units.C_LANGUAGE).parse(data)
+    t3 = time.process_time()
+    return FileResult(path, len(data), t1 - t0, t3 - t2, split, cpp)
+
+
+def read_tags(ctags: str, tree: Path, results: list[FileResult]) -> None:
+    """Every function definition ctags finds, per file, each file read in the language k3lsp reads it in."""
+    by_path = {str(r.path.relative_to(tree)): r for r in results}
+    for language in ("C", "C++"):
+        names = [p for p, r in by_path.items() if r.cpp == (language == "C++")]
+        for tag in run_ctags(ctags, tree, language, names):
+            if tag["path"] in by_path:
+                by_path[tag["path"]].tags.append(Tag(tag["name"], tag["line"], tag.get("end", 0)))
+
+
+def run_ctags(ctags: str, cwd: Path, language: str, names: list[str]) -> Iterator[dict]:
+    """The function tags ctags finds in the files `names` (relative to cwd), read as `language`."""
+    if not names:
+        return
+    out = subprocess.run(
+        [ctags, f"--language-force={language}", "--output-format=json", "--fields=+ne", "--kinds-C=f", *TAIL],
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=True,
+    )
+    for line in out.stdout.splitlines():
+        tag = json.loads(line)
+        if tag.get("_type") == "tag" and tag.get("kind") == "function":
+            yield tag
+
+
+def macro_like(name: str, table: kernelc.Macros) -> bool:
+    """A name ctags gives a function that is not one: an upper-case macro, an attribute or statement macro
+    of k3lsp's table, a C11 keyword (`_Atomic(T) *f(...)`, `_Alignas(8) char x[];` above a function)."""
+    return bool(MACRO.match(name)) or name in C11_KEYWORDS or table.kind_of(name) in ("attributes", "statements")
+
+
+def excluded(tag: Tag, tags: list[Tag], lines: list[bytes]) -> str | None:
+    """Why a ctags tag is not a function to hold the splitter to, or None: ctags' own mislabels."""
+    if tag.end < tag.line:
+        return "ctags gave no end line"
+    if any(o is not tag and o.line < tag.line <= o.end for o in tags):
+        return "inside another function's extent (a macro call ctags took for a definition)"
+    if b"{" not in b"\n".join(lines[tag.line - 1 : tag.end]):
+        return "no body: a prototype or a macro call ctags took for a definition"
+    return None
+
+
+def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int) -> None:
+    """`function_lines_covered` and `units_named_after_non_functions` against ctags (see the docstring)."""
+    table = kernelc.DEFAULT_MACROS
+    inside = covered = 0
+    reasons: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+    misses: list[tuple[int, str]] = []
+    misnamed: list[str] = []
+    swallowed: list[str] = []  # units holding more functions than their name says (one swallowed the next)
+    unseen: list[tuple[units.Unit, bool, str]] = []  # units where ctags sees no function
+
+    def exclude(why: str, n: int, where: str) -> None:
+        reasons[why] += n
+        examples.setdefault(why, []).append(where)
+
+    for r in results:
+        lines = r.path.read_bytes().split(b"\n")
+        owner: list[units.Unit | None] = [None] * (len(lines) + 1)  # 0-based line -> its unit
+        for u in r.split:
+            for line in range(u.start_line, u.end_line + 1):
+                owner[line] = u
+        rel = r.path.relative_to(tree)
+        for tag in r.tags:
+            where = f"{rel}:{tag.line} {tag.name}"
+            why = excluded(tag, r.tags, lines)
+            if why is not None:
+                exclude(why, tag.end - tag.line + 1 if tag.end >= tag.line else 0, where)
+                continue
+            first = tag.line - 1
+            last_owner = owner[tag.end - 1]
+            if macro_like(tag.name, table) and last_owner is not None and last_owner.start_line > first:
+                exclude(BEGAN_ABOVE, last_owner.start_line - first, where)
+                first = last_owner.start_line
+            span = range(first, tag.end)
+            inside += len(span)
+            hit = sum(owner[line] is not None for line in span)
+            covered += hit
+            if hit < len(span):
+                misses.append((len(span) - hit, f"{rel}:{tag.line}-{tag.end} {tag.name}: {len(span) - hit} lines"))
+        for u in r.split:
+            if u.kind == units.WINDOW_KIND:
+                continue
+            over = [t.name for t in r.tags if t.line - 1 <= u.end_line and t.end - 1 >= u.start_line]
+            where = f"{rel}:{u.start_line + 1} unit {u.name!r} over ctags {over or 'nothing'}"
+            parts = [part.rsplit("::", 1)[-1] for part in merged(u.name)]
+            whole = [t for t in r.tags if u.start_line <= t.line - 1 <= t.end - 1 <= u.end_line]
+            if len([t for t in whole if table.kind_of(t.name) != "loops"]) > len(parts):
+                swallowed.append(f"{where}: {len(whole)} functions in one unit")
+            if any(bad(u, part, table) for part in parts):
+                misnamed.append(where)
+            elif not over:
+                unseen.append((u, r.cpp, where))
+            elif named_after(u.name, over):
+                continue
+            elif all(ctags_mislabel(u, f, parts, table) for f in over):
+                exclude(NAMED_AFTER_MACRO, 0, where)
+            else:
+                misnamed.append(where)
+    confirmed = confirm(ctags, unseen)
+    print(f"ctags functions: {sum(len(r.tags) for r in results)}; lines inside them: {inside}; covered: {covered}")
+    for why, n in reasons.most_common():
+        print(f"  excluded: {n} lines, {why} ({len(examples[why])}); e.g. {', '.join(examples[why][:3])}")
+    for _, text in sorted(misses, reverse=True)[:list_misses]:
+        print(f"  uncovered: {text}")
+    for text in misnamed[:list_misses]:
+        print(f"  misnamed: {text}")
+    kinds = Counter(u.kind for u, _, _ in unseen)
+    print(
+        f"units where ctags sees no function: {len(unseen)} ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+        f"{sum(confirmed)} of them are a function of that name when ctags reads the unit's text alone; e.g. "
+        + ", ".join([where for (_, _, where), ok in zip(unseen, confirmed, strict=True) if not ok][:5])
+    )
+    print(f"ratio function_lines_covered = {covered / inside if inside else 1.0:.6f}")
+    print(f"units_named_after_non_functions = {len(misnamed)}")
+    for text in swallowed[:list_misses]:
+        print(f"  swallowed: {text}")
+    print(f"units_over_several_functions = {len(swallowed)}")
+
+
+NAMED_AFTER_MACRO = (
+    "no lines: units that ctags names after a word of the return type, or after a loop macro in the body"
+)
+BEGAN_ABOVE = "lines above the function's header where ctags began it, at a macro or keyword it named it after"
+
+
+def ctags_mislabel(unit: units.Unit, tag: str, parts: list[str], table: kernelc.Macros) -> bool:
+    """Whether ctags named the function under a unit after something that is not its name: a word of the
+    header before the unit's name (`_Atomic(T) *f(...)`, `os_ref_count_t (f)(...)`), or a loop macro of the
+    table used in the body (`zpercpu_foreach_cpu(cpu) {`)."""
+    text = unit.text.replace(" (", "(")
+    body = text.find("{")
+    if table.kind_of(tag) == "loops" and text.find(f"{tag}(", body) > body:
+        return True
+    head = text[:body]
+    if tag not in head:  # the extent began above the unit, at the macro ctags named it after
+        return macro_like(tag, table)
+    names = [head.find(f"{p}(") for p in parts] + [head.find(f"({p})(") for p in parts]
+    return 0 <= head.find(tag) < min((n for n in names if n >= 0), default=-1)
+
+
+def merged(name: str) -> list[str]:
+    """The names in a unit's name: "a+b" for two functions on one line (not the `+` of `operator++`)."""
+    return re.split(r"(?<=[\w)])\+(?=[A-Za-z_~])", name)
+
+
+def named_after(name: str, functions: list[str]) -> bool:
+    """Whether a unit is named after a function ctags sees under it: any part of a merged "a+b", a C++ name's
+    last component (ctags writes `operator ==`), `sys_read` for `SYSCALL_DEFINE3`, `MACRO(x)` for `MACRO`."""
+    plain = {f.replace(" ", "") for f in functions}
+    for part in merged(name.replace(" ", "")):
+        if part.rsplit("::", 1)[-1] in plain or part.split("(", 1)[0] in plain:
+            continue
+        if not (part.startswith(("sys_", "compat_sys_")) and any(SYSCALL.match(f) for f in functions)):
+            return False
+    return True
+
+
+def confirm(ctags: str, unseen: list[tuple[units.Unit, bool, str]]) -> list[bool]:
+    """For each unit where ctags sees no function in the whole file: whether ctags, given the unit's text
+    alone, sees a function of the unit's name in it."""
+    found: list[set[str]] = [set() for _ in unseen]
+    with tempfile.TemporaryDirectory() as scratch:
+        for language, suffix in (("C", ".c"), ("C++", ".cpp")):
+            names = []
+            for i, (u, cpp, _) in enumerate(unseen):
+                if cpp == (suffix == ".cpp"):
+                    (Path(scratch) / f"u{i}{suffix}").write_text(u.text + "\n")
+                    names.append(f"u{i}{suffix}")
+            for tag in run_ctags(ctags, Path(scratch), language, names):
+                found[int(tag["path"][1:].split(".")[0])].add(tag["name"])
+    return [named_after(u.name, sorted(f)) for (u, _, _), f in zip(unseen, found, strict=True)]
+
+
+def bad(unit: units.Unit, name: str, table: kernelc.Macros) -> bool:
+    """A keyword, or a loop macro the unit starts with (a loop cut out of its function: `for_each_cpu(c) {`
+    with no return type before it; a function named like a loop macro has one)."""
+    head = unit.text.lstrip().replace(" (", "(")
+    return name in KEYWORDS or (table.kind_of(name) == "loops" and head.startswith(f"{name}("))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
