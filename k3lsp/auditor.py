@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from k3lsp import loading, protocol, resultkey, sandbox, sanitize
+from k3lsp import loading, protocol, resultkey, sandbox, sanitize, symbols
 from k3lsp.bounds import OVER_LIMIT, FindingBounds, bounded_stats
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendClient, BackendError, ClientOptions
@@ -461,6 +461,8 @@ class Auditor:
         } | ({"fresh": True} if fresh else {})
         findings: list[dict] = []
         bounds = FindingBounds()  # the daemon bounds them too, but it may not be ours
+        if root is not None:  # the model may look symbols up: the workspace's index builds meanwhile
+            symbols.warm(root)
         try:
             await self.connect()
             self.counters.sent += 1

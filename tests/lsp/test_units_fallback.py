@@ -34,7 +34,8 @@ def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(sou
     assert note is not None and f"{len(split)} windows of up to {units.WINDOW_LINES} lines" in note
     assert units.fallback_note(units.split(scripted.DEMO_C)) is None
     (tmp_path / "deep.c").write_text(source)
-    assert "no definition of f0" in sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too
+    answer = sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too, and says what it read
+    assert "definition of f0" in answer and "the symbol index of 1 file " in answer
 
 
 def test_the_recursion_limit_itself_also_falls_back(monkeypatch):
