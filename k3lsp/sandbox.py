@@ -123,7 +123,9 @@ def find_definition(root: str | os.PathLike[str], symbol: str, path: str | None 
     if not tags:
         missing = f"no definition of {symbol}{where} in {status.describe()}"
         return missing if status.complete else f"{missing}: ask again shortly, or grep for it"
-    counts = search.many(len(defined), "definition") + (f" and {search.many(declared, 'declaration')}" if declared else "")
+    counts = search.many(len(defined), "definition") + (
+        f" and {search.many(declared, 'declaration')}" if declared else ""
+    )
     out = _Output()
     out.add(f"{counts} of {symbol}{where}, from {status.describe()}")
     secrets = confine.Secrets()
@@ -143,6 +145,8 @@ def _code(base: Path, tag: symbols.Tag, out: _Output, secrets: confine.Secrets) 
         lines = confine.read_text(confine.resolve(base, tag.path, secrets), tag.path).split("\n")
     except ToolError as e:
         return out.add(f"  ({e})")
+    if tag.line > len(lines):  # the file changed since it was indexed; the next refresh will see it
+        return out.add(f"  ({tag.path} has {len(lines)} lines now: the index is behind; ask again shortly)")
     last = min(tag.end or tag.line + MAX_DEFINITION_LINES // 3, len(lines), tag.line + MAX_DEFINITION_LINES - 1)
     for n in range(tag.line, last + 1):
         if not out.add(f"{n:>6}  {lines[n - 1]}"):

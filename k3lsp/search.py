@@ -241,15 +241,14 @@ def _python_search(root: str, pattern: str, target: str, seconds: float, word: b
     deadline = time.monotonic() + seconds
     hits: list[list] = []
     files, stopped = 0, ""
-    secrets = confine.Secrets()
+    vetter = confine.Vetter(base)
     for rel in walk(base, target, SOURCE_GLOBS if sources else None):
         if time.monotonic() > deadline:
             stopped = "deadline"
             break
-        vetted = confine.vet(base, rel, secrets)
         files += 1
         try:
-            text = confine.read_text(vetted[0], rel) if vetted else ""
+            text = confine.read_text(base / rel, rel) if vetter.vet(rel) else ""
         except (ToolError, OSError):
             continue
         for n, line in enumerate(text.split("\n"), 1):
@@ -295,8 +294,8 @@ def source_files(root: str | os.PathLike[str], seconds: float) -> dict[str, os.s
         env = {k: v for k, v in os.environ.items() if not k.startswith("RIPGREP")}
         out = subprocess.run(command, cwd=base, capture_output=True, timeout=seconds, env=env, stdin=subprocess.DEVNULL)
         rels = [name.removeprefix("./") for raw in out.stdout.split(b"\0") if (name := _utf8(raw))]
-    secrets = confine.Secrets()
-    return {rel: vetted[1] for rel in rels if (vetted := confine.vet(base, rel, secrets))}
+    vetter = confine.Vetter(base)
+    return {rel: info for rel in rels if (info := vetter.vet(rel))}
 
 
 def _utf8(raw: bytes) -> str:
@@ -309,16 +308,15 @@ def _utf8(raw: bytes) -> str:
 
 def _shown(base: Path, found: Search) -> Search:
     """The hits from files the sandbox shows (the rules checked again on each file ripgrep named), sorted."""
-    secrets = confine.Secrets()
+    vetter = confine.Vetter(base)
     verdicts: dict[str, bool] = {}
     kept = []
     for hit in found.hits:
         if hit.path.startswith("./"):
             hit.path = hit.path[2:]
         if hit.path not in verdicts:
-            vetted = confine.vet(base, hit.path, secrets)
             try:
-                verdicts[hit.path] = vetted is not None and b"\0" not in vetted[0].read_bytes()
+                verdicts[hit.path] = vetter.vet(hit.path) is not None and b"\0" not in (base / hit.path).read_bytes()
             except OSError:
                 verdicts[hit.path] = False
         if verdicts[hit.path]:

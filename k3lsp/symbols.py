@@ -324,6 +324,10 @@ class Indexer:
         ctags = shutil.which("ctags")
         if ctags is not None and "Universal Ctags" in _version(ctags):
             return Indexer(_version(ctags), (ctags, *CTAGS_ARGS), "./")
+        return Indexer.splitter()
+
+    @staticmethod
+    def splitter() -> Indexer:
         return Indexer("the k3lsp splitter (universal-ctags not found)", tuple(isolated.python_command(__name__)), "")
 
     def run(self, root: Path, batch: list[str]) -> list[Tag]:
@@ -373,24 +377,24 @@ def _tags(lines: Iterable[bytes]) -> Iterator[Tag]:
 
 def _split_child() -> None:
     """The splitter as an indexer (in a child process): file names on stdin, JSON tags on stdout."""
-    root = Path.cwd()
-    secrets = confine.Secrets()
+    root = Path.cwd().resolve()
+    vetter = confine.Vetter(root)
     for rel in sys.stdin.read().split("\n"):
-        vetted = confine.vet(root, rel, secrets) if rel else None
-        if vetted is None:
+        if not rel or vetter.vet(rel) is None:
             continue
         try:
-            parsed = units.parse(confine.read_bytes(vetted[0], rel))
+            parsed = units.parse(confine.read_bytes(root / rel, rel))
         except (confine.ToolError, OSError):
             continue
-        found = [(u.name, u.start_line, u.end_line, "function") for u in parsed.units if u.kind == "function"]
+        found = [
+            (u.name, u.start_line, u.end_line, "function") for u in parsed.units if u.kind in ("function", "macro_body")
+        ]
         for item in parsed.items:
             if item.kind in ("macro", "type", "global", "prototype"):
                 found += [(name, item.start_line, item.end_line, item.kind) for name in item.names]
         for name, start, end, kind in found:
-            sys.stdout.write(
-                json.dumps({"name": name, "path": rel, "line": start + 1, "end": end + 1, "kind": kind}) + "\n"
-            )
+            tag = {"name": name, "path": rel, "line": start + 1, "end": end + 1, "kind": kind}
+            sys.stdout.write(json.dumps(tag) + "\n")
 
 
 # --- one index per workspace -----------------------------------------------------------------------------

@@ -112,7 +112,9 @@ def test_find_definition_finds_functions_types_macros_and_globals(ws):
     assert lines[1] == "drivers/k3demo_session.c:63-66 (function)"  # the definition before the prototype
     assert "drivers/k3demo_session.c:31-31 (prototype)" in lines
     ok, text = sandbox.run_tool(ws, "find_definition", {"symbol": "stolen_key"})
-    assert ok and re.fullmatch(r"no definition of stolen_key in the symbol index of \d+ files \(.*\), updated \d+ s ago", text)
+    assert ok and re.fullmatch(
+        r"no definition of stolen_key in the symbol index of \d+ files \(.*\), updated \d+ s ago", text
+    )
     assert not sandbox.run_tool(ws, "find_definition", {"symbol": "a b; rm -rf"})[0]
 
 
