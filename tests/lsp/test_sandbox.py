@@ -96,6 +96,7 @@ def test_results_are_size_limited(ws, monkeypatch):
     assert not ok and "over the 1000-byte limit" in text
 
 
+@pytest.mark.skipif(shutil.which("ctags") is None, reason="needs universal-ctags: apt-get install universal-ctags")
 def test_find_definition_finds_functions_types_macros_and_globals(ws):
     cases = {
         "k3demo_alloc_table": "drivers/k3demo_syscalls.c:25-37 (function)",

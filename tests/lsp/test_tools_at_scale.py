@@ -10,11 +10,16 @@ import asyncio
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from k3lsp import sandbox, symbols
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("ctags") is None, reason="needs universal-ctags: apt-get install universal-ctags"
+)
 
 FOLDERS, PER_FOLDER = 600, 100
 FILES = FOLDERS * PER_FOLDER + 2  # + the two files below
