@@ -56,7 +56,6 @@ class Search:
     stopped: str = ""  # "" (complete), "deadline" or "limit" (MAX_HITS lines)
     engine: str = ""
     mode: str = "regex"
-    withheld: int = 0  # files with hits that the sandbox does not show
 
     def coverage(self, deadline: float) -> str:
         """What the search covered, in words the model can act on."""
@@ -205,7 +204,9 @@ def _read_line(line: bytes, found: Search) -> None:
         found.hits.append(Hit(name, int(number), text.decode("utf-8", "replace")))
 
 
-def _python(base: Path, pattern: str, target: str, seconds: float, kill_after: float, word: bool, sources: bool):
+def _python(
+    base: Path, pattern: str, target: str, seconds: float, kill_after: float, word: bool, sources: bool
+) -> Search:
     """The fallback search in a child process that imports nothing from the workspace (k3lsp.isolated)."""
     request = {"root": str(base), "pattern": pattern, "target": target, "seconds": seconds}
     request |= {"word": word, "sources": sources}
@@ -307,7 +308,8 @@ def _utf8(raw: bytes) -> str:
 
 
 def _shown(base: Path, found: Search) -> Search:
-    """The hits from files the sandbox shows (the rules checked again on each file ripgrep named), sorted."""
+    """The hits from files the sandbox shows (the rules checked again on each file ripgrep named), sorted.
+    What is left out is not counted anywhere: a count would tell the model whether a hidden file matches."""
     vetter = confine.Vetter(base)
     verdicts: dict[str, bool] = {}
     kept = []
@@ -322,7 +324,6 @@ def _shown(base: Path, found: Search) -> Search:
         if verdicts[hit.path]:
             hit.text = hit.text.rstrip("\r\n")
             kept.append(hit)
-    found.withheld = sum(1 for ok in verdicts.values() if not ok)
     found.hits = sorted(kept, key=lambda h: (h.path, h.line))
     return found
 

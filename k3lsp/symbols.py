@@ -135,9 +135,9 @@ def index_dir() -> Path:
 class SymbolIndex:
     """The index of one workspace root. Thread-safe: one connection behind a lock, one refresh at a time."""
 
-    def __init__(self, root: str | os.PathLike[str], path: Path | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
-        self.path = path or index_dir() / (hashlib.sha256(str(self.root).encode()).hexdigest()[:32] + ".sqlite3")
+        self.path = index_dir() / (hashlib.sha256(str(self.root).encode()).hexdigest()[:32] + ".sqlite3")
         self._lock = threading.Lock()
         self._conn = self._open()
         self._thread: threading.Thread | None = None
