@@ -7,8 +7,9 @@ closes in a tool-call section, not when the turn ends, so the editor shows it wh
 it carries the reasoning the model wrote before it (bounded). Calls written inside the think channel are
 never run, nor their findings reported. ``explain`` streams the response channel only.
 
-When a turn ends with read-only workspace calls (``read_lines``, ``find_definition``, ``grep``), the client
-runs them (it owns the workspace and its sandbox) and the conversation goes on by appending: the next prompt
+When a turn ends with read-only workspace calls (``protocol.WORKSPACE_TOOLS``: ``read_lines``, ``grep``,
+``find_definition``, ``find_references``), the client runs them (it owns the workspace and its sandbox) and
+the conversation goes on by appending: the next prompt
 is the previous prompt + the tokens the model generated (the end-of-message token it stopped on included) +
 the tool results and a generation prompt as the renderer renders them (``prompts.continuation``). The engine
 stored prompt + generation at the end of the generation (a continuation entry of its prompt cache, taken by
@@ -45,7 +46,7 @@ from k3lsp.wire.protocol import CodedError, ErrorCode
 
 log = logging.getLogger(__name__)
 
-READ_ONLY_TOOLS = frozenset({"read_lines", "find_definition", "grep"})
+READ_ONLY_TOOLS = frozenset(protocol.WORKSPACE_TOOLS)
 MAX_TOOL_RESULT_CHARS = 32 * 1024  # what one tool result may add to the conversation
 # Generated tokens per request (all rounds) at each thinking effort: reasoning is most of a turn's tokens.
 EFFORT_BUDGETS = {"off": 1024, "low": 2048, "high": 8192, "max": 32768}

@@ -31,13 +31,14 @@ from mlx_lm.tool_parsers import kimi_k3
 from backend import channels
 from k3lsp.wire.protocol import EFFORTS
 
-PROMPT_VERSION = "k3lsp-audit-3"
+PROMPT_VERSION = "k3lsp-audit-4"  # 4: find_references, and a path for every search tool
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
     "and privilege bugs in the unit the user gives you. Report every real vulnerability by calling "
     "report_finding once per bug, with line numbers counted from 1 at the first line of the unit. "
-    "If you need code that is not shown, call read_lines, find_definition or grep. Do not report style "
+    "If you need code that is not shown, call read_lines, find_definition, find_references (the callers) or "
+    "grep; give them a path to search less. Each answer says what it covered. Do not report style "
     "issues. Do not write an essay: when every finding is reported, end your turn."
 )
 
@@ -97,20 +98,27 @@ READ_LINES = _tool(
     {"path": {"type": "string"}, "start": _LINE, "end": _LINE},
     ["path", "start", "end"],
 )
+_UNDER = {"type": "string", "description": "only under this workspace folder or file"}
 FIND_DEFINITION = _tool(
     "find_definition",
-    "Find where a function, macro, type or global is defined in the workspace.",
-    {"symbol": {"type": "string"}},
+    "Find where a function, macro, type or global is defined in the workspace, with its code.",
+    {"symbol": {"type": "string"}, "path": _UNDER},
+    ["symbol"],
+)
+FIND_REFERENCES = _tool(
+    "find_references",
+    "Find the lines that use a function, macro, type or global, each with the function it is in (the callers).",
+    {"symbol": {"type": "string"}, "path": _UNDER},
     ["symbol"],
 )
 GREP = _tool(
     "grep",
-    "Search the workspace for a regular expression; optionally only under one path.",
-    {"pattern": {"type": "string"}, "path": {"type": "string"}},
+    "Search the workspace for a regular expression.",
+    {"pattern": {"type": "string"}, "path": _UNDER},
     ["pattern"],
 )
 
-AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, GREP]
+AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, FIND_REFERENCES, GREP]
 EXPLAIN_TOOLS = [READ_LINES, FIND_DEFINITION]
 
 JOINER = "\u2060"  # word joiner: invisible, and no special token contains it

@@ -21,8 +21,16 @@ TREE is a directory; the files are those a workspace audit visits with the defau
   - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
     bytes in the same run (`ratio split_over_parse = X`: what the normalisation, the brace scan and the
     context cost on top of the parse).
-- further sections (tools: `find_definition_found`, tool p50/p90, index build; the language server: hover
-  p99 during a workspace audit) are functions of the same shape, called by `main` after this one.
+- **workspace tools**: the model's `find_definition`, `find_references` and `grep` (k3lsp.sandbox.run_tool)
+  on TREE, the symbol index built first in a fresh cache directory (a temporary K3LSP_CACHE_DIR: the user's
+  cache is not touched).
+  - `ratio find_definition_found = X`: over SYMBOLS (Linux's and XNU's; those universal-ctags, run on the whole
+    tree independently of the index, does not define are left out and listed), the share whose answer's first
+    place is a definition (not a prototype) that ctags lists for the symbol. Target on XNU: 1.0.
+  - index build time and size (the sqlite file), beside universal-ctags alone on the whole tree
+    (`ratio index_build_vs_ctags = X`), and a refresh with nothing changed.
+  - tool call p50/p90 per tool after the index is built (target: p90 <= 1 s on XNU), and `grep` beside bare
+    ripgrep on the same patterns (`ratio grep_vs_bare_ripgrep = X`: the sandbox's own work on top of the search).
 
 Needs universal-ctags on PATH (Debian/Ubuntu: `apt-get install universal-ctags`; macOS: `brew install
 universal-ctags`); without it the splitter section prints the split times only and says why.
@@ -31,16 +39,18 @@ universal-ctags`); without it the splitter section prints the split times only a
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +60,7 @@ sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywher
 
 from tree_sitter import Parser  # noqa: E402
 
-from k3lsp import kernelc, options, units  # noqa: E402
+from k3lsp import kernelc, options, sandbox, search, symbols, units  # noqa: E402
 from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
 
 # Names a unit must never have (a statement keyword; C++ words a broken header may leave).
@@ -65,6 +75,15 @@ C11_KEYWORDS = frozenset({"_Atomic", "_Alignas", "_Noreturn", "_Static_assert", 
 MACRO = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
 TAIL = ("--kinds-C++=f", "-L", "-", "-o", "-")  # function definitions only; file names on stdin
+ROUNDS = 3
+QUICK_SYMBOLS = ("k3demo_ioctl", "k3demo_session_put", "k3demo_write_msg")  # defined in examples/
+# Common kernel symbols: Linux's (issue 23's list) and XNU's. Each counts where ctags defines it in TREE.
+SYMBOLS = (
+    *("copy_from_user", "sk_buff", "kmalloc", "mutex_lock", "tcp_ack", "container_of", "task_struct"),
+    *("vfs_read", "kvm_vcpu_ioctl", "tcp_rcv_established", "kfree", "spin_lock"),
+    *("copyin", "vm_map_copyin", "ipc_port_release", "kauth_cred_get", "vnode_put", "m_freem", "ipc_kmsg_send"),
+    *("vm_map_enter", "zalloc", "sysctl_handle_int", "ipc_port_t", "mbuf", "IOMalloc"),
+)
 
 
 @dataclass
@@ -103,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         files = list(options.admitted_files(tree, tree, options.Options()))
         print(f"tree: {tree} ({len(files)} files admitted by the default include/exclude/maxFileBytes)")
         splitter(tree, files, args.list_misses)
-        # One call per further section, each `name(tree, files)` printing its own `ratio ...` lines: the
-        # workspace tools (find_definition_found, tool p50/p90, index build), the server (hover p99).
+        tools(tree, 1, QUICK_SYMBOLS) if args.quick else tools(tree, ROUNDS)
     return 0
 
 
@@ -381,6 +399,100 @@ def bad(unit: units.Unit, name: str, table: kernelc.Macros) -> bool:
     with no return type before it; a function named like a loop macro has one)."""
     head = unit.text.lstrip().replace(" (", "(")
     return name in KEYWORDS or (table.kind_of(name) == "loops" and head.startswith(f"{name}("))
+
+
+# --- the workspace tools -----------------------------------------------------------------------------------
+
+
+def ctags_definitions(tree: Path) -> tuple[dict[str, set[tuple[str, int]]], float]:
+    """universal-ctags on the whole tree, on its own (no k3lsp listing): each symbol's definition places, and
+    how long it took."""
+    started = time.monotonic()
+    command = ["ctags", "--options=NONE", "-R", "-f", "-", "--output-format=json", "--languages=C,C++"]
+    command += ["--kinds-C=+px-m", "--kinds-C++=+px-m", "--fields=+nK-P", "."]
+    out = subprocess.run(command, cwd=tree, capture_output=True, check=True).stdout
+    seconds = time.monotonic() - started
+    places: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for line in out.split(b"\n"):
+        try:
+            tag = json.loads(line)
+        except ValueError:
+            continue
+        if tag.get("kind") in symbols.DEFINITIONS:
+            places[tag["name"]].add((tag["path"].removeprefix("./"), tag["line"]))
+    return places, seconds
+
+
+def median_time(call, rounds: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(rounds):
+        started = time.monotonic()
+        result = call()
+        times.append(time.monotonic() - started)
+    return statistics.median(times), result
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def tools(tree: Path, rounds: int, wanted: tuple[str, ...] = SYMBOLS) -> None:
+    """The workspace tools section."""
+    print(f"== workspace tools on {tree}")
+    truth, ctags_seconds = ctags_definitions(tree)
+    print(f"universal-ctags alone on the whole tree: {ctags_seconds:.1f} s")
+    with tempfile.TemporaryDirectory() as cache_dir:
+        os.environ["K3LSP_CACHE_DIR"] = cache_dir
+        index = symbols.index_for(tree)
+        started = time.monotonic()
+        status = asyncio.run(index.ready())
+        build = time.monotonic() - started
+        size = sum(p.stat().st_size for p in index.path.parent.glob(index.path.name + "*"))
+        print(f"index build: {build:.1f} s for {status.files:,} files ({status.indexer}); {size / 2**20:.1f} MiB")
+        print(f"ratio index_build_vs_ctags = {build / ctags_seconds:.2f}")
+        refresh, _ = median_time(lambda: (index.refresh(force=True), index.wait(None)), rounds)
+        print(f"index refresh with nothing changed: {refresh:.2f} s")
+        checked = [s for s in wanted if truth.get(s)]
+        print(
+            f"symbols not defined in this tree (per ctags), left out: {', '.join(sorted(set(wanted) - set(checked)))}"
+        )
+        found, times = [], defaultdict(list)
+        for symbol in checked:
+            for tool, args in (
+                ("find_definition", {"symbol": symbol}),
+                ("find_references", {"symbol": symbol}),
+                ("grep", {"pattern": rf"\b{symbol}\b"}),
+            ):
+                seconds, (ok, text) = median_time(lambda t=tool, a=args: sandbox.run_tool(tree, t, a), rounds)
+                times[tool].append(seconds)
+                if tool == "find_definition":
+                    found.append(ok and _first_place(text) in truth[symbol])
+                    print(f"  {symbol}: {'found' if found[-1] else 'NOT found'}: {text.split(chr(10))[1][:100]}")
+        print(f"ratio find_definition_found = {sum(found) / len(found):.3f} ({sum(found)} of {len(found)})")
+        for tool, values in times.items():
+            print(f"{tool}: p50 {percentile(values, 0.5) * 1000:.0f} ms, p90 {percentile(values, 0.9) * 1000:.0f} ms")
+        rg = search.ripgrep()
+        if rg is not None:
+            bare = [
+                median_time(
+                    lambda s=s: subprocess.run([rg, "-n", "-e", rf"\b{s}\b"], cwd=tree, capture_output=True), rounds
+                )[0]
+                for s in checked
+            ]
+            ratio = statistics.median(times["grep"]) / statistics.median(bare)
+            print(f"bare ripgrep: p50 {percentile(bare, 0.5) * 1000:.0f} ms; ratio grep_vs_bare_ripgrep = {ratio:.2f}")
+        index.close()
+
+
+def _first_place(text: str) -> tuple[str, int] | None:
+    """The first `path:line-end (kind)` line of a find_definition answer."""
+    for line in text.split("\n")[1:]:
+        place, _, kind = line.partition(" (")
+        path, _, lines = place.rpartition(":")
+        if kind and path and lines.split("-")[0].isdigit():
+            return path, int(lines.split("-")[0])
+    return None
 
 
 if __name__ == "__main__":

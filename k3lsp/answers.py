@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from k3lsp import sandbox
+from k3lsp import sandbox, symbols
 
 OnTool = Callable[[dict, bool, str], None]  # (tool_request, ok, answer)
 
@@ -22,6 +22,12 @@ class ToolAnswerer:
 
     def __init__(self, on_tool: OnTool | None = None):
         self.on_tool = on_tool
+
+    def prepare(self, root: Path | None) -> None:
+        """An audit with tools is about to start: the workspace's symbol index builds (or refreshes) in the
+        background meanwhile, so the model's first ``find_definition`` finds it ready."""
+        if root is not None:
+            symbols.warm(root)
 
     async def answer(self, root: Path | None, request: dict) -> tuple[bool, str]:
         """(ok, text) for one ``tool_request``; a refusal is an ordinary answer the model reads and acts on.

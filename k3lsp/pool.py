@@ -348,6 +348,7 @@ class Pool:
     async def _execute(self, conn: Connection, job: _Job) -> None:
         run, target = job.run, job.target
         job.attempts += 1
+        self.answers.prepare(target.root)
         try:
             outcome = await request.audit(
                 conn,

@@ -248,7 +248,7 @@ class ResultCache:
 
     def _connect(self, path: Path | str) -> sqlite3.Connection:
         if isinstance(path, Path):
-            _private(path)
+            make_private(path)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
@@ -325,7 +325,7 @@ def _why(error: Exception) -> str:
     return f"the disk is full: {detail}" if full else detail
 
 
-def _private(path: Path) -> None:
+def make_private(path: Path) -> None:
     """Make ``path``'s folder 0700 and the file (and its WAL files) 0600, creating them so; raise OSError for a
     folder of another user or a file that is a symlink (someone else could read or redirect the results)."""
     folder = path.parent

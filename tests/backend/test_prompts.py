@@ -59,7 +59,7 @@ def test_audit_prompt_has_tools_and_code_only_in_user_turns(tok, specials, check
     assert "strcpy" not in messages[0]["content"]
     r = prompts.render(tok, messages, prompts.AUDIT_TOOLS, "low")
     text = tok.decode(r.tokens)
-    for name in ("report_finding", "read_lines", "find_definition", "grep"):
+    for name in ("report_finding", "read_lines", "find_definition", "find_references", "grep"):
         assert f'"name":"{name}"' in text.replace(" ", "")
     assert "3|\treturn strcpy" in text
     opened = {

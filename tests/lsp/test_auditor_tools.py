@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from k3lsp import sandbox
+from k3lsp import sandbox, search
 from k3lsp.answers import ToolAnswerer
 
 
@@ -14,6 +14,7 @@ def answerer(seen: list) -> ToolAnswerer:
 
 async def test_a_tool_call_that_outlives_its_bound_is_answered_with_a_refusal(tmp_path, monkeypatch):
     (tmp_path / "aaa.c").write_text("/* " + "a" * 64 + "! */\n")
+    monkeypatch.setattr(search, "ripgrep", lambda: None)  # Python's re, which this line keeps busy for seconds
     monkeypatch.setattr(sandbox, "TOOL_SECONDS", 0.5)  # below GREP_SECONDS: the answerer's bound answers first
     seen: list = []
     request = {"tool": "grep", "args": {"pattern": "(a|aa)+$", "path": "aaa.c"}}

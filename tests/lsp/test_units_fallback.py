@@ -23,7 +23,7 @@ IF_ELSE = "".join(f"#if A\nint f{i}(void) {{\n#else\nint g{i}(void) {{\n#endif\n
 
 
 @pytest.mark.parametrize("source", [DEEP_IF, IF_ELSE], ids=["nested-if", "if-else-braces"])
-def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(source, tmp_path):
+def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(source, tmp_path, monkeypatch):
     lines = source.removesuffix("\n").split("\n")
     split = units.split(source)
     assert split and all(u.kind == units.WINDOW_KIND for u in split)
@@ -34,7 +34,9 @@ def test_a_file_beyond_the_splitters_limits_becomes_line_windows_with_a_note(sou
     assert note is not None and f"{len(split)} windows of up to {units.WINDOW_LINES} lines" in note
     assert units.fallback_note(units.split(scripted.DEMO_C)) is None
     (tmp_path / "deep.c").write_text(source)
-    assert "no definition of f0" in sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too
+    monkeypatch.setenv("K3LSP_CACHE_DIR", str(tmp_path / "k3cache"))  # the symbol index goes there, not the user's
+    answer = sandbox.find_definition(tmp_path, "f0")  # the model's tool survives it too, and says what it read
+    assert "definition of f0" in answer and "the symbol index of 1 file " in answer
 
 
 def test_with_the_limit_lifted_nothing_recurses(monkeypatch):
