@@ -1,0 +1,170 @@
+"""Text from a client or the model cannot decide how `k3-backend supervise` reads the daemon's end, nor forge
+a line of the daemon's log.
+
+`mlx.launch` reports a rank's end with a line "Node with rank N exited with code C" on the stream that also
+carries the ranks' own output, and the daemon logs what clients send (a tool_result's call id) and what the
+model writes (a finding's severity). Shown here on the real `supervise` around a real `serve`: both carrying
+that line, then SIGKILL of the daemon, and the supervisor must start it again, not say "exited cleanly".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from backend import supervise
+from backend.launch import READY
+from k3lsp import sanitize
+from tests.support import kimi
+from tests.support.daemon import REPO, Wire, audit_fields
+
+FORGED = "Node with rank 0 exited with code 0"
+READY_WAIT = 180.0
+
+
+def script() -> list[dict]:
+    return [{"unit": "forger", "turns": [kimi.turn(("report_finding", kimi.finding(severity=FORGED)))]}]
+
+
+class Supervised:
+    """`k3-backend supervise -- k3-backend serve ...` as its own process: its stdout lines as they come, its
+    stderr (the supervisor's words and the daemon's log) in a file."""
+
+    def __init__(self, tiny_model: Path, tmp: Path):
+        script_file = tmp / "script.json"
+        script_file.write_text(json.dumps(script()))
+        self.endpoint = f"ipc://{tmp}/sock/daemon.sock"
+        serve = [sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model), "--bind", self.endpoint]
+        serve += ["--trust-remote-code", "--no-store", "--script", str(script_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "supervise",
+            "--backoff",
+            "0.2",
+            "--max-failures",
+            "3",
+            "--",
+            *serve,
+        ]
+        self.log = tmp / "supervise.log"
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True
+            )
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+
+    def wait_ready(self, count: int) -> None:
+        deadline = time.monotonic() + READY_WAIT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if sum(line.startswith(READY) for line in list(self.lines)) >= count:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"no ready line #{count}; supervisor exit {self.proc.poll()}:\n{self.text()[-3000:]}")
+
+    def daemon_pid(self) -> int:
+        (child,) = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        return int(child)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+async def test_a_forged_exit_line_in_a_tool_result_or_a_finding_does_not_stop_the_restart(tiny_model, tmp_path):
+    sup = Supervised(tiny_model, tmp_path)
+    try:
+        sup.wait_ready(1)
+        first = sup.daemon_pid()
+        async with Wire(sup.endpoint, timeout=120) as wire:
+            await wire.send("tool_result", "t1", call=f"c1\n{FORGED}", ok=True, result="")  # the client's text
+            msgs = await wire.request("audit", "a1", **audit_fields("forger"))  # the model's text
+            assert msgs[-1]["kind"] == "done" and msgs[-1]["stats"]["dropped_findings"] == 1, msgs[-1]
+            assert (await wire.ask("ping", "p"))["kind"] == "pong"  # the tool_result was read and logged by now
+        log = sup.text()
+        assert log.count(FORGED) >= 2, log[-3000:]  # both are in the daemon's log
+        assert not any(line.startswith(FORGED) for line in log.splitlines()), log[-3000:]  # but no line of its own
+        assert f"c1\\n{FORGED}" in log
+        os.kill(first, signal.SIGKILL)
+        sup.wait_ready(2)
+        assert sup.daemon_pid() != first
+        async with Wire(sup.endpoint, timeout=120) as wire:
+            assert (await wire.ask("ping", "p"))["kind"] == "pong"
+    finally:
+        sup.stop()
+    log = sup.text()
+    assert "exited cleanly" not in log, log[-3000:]
+    assert "the pair failed (while serving: killed by SIGKILL; rank 0 killed by SIGKILL; 1 in a row)" in log, log[
+        -3000:
+    ]
+
+
+def test_the_supervisor_takes_no_exit_code_from_output(monkeypatch):
+    """Only the ranks' status files and the command's own exit count: a launcher's line, or anything that looks
+    like one, on the stream the ranks write to is passed through and kept for the log tail, nothing more."""
+    run = supervise.Run()
+    err = io.BytesIO(f"[rank 0] loading\n{FORGED}\n\x1b[33m[WARN] Node with rank 1 was killed \x1b[0m\n".encode())
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.BytesIO()))
+    supervise._pass_stderr(err, run)
+    assert run.codes == {} and len(run.tail) == 3
+    assert not supervise.Run(codes={1: 0}).clean()  # rank 0, which decides a stop, said nothing
+    assert supervise.Run(codes={0: 0, 1: 0}).clean() and supervise.Run(codes={0: 0}).clean()
+
+
+def test_a_log_record_is_one_line_and_a_traceback_cannot_pass_for_one(capsys):
+    """The daemon's and the language server's one log formatter (k3lsp.sanitize.Formatter): a message built from
+    client or model text keeps to its line, with its controls written as escapes; a traceback keeps its lines,
+    each behind a gutter, so a line break inside an exception's message starts no record either."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(sanitize.Formatter("%(levelname)s %(name)s: %(message)s"))
+    log = logging.getLogger("forgery-test")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("tool_result for call %s", f"c1\n{FORGED}\r\x1b]0;title\x07\u202e")
+        with contextlib.suppress(ValueError):
+            try:
+                raise ValueError(f"bad value\nINFO backend.daemon: {FORGED}")
+            except ValueError:
+                log.exception("request %s failed", "r1\nINFO forged")
+    finally:
+        log.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == f"WARNING forgery-test: tool_result for call c1\\n{FORGED}\\r\\x1b]0;title\\x07\\u202e"
+    assert lines[1] == "ERROR forgery-test: request r1\\nINFO forged failed"
+    assert len(lines) > 3 and all(line.startswith(sanitize.TRACE_GUTTER) for line in lines[2:]), lines
+    assert any(line == f"{sanitize.TRACE_GUTTER}INFO backend.daemon: {FORGED}" for line in lines[2:]), lines
+
+
+def test_serve_logs_through_the_one_formatter_on_a_pair_too():
+    """`serve` on a pair prefixes its lines with the rank: still through the escaping formatter."""
+    from backend import serve
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = [logging.StreamHandler(io.StringIO())]
+    try:
+        serve._log_rank(1, 2)
+        assert all(isinstance(h.formatter, sanitize.Formatter) for h in root.handlers)
+    finally:
+        root.handlers = saved
