@@ -153,3 +153,71 @@ async def test_background_requests_leave_the_interactive_reserve_free():
     hold.set()
     await asyncio.gather(*tasks)
     assert started == ["alice", "carol", "bob"] and fair.depths() == {}
+
+
+async def test_one_identity_flooding_interactive_requests_takes_one_interactive_turn_not_the_reserve():
+    """Anyone may say ``priority: interactive``: mallory says it for everything. She gets one interactive turn at a
+    time; the rest of her requests wait like background ones, so the reserve stays free for alice's edit."""
+    fair, hold = FairShare(3, interactive_reserve=2), asyncio.Event()
+    started = []
+
+    async def request(who: str, priority: int) -> None:
+        async with fair.slot(who, priority):
+            started.append(who)
+            await hold.wait()
+
+    flood = [asyncio.ensure_future(request("mallory", INTERACTIVE)) for _ in range(6)]
+    await asyncio.sleep(0)
+    assert started == ["mallory", "mallory"]  # one interactive turn, one background slot: the reserve is left
+    alice = asyncio.ensure_future(request("alice", INTERACTIVE))
+    await asyncio.sleep(0)
+    assert started == ["mallory", "mallory", "alice"]  # alice's edit starts at once
+    hold.set()
+    await asyncio.gather(*flood, alice)
+    assert fair.depths() == {}
+
+
+async def test_interactive_requests_of_one_identity_do_not_starve_the_background_work_of_another():
+    fair, order = FairShare(2, interactive_reserve=1), []
+    holds = [asyncio.Event() for _ in range(6)]
+
+    async def request(who: str, priority: int, n: int) -> None:
+        async with fair.slot(who, priority):
+            order.append((who, n))
+            await holds[n].wait()
+
+    flood = [asyncio.ensure_future(request("mallory", INTERACTIVE, n)) for n in range(5)]
+    await asyncio.sleep(0)
+    alice = asyncio.ensure_future(request("alice", BACKGROUND, 5))
+    await asyncio.sleep(0)
+    assert order == [("mallory", 0), ("mallory", 1)]
+    holds[1].set()  # the slot her second request held frees: it goes to alice, who holds none
+    await asyncio.sleep(0.01)
+    assert order[2] == ("alice", 5)
+    for hold in holds:
+        hold.set()
+    await asyncio.gather(*flood, alice)
+    assert fair.depths() == {}
+
+
+async def test_the_interactive_requests_of_one_person_still_go_before_their_own_background_ones():
+    fair, order = FairShare(2, interactive_reserve=1), []
+    hold = asyncio.Event()
+
+    async def request(tag: str, priority: int, release: asyncio.Event) -> None:
+        async with fair.slot("alice", priority):
+            order.append(tag)
+            await release.wait()
+
+    first = asyncio.Event()
+    workspace = [asyncio.ensure_future(request("w0", BACKGROUND, first))]
+    workspace += [asyncio.ensure_future(request(f"w{i}", BACKGROUND, hold)) for i in range(1, 4)]
+    await asyncio.sleep(0)
+    saved = [asyncio.ensure_future(request(f"s{i}", INTERACTIVE, hold)) for i in range(3)]
+    await asyncio.sleep(0)
+    assert order == ["w0", "s0"]  # her edit takes the reserve at once
+    first.set()
+    hold.set()
+    await asyncio.gather(*workspace, *saved)
+    assert order[:4] == ["w0", "s0", "s1", "s2"]  # then her other edited units, before her own workspace audit
+    assert fair.depths() == {}
