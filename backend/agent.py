@@ -162,6 +162,7 @@ class Agent:
     ask_tool: AskTool
     script: Script = field(default_factory=Script)
     priority: int = 0
+    owner: str = ""  # the requester's identity: the engine keeps its file contexts and continuations apart
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
     admit: Admit = contextlib.nullcontext  # the engine slot each generation waits for; tool rounds hold none
@@ -297,6 +298,7 @@ class Agent:
             top_p=self.config.top_p,
             seed=rid,
             priority=self.priority,
+            owner=self.owner,
             forced=self.script.forced(self.tokenizer, unit, n),
             fault=self.script.fault(unit, n),
         )

@@ -430,6 +430,7 @@ class Daemon:
                 ask_tool=lambda tool, args: self._ask_tool(job, tool, args),
                 script=self.script,
                 priority=priority,
+                owner=job.user,
                 tally=self.tally,
                 record=self.record,
                 admit=lambda: self.fair.slot(job.user, priority),

@@ -173,3 +173,34 @@ def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     assert all(r.segments[1] == shared for r in rendered)
     assert [out[rid].stats["cached_tokens"] for rid in (1, 2, 3, 4)] == [0, shared, shared, shared]
     assert e.stats()["prefilled_tokens"] == shared + sum(len(r.tokens) - 1 - shared for r in rendered)
+
+
+def test_a_file_context_is_cached_for_its_owner_alone_the_system_prompt_for_everyone(tiny_model):
+    """Units of one file from two people in the same step: the second person's unit waits only for the system
+    prompt (shared), then reads the whole file context itself; the first person's next unit gets the context.
+    What is cached for whom must not tell one person what another audited
+    (tests/security/test_prompt_cache_oracle.py)."""
+    e = new_engine(tiny_model, max_tokens=64)
+    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
+    rendered = []
+    for i in range(3):
+        code = f"int h{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
+        messages = prompts.audit_messages(
+            path="lib/file.c", unit=f"h{i}", code=code, context=context, specials=prompts.special_strings(e.tokenizer)
+        )
+        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
+    owners = {1: "alice", 2: "bob", 3: "alice"}
+    for rid, r in enumerate(rendered, 1):
+        e.submit(
+            GenRequest(
+                rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok"), owner=owners[rid]
+            )
+        )
+    out = drain(e)
+    system, shared = rendered[0].segments
+    assert [out[rid].stats["cached_tokens"] for rid in (1, 2, 3)] == [0, system, shared]
+    kinds = {k: v["n_sequences"] for k, v in e.stats()["prompt_cache"].items()}
+    assert kinds["system"] == 1 and kinds["context"] == 2  # one context entry each
+    for rid in (1, 2, 3):  # a continuation is released by its owner's conversation only
+        e.release(rid)
+    assert e.stats()["prompt_cache"]["continuation"]["n_sequences"] == 0
