@@ -26,8 +26,10 @@ The agent knows nothing about sockets: the daemon gives it ``send`` (a message t
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -175,17 +177,8 @@ class Agent:
     async def audit(self, req: dict) -> dict:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
-        specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.audit_messages(
-            path=req["path"],
-            unit=req["unit"],
-            code=req["code"],
-            specials=specials,
-            context=req["context"],
-            first_line=req.get("first_line"),
-        )
         return await self._run(
-            Conversation(messages, prompts.AUDIT_TOOLS, effort, specials),
+            audit_conversation(self.tokenizer, req, effort),
             req["unit"],
             self.config.budget(effort, req.get("max_tokens")),
             prose=False,
@@ -340,6 +333,41 @@ class Agent:
         ok, result = await self.ask_tool(call.name, call.arguments)
         result = result[:MAX_TOOL_RESULT_CHARS]
         return result if ok else f"error: {result}"
+
+
+def audit_conversation(tokenizer, req: dict, effort: str) -> Conversation:
+    """The conversation an ``audit`` message starts: system, file context (if any), the unit."""
+    specials = prompts.special_strings(tokenizer)
+    messages = prompts.audit_messages(
+        path=req["path"],
+        unit=req["unit"],
+        code=req["code"],
+        specials=specials,
+        context=req["context"],
+        first_line=req.get("first_line"),
+    )
+    return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials)
+
+
+async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
+    """What the model is given for an ``audit`` message, as one hash per way to answer it: first at the request's
+    own thinking effort and token budget, then at each higher effort with that effort's own budget (an audit
+    that thought longer answers one that would think less). Each hash covers the rendered prompt (system
+    prompt, tools, path, unit name, first line, code, context, effort), the budget, the sampling and the
+    tool-round limit: everything but the tool results, which the result store checks call by call
+    (backend/store.py)."""
+    effort = req.get("thinking_effort") or config.thinking_effort
+    out = []
+    for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
+        conv = audit_conversation(tokenizer, req, e)
+        rendered = await asyncio.to_thread(_locked, prompts.render, tokenizer, conv.messages, conv.tools, e)
+        budget = config.budget(e, req.get("max_tokens") if e == effort else None)
+        h = hashlib.sha256(
+            f"k3-seen-v1\0{budget}\0{config.temp!r}\0{config.top_p!r}\0{config.max_tool_rounds}\0".encode()
+        )
+        h.update(array.array("I", rendered.tokens).tobytes())
+        out.append(h.hexdigest())
+    return out
 
 
 def _continued(tokenizer, conv: Conversation, generated: list[int], tool_messages: list[dict]) -> list[int]:

@@ -505,7 +505,9 @@ class Auditor:
         if result.cut_short is not None:
             self.counters.incomplete += 1
             log.info("audit of %s was cut short (%s): not cached", unit.name, result.cut_short)
-        elif self._result_key is not None:
+        elif self._result_key is not None and stats.get("from_store") is not True:
+            # An answer from the daemon's store is another person's audit: shown, asked for again next time,
+            # never filed as this editor's own (docs/team.md, the store's trust model).
             self.cache.put(unit.key, self._result_key.digest(effort), findings, stats)
         self.counters.audited += 1
         self.counters.from_store += stats.get("from_store") is True
