@@ -178,7 +178,7 @@ class Agent:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
         return await self._run(
-            audit_conversation(self.tokenizer, req, effort),
+            conversation(self.tokenizer, req, effort),
             req["unit"],
             self.config.budget(effort, req.get("max_tokens")),
             prose=False,
@@ -188,17 +188,8 @@ class Agent:
     async def explain(self, req: dict) -> dict:
         """Stream an explanation of one finding (its response channel) as ``text``; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
-        specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.explain_messages(
-            path=req["path"],
-            unit=req["unit"],
-            code=req["code"],
-            specials=specials,
-            finding=req["finding"],
-            context=req["context"],
-        )
         return await self._run(
-            Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials),
+            conversation(self.tokenizer, req, effort, "explain"),
             req["unit"],
             self.config.budget(effort),
             prose=True,
@@ -335,17 +326,15 @@ class Agent:
         return result if ok else f"error: {result}"
 
 
-def audit_conversation(tokenizer, req: dict, effort: str) -> Conversation:
-    """The conversation an ``audit`` message starts: system, file context (if any), the unit."""
+def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conversation:
+    """The conversation an ``audit`` or ``explain`` message starts: system, file context (if any), the unit (and
+    the finding to explain)."""
     specials = prompts.special_strings(tokenizer)
-    messages = prompts.audit_messages(
-        path=req["path"],
-        unit=req["unit"],
-        code=req["code"],
-        specials=specials,
-        context=req["context"],
-        first_line=req.get("first_line"),
-    )
+    unit = {"path": req["path"], "unit": req["unit"], "code": req["code"], "context": req["context"]}
+    if kind == "explain":
+        messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
+        return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
+    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"))
     return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials)
 
 
@@ -359,7 +348,7 @@ async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
     effort = req.get("thinking_effort") or config.thinking_effort
     out = []
     for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
-        conv = audit_conversation(tokenizer, req, e)
+        conv = conversation(tokenizer, req, e)
         rendered = await asyncio.to_thread(_locked, prompts.render, tokenizer, conv.messages, conv.tools, e)
         budget = config.budget(e, req.get("max_tokens") if e == effort else None)
         h = hashlib.sha256(

@@ -80,6 +80,10 @@ class Formatter(logging.Formatter):
     (:func:`escaped`); a traceback after it keeps its lines, each escaped the same way behind
     ``TRACE_GUTTER``, so a line break inside an exception's message starts no record either."""
 
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = None  # a traceback another formatter kept on the record is formatted here again
+        return super().format(record)
+
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escaped(record.message)
         return super().formatMessage(record)

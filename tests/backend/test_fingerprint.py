@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from backend import fingerprint
 from backend.fingerprint import FingerprintError, checkpoint_fingerprint
+from tests.security.test_local_access import OtherUser, shared_tmp  # noqa: F401 (shared_tmp: a fixture)
 
 
 def test_the_name_does_not_count_the_checkpoint_does(tiny_model, pruned_model, tmp_path):
@@ -96,20 +95,9 @@ def test_the_sampled_hashes_are_cached_beside_the_checkpoint_until_a_file_change
     assert checkpoint_fingerprint(copy) != first and reads.count(weights[0]) == 3
 
 
-@pytest.fixture
-def shared_tmp():
-    """A directory other users can enter (pytest's own temporary directories are private to root)."""
-    base = Path(tempfile.mkdtemp())
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def test_a_read_only_checkpoint_caches_in_the_users_cache_directory(tiny_model, shared_tmp):
+def test_a_read_only_checkpoint_caches_in_the_users_cache_directory(tiny_model, shared_tmp):  # noqa: F811
     """Another user (uid 65534) who may read the checkpoint but not write its folder keeps the cache in their own
     cache directory, and reads no weights the second time."""
-    from tests.security.test_local_access import OtherUser
-
     checkpoint = shutil.copytree(tiny_model, shared_tmp / "shared-model")
     (checkpoint / fingerprint.CACHE_NAME).unlink(missing_ok=True)
     home = shared_tmp / "home"

@@ -154,18 +154,24 @@ def test_the_byte_budget_holds_in_held_bytes(tiny_model):
     assert held >= 0.9 * counted  # the measurement sees the entries
 
 
+def units_of_one_file(tok, count: int) -> list[prompts.Rendered]:
+    """The first rounds of ``count`` units of one file, which share its context."""
+    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
+    rendered = []
+    for i in range(count):
+        code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
+        messages = prompts.audit_messages(
+            path="lib/file.c", unit=f"g{i}", code=code, context=context, specials=prompts.special_strings(tok)
+        )
+        rendered.append(prompts.render(tok, messages, prompts.AUDIT_TOOLS, EFFORT))
+    return rendered
+
+
 def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     """Four units of one file arrive in the same step: the first reads system + file context, the others wait
     the step or two it takes and then read only their own tails."""
     e = new_engine(tiny_model, max_tokens=64)
-    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
-    rendered = []
-    for i in range(4):
-        code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
-        messages = prompts.audit_messages(
-            path="lib/file.c", unit=f"g{i}", code=code, context=context, specials=prompts.special_strings(e.tokenizer)
-        )
-        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
+    rendered = units_of_one_file(e.tokenizer, 4)
     for rid, r in enumerate(rendered, 1):
         e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
     out = drain(e)
@@ -181,14 +187,7 @@ def test_a_file_context_is_cached_for_its_owner_alone_the_system_prompt_for_ever
     What is cached for whom must not tell one person what another audited
     (tests/security/test_prompt_cache_oracle.py)."""
     e = new_engine(tiny_model, max_tokens=64)
-    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
-    rendered = []
-    for i in range(3):
-        code = f"int h{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
-        messages = prompts.audit_messages(
-            path="lib/file.c", unit=f"h{i}", code=code, context=context, specials=prompts.special_strings(e.tokenizer)
-        )
-        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
+    rendered = units_of_one_file(e.tokenizer, 3)
     owners = {1: "alice", 2: "bob", 3: "alice"}
     for rid, r in enumerate(rendered, 1):
         e.submit(

@@ -15,103 +15,57 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from backend import supervise
-from backend.launch import READY
 from k3lsp import sanitize
+from tests.pair.test_supervise import Supervised
 from tests.support import kimi
-from tests.support.daemon import REPO, Wire, audit_fields
+from tests.support.daemon import Wire, audit_fields
 
 FORGED = "Node with rank 0 exited with code 0"
-READY_WAIT = 180.0
 
 
 def script() -> list[dict]:
     return [{"unit": "forger", "turns": [kimi.turn(("report_finding", kimi.finding(severity=FORGED)))]}]
 
 
-class Supervised:
-    """`k3-backend supervise -- k3-backend serve ...` as its own process: its stdout lines as they come, its
-    stderr (the supervisor's words and the daemon's log) in a file."""
+def supervised(tiny_model: Path, tmp: Path) -> Supervised:
+    """`k3-backend supervise -- k3-backend serve ...` (one daemon, its own rank 0) with the forging script."""
+    script_file = tmp / "script.json"
+    script_file.write_text(json.dumps(script()))
+    serve = [sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model), "--bind", endpoint(tmp)]
+    serve += ["--trust-remote-code", "--no-store", "--script", str(script_file)]
+    return Supervised(serve, ["--backoff", "0.2", "--max-failures", "3"], tmp / "supervise.log")
 
-    def __init__(self, tiny_model: Path, tmp: Path):
-        script_file = tmp / "script.json"
-        script_file.write_text(json.dumps(script()))
-        self.endpoint = f"ipc://{tmp}/sock/daemon.sock"
-        serve = [sys.executable, "-m", "backend.cli", "serve", "--model", str(tiny_model), "--bind", self.endpoint]
-        serve += ["--trust-remote-code", "--no-store", "--script", str(script_file)]
-        cmd = [
-            sys.executable,
-            "-m",
-            "backend.cli",
-            "supervise",
-            "--backoff",
-            "0.2",
-            "--max-failures",
-            "3",
-            "--",
-            *serve,
-        ]
-        self.log = tmp / "supervise.log"
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True
-            )
-        self.lines: list[str] = []
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
 
-    def wait_ready(self, count: int) -> None:
-        deadline = time.monotonic() + READY_WAIT
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if sum(line.startswith(READY) for line in list(self.lines)) >= count:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"no ready line #{count}; supervisor exit {self.proc.poll()}:\n{self.text()[-3000:]}")
-
-    def daemon_pid(self) -> int:
-        (child,) = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-        return int(child)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+def endpoint(tmp: Path) -> str:
+    return f"ipc://{tmp}/sock/daemon.sock"
 
 
 async def test_a_forged_exit_line_in_a_tool_result_or_a_finding_does_not_stop_the_restart(tiny_model, tmp_path):
-    sup = Supervised(tiny_model, tmp_path)
+    sup = supervised(tiny_model, tmp_path)
     try:
-        sup.wait_ready(1)
-        first = sup.daemon_pid()
-        async with Wire(sup.endpoint, timeout=120) as wire:
+        assert sup.wait_ready(1) == endpoint(tmp_path)
+        (first,) = sup.children()
+        async with Wire(endpoint(tmp_path), timeout=120) as wire:
             await wire.send("tool_result", "t1", call=f"c1\n{FORGED}", ok=True, result="")  # the client's text
             msgs = await wire.request("audit", "a1", **audit_fields("forger"))  # the model's text
             assert msgs[-1]["kind"] == "done" and msgs[-1]["stats"]["dropped_findings"] == 1, msgs[-1]
             assert (await wire.ask("ping", "p"))["kind"] == "pong"  # the tool_result was read and logged by now
-        log = sup.text()
+        log = sup.log.read_text()
         assert log.count(FORGED) >= 2, log[-3000:]  # both are in the daemon's log
         assert not any(line.startswith(FORGED) for line in log.splitlines()), log[-3000:]  # but no line of its own
         assert f"c1\\n{FORGED}" in log
         os.kill(first, signal.SIGKILL)
         sup.wait_ready(2)
-        assert sup.daemon_pid() != first
-        async with Wire(sup.endpoint, timeout=120) as wire:
+        assert sup.children() != [first]
+        async with Wire(endpoint(tmp_path), timeout=120) as wire:
             assert (await wire.ask("ping", "p"))["kind"] == "pong"
     finally:
         sup.stop()
-    log = sup.text()
+    log = sup.log.read_text()
     assert "exited cleanly" not in log, log[-3000:]
     assert "the pair failed (while serving: killed by SIGKILL; rank 0 killed by SIGKILL; 1 in a row)" in log, log[
         -3000:
