@@ -349,14 +349,18 @@ async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
     out = []
     for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
         conv = conversation(tokenizer, req, e)
-        rendered = await asyncio.to_thread(_locked, prompts.render, tokenizer, conv.messages, conv.tools, e)
+        tokens = await asyncio.to_thread(_locked, _prompt, tokenizer, conv)  # as render's, without its segments
         budget = config.budget(e, req.get("max_tokens") if e == effort else None)
         h = hashlib.sha256(
             f"k3-seen-v1\0{budget}\0{config.temp!r}\0{config.top_p!r}\0{config.max_tool_rounds}\0".encode()
         )
-        h.update(array.array("I", rendered.tokens).tobytes())
+        h.update(array.array("I", tokens).tobytes())
         out.append(h.hexdigest())
     return out
+
+
+def _prompt(tokenizer, conv: Conversation) -> list[int]:
+    return prompts.template(tokenizer, conv.messages, conv.tools, add_generation_prompt=True, effort=conv.effort)
 
 
 def _continued(tokenizer, conv: Conversation, generated: list[int], tool_messages: list[dict]) -> list[int]:
