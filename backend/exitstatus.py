@@ -44,6 +44,8 @@ def record(code: int) -> None:
         data = json.dumps({"rank": rank, "code": int(code), "pid": os.getpid()}).encode()
         with _private_dir(Path(directory), create=True) as fd:
             tmp = f"rank-{rank}.{os.getpid()}.tmp"
+            with contextlib.suppress(FileNotFoundError):  # left by an earlier process of this pid (the folder is ours)
+                os.unlink(tmp, dir_fd=fd)
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
             try:
                 os.write(out, data)
