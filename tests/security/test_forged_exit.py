@@ -9,7 +9,6 @@ that line, then SIGKILL of the daemon, and the supervisor must start it again, n
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
@@ -84,7 +83,7 @@ def test_the_supervisor_takes_no_exit_code_from_output(monkeypatch):
     assert supervise.Run(codes={0: 0, 1: 0}).clean() and supervise.Run(codes={0: 0}).clean()
 
 
-def test_a_log_record_is_one_line_and_a_traceback_cannot_pass_for_one(capsys):
+def test_a_log_record_is_one_line_and_a_traceback_cannot_pass_for_one():
     """The daemon's and the language server's one log formatter (k3lsp.sanitize.Formatter): a message built from
     client or model text keeps to its line, with its controls written as escapes; a traceback keeps its lines,
     each behind a gutter, so a line break inside an exception's message starts no record either."""
@@ -96,11 +95,10 @@ def test_a_log_record_is_one_line_and_a_traceback_cannot_pass_for_one(capsys):
     log.propagate = False
     try:
         log.warning("tool_result for call %s", f"c1\n{FORGED}\r\x1b]0;title\x07\u202e")
-        with contextlib.suppress(ValueError):
-            try:
-                raise ValueError(f"bad value\nINFO backend.daemon: {FORGED}")
-            except ValueError:
-                log.exception("request %s failed", "r1\nINFO forged")
+        try:
+            raise ValueError(f"bad value\nINFO backend.daemon: {FORGED}")
+        except ValueError:
+            log.exception("request %s failed", "r1\nINFO forged")
     finally:
         log.removeHandler(handler)
     lines = stream.getvalue().splitlines()
