@@ -27,8 +27,10 @@ The agent knows nothing about sockets: the daemon gives it ``send`` (a message t
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -163,6 +165,7 @@ class Agent:
     ask_tool: AskTool
     script: Script = field(default_factory=Script)
     priority: int = 0
+    owner: str = ""  # the requester's identity: the engine keeps its file contexts and continuations apart
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
     admit: Admit = contextlib.nullcontext  # the engine slot each generation waits for; tool rounds hold none
@@ -175,17 +178,8 @@ class Agent:
     async def audit(self, req: dict) -> dict:
         """Run the audit loop for one ``audit`` message; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
-        specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.audit_messages(
-            path=req["path"],
-            unit=req["unit"],
-            code=req["code"],
-            specials=specials,
-            context=req["context"],
-            first_line=req.get("first_line"),
-        )
         return await self._run(
-            Conversation(messages, prompts.AUDIT_TOOLS, effort, specials),
+            conversation(self.tokenizer, req, effort),
             req["unit"],
             self.config.budget(effort, req.get("max_tokens")),
             prose=False,
@@ -195,17 +189,8 @@ class Agent:
     async def explain(self, req: dict) -> dict:
         """Stream an explanation of one finding (its response channel) as ``text``; returns the ``done`` stats."""
         effort = req.get("thinking_effort") or self.config.thinking_effort
-        specials = prompts.special_strings(self.tokenizer)
-        messages = prompts.explain_messages(
-            path=req["path"],
-            unit=req["unit"],
-            code=req["code"],
-            specials=specials,
-            finding=req["finding"],
-            context=req["context"],
-        )
         return await self._run(
-            Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials),
+            conversation(self.tokenizer, req, effort, "explain"),
             req["unit"],
             self.config.budget(effort),
             prose=True,
@@ -298,6 +283,7 @@ class Agent:
             top_p=self.config.top_p,
             seed=rid,
             priority=self.priority,
+            owner=self.owner,
             forced=self.script.forced(self.tokenizer, unit, n),
             fault=self.script.fault(unit, n),
         )
@@ -339,6 +325,43 @@ class Agent:
         ok, result = await self.ask_tool(call.name, call.arguments)
         result = result[:MAX_TOOL_RESULT_CHARS]
         return result if ok else f"error: {result}"
+
+
+def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conversation:
+    """The conversation an ``audit`` or ``explain`` message starts: system, file context (if any), the unit (and
+    the finding to explain)."""
+    specials = prompts.special_strings(tokenizer)
+    unit = {"path": req["path"], "unit": req["unit"], "code": req["code"], "context": req["context"]}
+    if kind == "explain":
+        messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
+        return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
+    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"))
+    return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials)
+
+
+async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
+    """What the model is given for an ``audit`` message, as one hash per way to answer it: first at the request's
+    own thinking effort and token budget, then at each higher effort with that effort's own budget (an audit
+    that thought longer answers one that would think less). Each hash covers the rendered prompt (system
+    prompt, tools, path, unit name, first line, code, context, effort), the budget, the sampling and the
+    tool-round limit: everything but the tool results, which the result store checks call by call
+    (backend/store.py)."""
+    effort = req.get("thinking_effort") or config.thinking_effort
+    out = []
+    for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
+        conv = conversation(tokenizer, req, e)
+        tokens = await asyncio.to_thread(_locked, _prompt, tokenizer, conv)  # as render's, without its segments
+        budget = config.budget(e, req.get("max_tokens") if e == effort else None)
+        h = hashlib.sha256(
+            f"k3-seen-v1\0{budget}\0{config.temp!r}\0{config.top_p!r}\0{config.max_tool_rounds}\0".encode()
+        )
+        h.update(array.array("I", tokens).tobytes())
+        out.append(h.hexdigest())
+    return out
+
+
+def _prompt(tokenizer, conv: Conversation) -> list[int]:
+    return prompts.template(tokenizer, conv.messages, conv.tools, add_generation_prompt=True, effort=conv.effort)
 
 
 def _continued(tokenizer, conv: Conversation, generated: list[int], tool_messages: list[dict]) -> list[int]:

@@ -41,7 +41,7 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from backend import auth
-from backend.agent import Agent, AgentConfig, AgentError, ChannelTally, Record, Send
+from backend.agent import Agent, AgentConfig, AgentError, AskTool, ChannelTally, Record, Send, seen
 from backend.disconnects import FdRoutes
 from backend.engine import EngineArgs
 from backend.fairshare import FairShare
@@ -422,15 +422,16 @@ class Daemon:
 
         priority = 1 if msg.get("priority") == "background" else 0
 
-        async def run(send: Send) -> dict:
+        async def run(send: Send, ask_tool: AskTool) -> dict:
             """The model's loop; each of its generations waits for this client's fair turn in the engine."""
             agent = Agent(
                 self.scheduler,
                 self.agent_config,
                 send=send,
-                ask_tool=lambda tool, args: self._ask_tool(job, tool, args),
+                ask_tool=ask_tool,
                 script=self.script,
                 priority=priority,
+                owner=job.user,
                 tally=self.tally,
                 record=self.record,
                 admit=lambda: self.fair.slot(job.user, priority),
@@ -440,10 +441,13 @@ class Daemon:
         def send(kind: str, **fields: Any) -> Awaitable[None]:
             return self._job_send(job, kind, **fields)
 
+        def ask(tool: str, args: dict) -> Awaitable[tuple[bool, str]]:
+            return self._ask_tool(job, tool, args)
+
         if job.kind == "explain" or self.store is None:
-            return await run(send)
-        effort = msg.get("thinking_effort") or self.agent_config.thinking_effort
-        return await self.store.answer(msg, effort, self.info.fingerprint, send, run)
+            return await run(send, ask)
+        views = await seen(self.scheduler.engine.tokenizer, self.agent_config, msg)
+        return await self.store.answer(views, self.info.fingerprint, job.user, bool(msg.get("fresh")), send, ask, run)
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""

@@ -13,8 +13,9 @@ Run it under the same `mlx.launch` command as `serve` (or alone, as one rank). E
    tokenizer loads (its own code only with `--trust-remote-code`, as `serve` would run it) and speaks the
    Kimi K3 format: think channel and tool-call markers;
 6. with `--model`, checks the weights / ranks (plus the same headroom) against macOS's GPU wired-memory cap, and
-   that every rank holds the same checkpoint (config, index, tokenizer files and weight file sizes, compared
-   between the ranks); under jaccl, each rank's macOS version and RDMA devices (backend/doctor_checks.py).
+   that every rank holds the same checkpoint (config, index, tokenizer files, weight file sizes and sampled
+   content, compared between the ranks); under jaccl, each rank's macOS version and RDMA devices
+   (backend/doctor_checks.py).
 
 Rank 0 prints the tables; every rank exits 1 if any check failed on any rank.
 """

@@ -12,7 +12,7 @@ on this host:
   Other systems have no such cap.
 - **Same checkpoint.** A half-copied or older checkpoint on one Mac loads and gives wrong logits, silently.
   Every rank reports `fingerprint.checkpoint_parts` (config, index and tokenizer files by content, weight files
-  by size), and the ranks' reports are compared: the differing files are named.
+  by size and sampled content), and the ranks' reports are compared: the differing files are named.
 - **RDMA** (with a `jaccl` hostfile): macOS 26.2 or later, and at least one RDMA device (`ibv_devices`).
 """
 
@@ -121,7 +121,10 @@ def same_checkpoint(reports: list[dict[str, str] | str]) -> Verdict:
 def _part(part: str | None) -> str:
     if part is None:
         return "missing"
-    return part if part.startswith("size=") else f"sha256 {part[:12]}"
+    if part.startswith("size="):  # a weight file: its size and the hash of its sampled ranges
+        size, _, sampled = part.partition(" sampled=")
+        return f"{size}, sampled sha256 {sampled[:12]}" if sampled else size
+    return f"sha256 {part[:12]}"
 
 
 # --- RDMA --------------------------------------------------------------------------------------------------

@@ -105,6 +105,7 @@ class GenRequest:
     priority: int = 0  # 0 interactive first, 1 background
     forced: list[int] | None = None  # scripted answer: force exactly these tokens, then eos
     fault: str | None = None  # scripted failure: its first prefill chunk raises this (fault containment tests)
+    owner: str = ""  # whose request: its file contexts and continuations are cached for it alone (prompt_cache.py)
 
 
 @dataclass
@@ -242,7 +243,7 @@ class Engine:
         self._ends: dict[int, tuple[str, str | None, str | None]] = {}  # rid -> (finish, code, error) to apply
         self._live: dict[int, _Live] = {}
         self._uid_to_rid: dict[int, int] = {}
-        self._continuations: dict[int, list[int]] = {}  # rid -> tokens of the continuation entry it stored
+        self._continuations: dict[int, tuple[str, list[int]]] = {}  # rid -> the continuation entry it stored
         self._failed: dict[int, str] = {}
         self._digest = ""
         self._n = _Counters()
@@ -308,9 +309,9 @@ class Engine:
 
     def release(self, rid: int) -> None:
         """The conversation ``rid`` belonged to is over: its continuation entry is worth nothing now."""
-        tokens = self._continuations.pop(rid, None)
-        if tokens is not None:
-            self._cache.drop(self.model_id, tokens)
+        entry = self._continuations.pop(rid, None)
+        if entry is not None:
+            self._cache.drop(self.model_id, *entry)
 
     def clear_prompt_cache(self) -> None:
         """Forget every stored prefix (the ranks disagreed about one: start again from the same state)."""
@@ -469,8 +470,10 @@ class Engine:
             reading = live.reading
             if reading is None:
                 continue
+            mine = live.req.owner == req.owner  # another's file context would not be shared: no wait for it
             for s in req.segments:
-                if s in reading.stops and reading.pos < s and req.prompt[:s] == reading.prompt[:s]:
+                shared = reading.stops.get(s) == SYSTEM or (s in reading.stops and mine)
+                if shared and reading.pos < s and req.prompt[:s] == reading.prompt[:s]:
                     return True
         return False
 
@@ -478,7 +481,7 @@ class Engine:
         """Admit a request: take the longest stored prefix of ``prompt[:-1]`` (a cache must leave at least
         one token to feed, and cannot be trimmed) and read the rest chunk by chunk from the next step."""
         prompt = req.prompt
-        cache, cached = self._cache.fetch(self.model_id, prompt[:-1])
+        cache, cached = self._cache.fetch(self.model_id, req.owner, prompt[:-1])
         if cache is None:
             cache = make_prompt_cache(self.model)
         end = len(prompt) - 1
@@ -544,7 +547,7 @@ class Engine:
         self._n.prefilled_tokens += reading.last
         kind = reading.stops.get(reading.pos)
         if kind is not None:
-            self._keep(reading.prompt[: reading.pos], reading.cache, kind)
+            self._keep(live.req.owner, reading.prompt[: reading.pos], reading.cache, kind)
         return GenEvent(live.req.rid, "", progress=("prefill", reading.pos, reading.end))
 
     def _to_decoder(self, live: _Live) -> None:
@@ -637,16 +640,16 @@ class Engine:
         event = GenEvent(rid, text, reason, live.stats() | _error(code, error), tokens=list(live.generated))
         if cache is not None and cache[1] is not None:
             tokens = list(cache[0])
-            if self._keep(tokens, cache[1], CONTINUATION):
-                self._continuations[rid] = tokens
+            if self._keep(live.req.owner, tokens, cache[1], CONTINUATION):
+                self._continuations[rid] = (live.req.owner, tokens)
                 while len(self._continuations) > 4 * self.args.prompt_cache_size:  # never released: forget
                     del self._continuations[next(iter(self._continuations))]
         return event
 
-    def _keep(self, tokens: list[int], cache, kind: str) -> bool:
+    def _keep(self, owner: str, tokens: list[int], cache, kind: str) -> bool:
         """Store a prompt cache; a failure costs only a later cache miss, never a request its finish."""
         try:
-            self._cache.store(self.model_id, tokens, cache, kind)
+            self._cache.store(self.model_id, owner, tokens, cache, kind)
             return True
         except Exception:
             log.exception("could not keep a %s prompt cache of %d tokens", kind, len(tokens))

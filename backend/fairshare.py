@@ -10,6 +10,12 @@ the one with the fewest slots now, and among equals to the one served least rece
 while another holds every slot thus gets each slot that frees until both hold as many: no one takes more
 than their share while others wait, and an idle pair is still all one person's.
 
+Any client may say ``priority: interactive``, so the priority is counted per identity: an identity holds at
+most one slot at the interactive level. While it does, its other interactive requests wait like background
+ones: they take no reserved slot and go before nobody else's background work, only before its own (a save
+that changed three functions still comes before the same person's workspace audit). One identity flooding
+interactive requests therefore holds one reserved slot at most and cannot starve anyone's work.
+
 The identity is the User-Id the gate gave the connection (backend/gate.py: the CurveZMQ key, ``uid:N``, or
 ``addr:IP``): more connections do not buy more share. A slot is held for one generation of a request's
 audit loop: a request waiting for its editor's tool results holds none (a slow or silent editor cannot
@@ -35,7 +41,8 @@ class FairShare:
         self.slots = max(1, slots)
         self.background_slots = max(1, self.slots - interactive_reserve)
         self._holding: Counter[str] = Counter()  # identity -> slots held
-        self._levels: Counter[int] = Counter()  # priority level -> slots held
+        self._interactive: Counter[str] = Counter()  # identity -> slots held at the interactive level (0 or 1)
+        self._levels: Counter[int] = Counter()  # level -> slots held
         # priority -> identity -> its waiting requests, oldest first; identity order = least recently served first
         self._waiting: dict[int, OrderedDict[str, deque[asyncio.Future]]] = {
             INTERACTIVE: OrderedDict(),
@@ -45,18 +52,18 @@ class FairShare:
     @contextlib.asynccontextmanager
     async def slot(self, identity: str, priority: int) -> AsyncIterator[None]:
         """Hold one engine slot for the block, waiting for a fair turn when all are taken."""
-        level = INTERACTIVE if priority <= INTERACTIVE else BACKGROUND
+        wanted = INTERACTIVE if priority <= INTERACTIVE else BACKGROUND
         turn = asyncio.get_running_loop().create_future()
-        self._waiting[level].setdefault(identity, deque()).append(turn)
+        self._waiting[wanted].setdefault(identity, deque()).append(turn)
         while self._grant():  # a free slot goes to the fairest turn, which may be this one
             pass
         try:
-            await turn
+            level = await turn  # the level it was granted at: its own, or background for a second interactive
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():  # given a slot just as it was cancelled: hand it on
-                self._release(identity, level)
+                self._release(identity, turn.result())
             else:
-                self._forget(level, identity, turn)
+                self._forget(wanted, identity, turn)
             raise
         try:
             yield
@@ -80,30 +87,50 @@ class FairShare:
 
     def _take(self, identity: str, level: int) -> None:
         self._holding[identity] += 1
+        self._interactive[identity] += level == INTERACTIVE
         self._levels[level] += 1
 
     def _release(self, identity: str, level: int) -> None:
         self._holding[identity] -= 1
+        self._interactive[identity] -= level == INTERACTIVE
         self._levels[level] -= 1
         if self._holding[identity] <= 0:
             del self._holding[identity]
+        if self._interactive[identity] <= 0:
+            del self._interactive[identity]
         while self._grant():
             pass
 
     def _grant(self) -> bool:
-        """Give one free slot to the next fair turn; False when nobody waits or no slot is free for them."""
-        for level in (INTERACTIVE, BACKGROUND):
-            queues = self._waiting[level]
-            if not queues or not self._free(level):
-                continue
-            identity = min(queues, key=lambda who: self._holding[who])  # ties: the first, least recently served
-            turns = queues.pop(identity)
-            turns.popleft().set_result(None)
-            if turns:
-                queues[identity] = turns  # back at the end of the round
-            self._take(identity, level)
-            return True
+        """Give one free slot to the next fair turn; False when nobody waits or no slot is free for them.
+
+        First an interactive turn of an identity that holds no interactive slot; then, at the background
+        level, whoever holds fewest of those waiting at all, its interactive turns before its background ones.
+        """
+        interactive, background = self._waiting[INTERACTIVE], self._waiting[BACKGROUND]
+        if self._free(INTERACTIVE):
+            eligible = [who for who in interactive if not self._interactive[who]]
+            if eligible:
+                self._give(min(eligible, key=lambda who: self._holding[who]), INTERACTIVE, INTERACTIVE)
+                return True
+        if self._free(BACKGROUND):
+            waiting = [*background, *(who for who in interactive if who not in background)]
+            if waiting:
+                identity = min(waiting, key=lambda who: self._holding[who])  # ties: the least recently served
+                self._give(identity, INTERACTIVE if identity in interactive else BACKGROUND, BACKGROUND)
+                return True
         return False
+
+    def _give(self, identity: str, queue: int, level: int) -> None:
+        """Grant the oldest turn of ``identity`` waiting in ``queue`` a slot at ``level``."""
+        queues = self._waiting[queue]
+        turns = queues.pop(identity)
+        turns.popleft().set_result(level)
+        if turns:
+            queues[identity] = turns  # back at the end of the round
+        if queue != level and identity in self._waiting[level]:  # served: last in the round of that level too
+            self._waiting[level].move_to_end(identity)
+        self._take(identity, level)
 
     def _forget(self, level: int, identity: str, turn: asyncio.Future) -> None:
         turns = self._waiting[level].get(identity)

@@ -12,6 +12,11 @@ from their length:
   conversation extends it token for token. It is used once (dropped when a request takes it) and released
   when its conversation ends, so the continuations stored are the ones a conversation is waiting for.
 
+Only the system entries are shared between the people on one daemon. A file's context and a conversation's
+continuation are kept per owner (the identity the daemon's gate gave the request's connection) and serve only
+that owner: shared, how many prompt tokens were found cached (``cached_tokens``), or how fast a prompt was
+read, would tell one person whether another audited a file with the very context they guess.
+
 Eviction is strict: contexts first (least recently used; a hit counts as a use), then continuations, the
 system entries last. An entry is stored as copies of its arrays: a slice of a batch's state would keep the
 whole batch buffer alive while counting only its own bytes, so what the cache counts is what it holds.
@@ -54,41 +59,55 @@ def _copy(x):
 
 
 class PromptCache(LRUPromptCache):
-    """mlx-lm's LRUPromptCache (a trie of token prefixes with an entry and byte bound) with the policy above."""
+    """mlx-lm's LRUPromptCache (a trie of token prefixes with an entry and byte bound) with the policy above.
+
+    The trie's model key names a space: the model's own for system entries, (model, owner) for the others.
+    """
 
     def __init__(self, max_size: int, max_bytes: int):
         super().__init__(max_size=max_size, max_bytes=max_bytes)
         self._lru = _StrictOrder(list(EVICTION_ORDER))
 
-    def fetch(self, model: str, tokens: list[int]) -> tuple[list | None, int]:
-        """(a copy of the longest stored prefix's cache, its length), or (None, 0); marks the entry used."""
-        cache, rest = self.fetch_nearest_cache(model, tokens)
+    def fetch(self, model: str, owner: str, tokens: list[int]) -> tuple[list | None, int]:
+        """(a copy of the longest prefix stored for everyone or for ``owner``, its length), or (None, 0); marks
+        the entry used."""
+        space = max((model, (model, owner)), key=lambda space: self._stored_prefix(space, tokens))
+        cache, rest = self.fetch_nearest_cache(space, tokens)
         if cache is None:
             return None, 0
         hit = len(tokens) - len(rest)
         key = tokens[:hit]
-        kind = self._trie.get(model, key).cache_type
+        kind = self._trie.get(space, key).cache_type
         if kind == CONTINUATION:
-            self.drop(model, key)
+            self._drop(space, key)
         else:
-            self._lru.remove(model, key)
-            self._lru.push(model, key, kind)
+            self._lru.remove(space, key)
+            self._lru.push(space, key, kind)
         return cache, hit
 
-    def store(self, model: str, tokens: list[int], cache: list, kind: str) -> None:
+    def store(self, model: str, owner: str, tokens: list[int], cache: list, kind: str) -> None:
         """Keep a copy of ``cache`` (the state after ``tokens``) as an entry of ``kind``, evicting to fit."""
-        self.insert_cache(model, list(tokens), held_copy(cache), cache_type=kind)
+        space = model if kind == SYSTEM else (model, owner)
+        self.insert_cache(space, list(tokens), held_copy(cache), cache_type=kind)
 
-    def drop(self, model: str, tokens: list[int]) -> bool:
-        """Forget the entry stored at exactly ``tokens``; False when there is none."""
+    def drop(self, model: str, owner: str, tokens: list[int]) -> bool:
+        """Forget ``owner``'s entry stored at exactly ``tokens`` (a continuation); False when there is none."""
+        return self._drop((model, owner), tokens)
+
+    def _drop(self, space, tokens: list[int]) -> bool:
         try:
-            entry = self._trie.pop(model, tokens)
+            entry = self._trie.pop(space, tokens)
         except KeyError:
             return False
-        self._lru.remove(model, tokens)
+        self._lru.remove(space, tokens)
         self._n_bytes -= entry.nbytes
         self._n_bytes_by_type[entry.cache_type] -= entry.nbytes
         return True
+
+    def _stored_prefix(self, space, tokens: list[int]) -> int:
+        """The length of the longest prefix of ``tokens`` with an entry in ``space`` (0: none)."""
+        found = self._trie.search(space, tokens)
+        return len(found.exact if found.exact is not None else found.shorter or [])
 
     def clear(self) -> None:
         self.trim_to(n_sequences=0)

@@ -423,7 +423,7 @@ def _exit_after(seconds: float, message: str) -> None:
 
 
 def _log_rank(rank: int, size: int) -> None:
-    """Prefix every log line with the rank: `mlx.launch` merges the ranks' output."""
-    fmt = logging.Formatter(f"%(asctime)s [rank {rank}/{size}] %(levelname)s %(name)s: %(message)s")
+    """Prefix every log line with the rank: `mlx.launch` merges the ranks' output (still the escaping formatter)."""
+    fmt = sanitize.Formatter(f"%(asctime)s [rank {rank}/{size}] %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.setFormatter(fmt)

@@ -2,12 +2,15 @@
 
 `mlx.launch` exits 0 whatever its ranks return, so neither launchd's "restart on failure" nor its exit code
 says how the pair ended. The supervisor learns each rank's real exit code from the rank itself
-(backend/exitstatus.py: it passes K3_EXIT_STATUS_DIR with `mlx.launch --env`, so every host's rank gets it),
-or, for a rank that wrote nothing (killed by a signal, or on another Mac), from the launcher's own line
-"Node with rank N exited with code C". A command that is not `mlx.launch` (one Mac, `k3-backend serve`) is
-its own rank 0.
+(backend/exitstatus.py: it passes K3_EXIT_STATUS_DIR with `mlx.launch --env`, so every host's rank gets it).
+A command that is not `mlx.launch` (one Mac, `k3-backend serve`) is its own rank 0: its own exit status counts
+when it wrote none (killed by a signal). Nothing the command prints counts: `mlx.launch`'s own line "Node with
+rank N exited with code C" shares its stream with the ranks' output, where the daemon logs what clients send
+and the model writes, so anyone could print it. A rank that wrote nothing (killed, or on another Mac) has no
+code; the launcher's lines are kept in the log tail for a person to read.
 
-A run that ends with every rank at 0 was stopped on purpose: the supervisor ends too, with 0. Any other end
+A run that ends with rank 0 and every other rank that wrote a code at 0 was stopped on purpose (rank 0
+decides a stop and, on a pair, stops the others first): the supervisor ends too, with 0. Any other end
 is a failure, described by its kind (`Run.kind`): whether the pair had printed its ready line ("at start" or
 "while serving") and the codes the ranks ended with on their own. The pair is started again after a backoff
 that doubles from --backoff up to --backoff-max; a run that served for --healthy-after seconds resets the
@@ -26,7 +29,6 @@ import argparse
 import collections
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,10 +43,7 @@ from backend import exitstatus
 from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import READY
 
-LAUNCHER_EXIT = re.compile(r"Node with rank (\d+) exited with code (-?\d+)")
-LAUNCHER_KILLED = re.compile(r"Node with rank (\d+) was killed")
-STOPPED_BY_LAUNCHER = "stopped by the launcher"
-COLLATERAL = {RANK_FAILURE_EXIT, -signal.SIGTERM, STOPPED_BY_LAUNCHER}
+COLLATERAL = {RANK_FAILURE_EXIT, -signal.SIGTERM}
 TAIL_LINES = 20
 
 
@@ -52,14 +51,14 @@ TAIL_LINES = 20
 class Run:
     """How one start of the command ended."""
 
-    codes: dict[int, int | str] = field(default_factory=dict)  # rank -> exit code, or STOPPED_BY_LAUNCHER
+    codes: dict[int, int] = field(default_factory=dict)  # rank -> exit code, from the status files
     launcher: int | None = None  # the command's own exit code (mlx.launch: 0 whatever the ranks did)
     served: float | None = None  # seconds between the ready line and the end; None: never ready
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
 
     def clean(self) -> bool:
-        """Every rank exited 0: the pair was stopped on purpose."""
-        return bool(self.codes) and all(code == 0 for code in self.codes.values())
+        """Rank 0 and every rank that wrote a code exited 0: the pair was stopped on purpose."""
+        return self.codes.get(0) == 0 and all(code == 0 for code in self.codes.values())
 
     def kind(self) -> str:
         """What failed, in words that are equal for two failures of the same kind: the phase and the ranks' own
@@ -76,9 +75,7 @@ class Run:
         return ", ".join(f"rank {rank} {_code(code)}" for rank, code in sorted(self.codes.items())) or "no rank codes"
 
 
-def _code(code: int | str) -> str:
-    if isinstance(code, str):
-        return code
+def _code(code: int) -> str:
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
@@ -286,15 +283,11 @@ def _pass_stdout(stream: IO[bytes], ready: list[float], tail: collections.deque)
 
 
 def _pass_stderr(stream: IO[bytes], run: Run) -> None:
+    """Pass the command's stderr through and keep its last lines; no exit code is read from it (see the module doc)."""
     for raw in stream:
         sys.stderr.buffer.write(raw)
         sys.stderr.buffer.flush()
-        line = raw.decode(errors="replace")
-        run.tail.append(line)
-        if match := LAUNCHER_EXIT.search(line):
-            run.codes.setdefault(int(match[1]), int(match[2]))
-        elif match := LAUNCHER_KILLED.search(line):
-            run.codes.setdefault(int(match[1]), STOPPED_BY_LAUNCHER)
+        run.tail.append(raw.decode(errors="replace"))
 
 
 def say(message: str) -> None:

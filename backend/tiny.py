@@ -352,7 +352,7 @@ def prune(src_dir: str | Path, out_dir: str | Path, keep: list[int]) -> Path:
         raise ValueError(f"{src}: no routed-expert tensors found; is this a kimi_k3 MoE checkpoint?")
     out.mkdir(parents=True, exist_ok=True)
     for item in src.iterdir():
-        if item.is_file() and not item.name.startswith("model") and item.name != "config.json":
+        if item.is_file() and not item.name.startswith(("model", ".")) and item.name != "config.json":
             shutil.copy2(item, out / item.name)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     _write_json(

@@ -6,7 +6,8 @@ key, its own empty editor cache and its own checkout, in which everyone after th
 ``--edits`` functions of their own) audit the same tree one after another through
 `k3lsp.batch.audit_paths` (the code behind `k3lsp audit`), once against a daemon started with `--no-store`
 and once against one with a store. The figure is the model's work: the sum of `generated_tokens` in every
-`done` the clients received (read back from their editor caches, which keep each unit's stats).
+`done` the clients received (read back from their editor caches, which keep the stats of each unit the model
+audited for them; an answer from the store, 0 generated tokens, is shown but not kept there).
 
 Both daemons serve the tiny checkpoint with a script that forces every unit to a complete answer (one
 finding, then the end of the message) through the real engine: the tiny model's own random output seldom
@@ -71,7 +72,8 @@ def write_repository(root: Path, files: int, person: int, edits: int) -> int:
 
 
 def generated(cache_file: Path) -> int:
-    """The generated tokens of every result a client received (its editor cache keeps each one's stats)."""
+    """The generated tokens of every result a client received (its editor cache keeps the stats of each one the
+    model generated; the store's answers generated nothing and are not kept)."""
     with sqlite3.connect(cache_file) as conn:
         rows = conn.execute("SELECT SUM(json_extract(stats, '$.generated_tokens')) FROM results").fetchone()
     return int(rows[0] or 0)

@@ -140,6 +140,16 @@ class ResultCache:
             )
         return CachedResult(findings, stats, row[2])
 
+    def under(self, unit_key: str) -> list[str]:
+        """The result keys of every result filed under ``unit_key``, oldest first (the daemon's store files one
+        result per requester under each key, backend/store.py)."""
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT result_key FROM results WHERE unit_key=? ORDER BY created", (unit_key,))
+            return [row[0] for row in rows]
+
+        return self._db(work) or []
+
     def put(
         self,
         unit_key: str,

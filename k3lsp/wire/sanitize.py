@@ -62,12 +62,41 @@ def rich(value: object) -> Text:
     return Text(line(value))
 
 
+_ESCAPED = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{BIDI_CONTROLS}]")  # every control, line break and tab
+TRACE_GUTTER = "  | "  # before every line of a traceback in a log
+
+
+def escaped(value: object) -> str:
+    """``value`` as one line of a log: every control character (line breaks and tabs too), line and paragraph
+    separator and bidi control written as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``). Text from a
+    client or the model can then neither start a line of its own (a forged record, or a forged launcher line
+    such as "Node with rank 0 exited with code 0") nor act on the terminal that shows the log."""
+    return _ESCAPED.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+
+
 class Formatter(logging.Formatter):
-    """Log lines whose arguments may be model or daemon text: the formatted record goes through :func:`text`
-    (a traceback keeps its lines)."""
+    """The one formatter of every log the daemon and the editor side write (``log_to_stderr``), whose records
+    may quote clients, the model or a daemon: a record's message, its arguments in it, is one line
+    (:func:`escaped`); a traceback after it keeps its lines, each escaped the same way behind
+    ``TRACE_GUTTER``, so a line break inside an exception's message starts no record either."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return text(super().format(record))
+        record.exc_text = None  # a traceback another formatter kept on the record is formatted here again
+        return super().format(record)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escaped(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:
+        return _guttered(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _guttered(super().formatStack(stack_info))
+
+
+def _guttered(lines: str) -> str:
+    return "\n".join(TRACE_GUTTER + escaped(line) for line in lines.splitlines())
 
 
 def log_to_stderr(fmt: str, level: int = logging.INFO) -> None:

@@ -135,21 +135,73 @@ async def test_a_cancelled_wait_gives_its_turn_away_and_loses_nothing():
     assert gone.cancelled() and fair.depths() == {}
 
 
+async def holding(fair: FairShare, who: str, priority: int, started: list, hold: asyncio.Event, tag=None) -> None:
+    """One request: waits for a slot, notes that it started (as ``tag``, or ``who``), holds it until ``hold``."""
+    async with fair.slot(who, priority):
+        started.append(who if tag is None else tag)
+        await hold.wait()
+
+
 async def test_background_requests_leave_the_interactive_reserve_free():
     fair, hold = FairShare(2, interactive_reserve=1), asyncio.Event()
     started = []
-
-    async def request(who: str, priority: int) -> None:
-        async with fair.slot(who, priority):
-            started.append(who)
-            await hold.wait()
-
-    tasks = [asyncio.ensure_future(request(who, BACKGROUND)) for who in ("alice", "bob")]
+    tasks = [asyncio.ensure_future(holding(fair, who, BACKGROUND, started, hold)) for who in ("alice", "bob")]
     await asyncio.sleep(0)
     assert started == ["alice"]  # bob's background request waits: the second slot is the reserve
-    tasks.append(asyncio.ensure_future(request("carol", INTERACTIVE)))
+    tasks.append(asyncio.ensure_future(holding(fair, "carol", INTERACTIVE, started, hold)))
     await asyncio.sleep(0)
     assert started == ["alice", "carol"]  # an edit starts at once, even behind a waiting workspace audit
     hold.set()
     await asyncio.gather(*tasks)
     assert started == ["alice", "carol", "bob"] and fair.depths() == {}
+
+
+async def test_one_identity_flooding_interactive_requests_takes_one_interactive_turn_not_the_reserve():
+    """Anyone may say ``priority: interactive``: mallory says it for everything. She gets one interactive turn at a
+    time; the rest of her requests wait like background ones, so the reserve stays free for alice's edit."""
+    fair, hold = FairShare(3, interactive_reserve=2), asyncio.Event()
+    started = []
+    flood = [asyncio.ensure_future(holding(fair, "mallory", INTERACTIVE, started, hold)) for _ in range(6)]
+    await asyncio.sleep(0)
+    assert started == ["mallory", "mallory"]  # one interactive turn, one background slot: the reserve is left
+    alice = asyncio.ensure_future(holding(fair, "alice", INTERACTIVE, started, hold))
+    await asyncio.sleep(0)
+    assert started == ["mallory", "mallory", "alice"]  # alice's edit starts at once
+    hold.set()
+    await asyncio.gather(*flood, alice)
+    assert fair.depths() == {}
+
+
+async def test_interactive_requests_of_one_identity_do_not_starve_the_background_work_of_another():
+    fair, order = FairShare(2, interactive_reserve=1), []
+    holds = [asyncio.Event() for _ in range(6)]
+    flood = [
+        asyncio.ensure_future(holding(fair, "mallory", INTERACTIVE, order, holds[n], ("mallory", n))) for n in range(5)
+    ]
+    await asyncio.sleep(0)
+    alice = asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, holds[5], ("alice", 5)))
+    await asyncio.sleep(0)
+    assert order == [("mallory", 0), ("mallory", 1)]
+    holds[1].set()  # the slot her second request held frees: it goes to alice, who holds none
+    await asyncio.sleep(0.01)
+    assert order[2] == ("alice", 5)
+    for hold in holds:
+        hold.set()
+    await asyncio.gather(*flood, alice)
+    assert fair.depths() == {}
+
+
+async def test_the_interactive_requests_of_one_person_still_go_before_their_own_background_ones():
+    fair, order = FairShare(2, interactive_reserve=1), []
+    first, hold = asyncio.Event(), asyncio.Event()
+    workspace = [asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, first, "w0"))]
+    workspace += [asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, hold, f"w{i}")) for i in range(1, 4)]
+    await asyncio.sleep(0)
+    saved = [asyncio.ensure_future(holding(fair, "alice", INTERACTIVE, order, hold, f"s{i}")) for i in range(3)]
+    await asyncio.sleep(0)
+    assert order == ["w0", "s0"]  # her edit takes the reserve at once
+    first.set()
+    hold.set()
+    await asyncio.gather(*workspace, *saved)
+    assert order[:4] == ["w0", "s0", "s1", "s2"]  # then her other edited units, before her own workspace audit
+    assert fair.depths() == {}

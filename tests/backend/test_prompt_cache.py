@@ -154,18 +154,24 @@ def test_the_byte_budget_holds_in_held_bytes(tiny_model):
     assert held >= 0.9 * counted  # the measurement sees the entries
 
 
+def units_of_one_file(tok, count: int) -> list[prompts.Rendered]:
+    """The first rounds of ``count`` units of one file, which share its context."""
+    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
+    rendered = []
+    for i in range(count):
+        code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
+        messages = prompts.audit_messages(
+            path="lib/file.c", unit=f"g{i}", code=code, context=context, specials=prompts.special_strings(tok)
+        )
+        rendered.append(prompts.render(tok, messages, prompts.AUDIT_TOOLS, EFFORT))
+    return rendered
+
+
 def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     """Four units of one file arrive in the same step: the first reads system + file context, the others wait
     the step or two it takes and then read only their own tails."""
     e = new_engine(tiny_model, max_tokens=64)
-    context = "#include <string.h>\nstruct shared { int n; };\nstatic int helper(int x);"
-    rendered = []
-    for i in range(4):
-        code = f"int g{i}(char *p)\n{{\n\treturn helper({i}) + strlen(p);\n}}"
-        messages = prompts.audit_messages(
-            path="lib/file.c", unit=f"g{i}", code=code, context=context, specials=prompts.special_strings(e.tokenizer)
-        )
-        rendered.append(prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT))
+    rendered = units_of_one_file(e.tokenizer, 4)
     for rid, r in enumerate(rendered, 1):
         e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
     out = drain(e)
@@ -173,3 +179,27 @@ def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     assert all(r.segments[1] == shared for r in rendered)
     assert [out[rid].stats["cached_tokens"] for rid in (1, 2, 3, 4)] == [0, shared, shared, shared]
     assert e.stats()["prefilled_tokens"] == shared + sum(len(r.tokens) - 1 - shared for r in rendered)
+
+
+def test_a_file_context_is_cached_for_its_owner_alone_the_system_prompt_for_everyone(tiny_model):
+    """Units of one file from two people in the same step: the second person's unit waits only for the system
+    prompt (shared), then reads the whole file context itself; the first person's next unit gets the context.
+    What is cached for whom must not tell one person what another audited
+    (tests/security/test_prompt_cache_oracle.py)."""
+    e = new_engine(tiny_model, max_tokens=64)
+    rendered = units_of_one_file(e.tokenizer, 3)
+    owners = {1: "alice", 2: "bob", 3: "alice"}
+    for rid, r in enumerate(rendered, 1):
+        e.submit(
+            GenRequest(
+                rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok"), owner=owners[rid]
+            )
+        )
+    out = drain(e)
+    system, shared = rendered[0].segments
+    assert [out[rid].stats["cached_tokens"] for rid in (1, 2, 3)] == [0, system, shared]
+    kinds = {k: v["n_sequences"] for k, v in e.stats()["prompt_cache"].items()}
+    assert kinds["system"] == 1 and kinds["context"] == 2  # one context entry each
+    for rid in (1, 2, 3):  # a continuation is released by its owner's conversation only
+        e.release(rid)
+    assert e.stats()["prompt_cache"]["continuation"]["n_sequences"] == 0
