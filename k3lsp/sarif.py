@@ -6,13 +6,17 @@ default), carries the trace as a code flow, the suggested fix as a replacement o
 fingerprint the editor's baseline uses as a partial fingerprint, so a dashboard tracks a finding across
 edits above it, and the model's reasoning behind it as the result property ``reasoning``. The invocation
 says whether the audit was complete (exit code, errors as notifications).
+
+Every message is plain text (``text``, never ``markdown``: SARIF viewers render that) made by
+``sanitize.sarif``: its brackets escaped as the spec says, so model or daemon text forms no embedded link,
+nor a Markdown link in a viewer that renders plain text as Markdown.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from k3lsp import __version__
+from k3lsp import __version__, sanitize
 from k3lsp.batch import BatchReport, Reported, Span
 from k3lsp.findings import cwe_url
 
@@ -97,8 +101,12 @@ def _invocation(report: BatchReport, exit_code: int) -> dict[str, Any]:
     notes = [("warning", w) for w in report.warnings] + [("error", e) for e in report.errors]
     out: dict[str, Any] = {"executionSuccessful": not report.errors, "exitCode": exit_code}
     if notes:
-        out["toolExecutionNotifications"] = [{"level": lvl, "message": {"text": text}} for lvl, text in notes]
+        out["toolExecutionNotifications"] = [{"level": lvl, "message": _message(text)} for lvl, text in notes]
     return out
+
+
+def _message(text: str) -> dict[str, str]:
+    return {"text": sanitize.sarif(text)}
 
 
 def _region(span: Span) -> dict[str, int]:
@@ -113,7 +121,7 @@ def _location(r: Reported, span: Span, note: str | None = None) -> dict[str, Any
         }
     }
     if note is not None:
-        out["message"] = {"text": note}
+        out["message"] = _message(note)
     return out
 
 
@@ -125,7 +133,7 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
         "ruleId": f"CWE-{r.cwe}",
         "ruleIndex": rule_index,
         "level": _LEVEL[r.severity],
-        "message": {"text": r.title + (f"\n{r.message}" if r.message else "")},
+        "message": _message(r.title + (f"\n{r.message}" if r.message else "")),
         "locations": [location],
         "partialFingerprints": {FINGERPRINT_KEY: r.fingerprint},
         "properties": {"severity": r.severity, "security-severity": _SECURITY_SEVERITY[r.severity]},
@@ -140,5 +148,5 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
     if r.fix is not None:
         replacement = {"deletedRegion": _region(r.fix.span), "insertedContent": {"text": r.fix.replacement}}
         change = {"artifactLocation": {"uri": r.uri, "uriBaseId": SRCROOT}, "replacements": [replacement]}
-        out["fixes"] = [{"description": {"text": f"Suggested fix for {r.title}"}, "artifactChanges": [change]}]
+        out["fixes"] = [{"description": _message(f"Suggested fix for {r.title}"), "artifactChanges": [change]}]
     return out

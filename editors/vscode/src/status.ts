@@ -164,10 +164,23 @@ function percent(value: unknown): string {
 }
 
 /**
+ * Server or daemon text for a notification, shown as text: VS Code makes a link of `[text](target)` in a
+ * notification's message and opens it with commands allowed (`command:...`), so no `](` reaches one. The server
+ * breaks them in everything it sends too (k3lsp/sanitize.py); this holds whatever the server is.
+ */
+export function plainText(text: string): string {
+  return text.replace(/\]\(/g, "] (");
+}
+
+/**
  * One line from the `k3lsp.status` result: where the backend is, what it serves and how it is doing (the
- * daemon's own `status` reply); the full answer goes to the output channel.
+ * daemon's own `status` reply, whose model name is the daemon's word); the full answer goes to the output channel.
  */
 export function summarizeStatus(result: unknown): string {
+  return plainText(statusLine(result));
+}
+
+function statusLine(result: unknown): string {
   const r = record(result);
   if (!r) {
     return `k3 backend status: ${JSON.stringify(result)}`;

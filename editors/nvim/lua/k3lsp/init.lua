@@ -214,13 +214,18 @@ local function on_status(_, params, ctx)
   pcall(vim.cmd.redrawstatus)
 end
 
+--- Hovers in plain text: Neovim's float shows Markdown's source, where the escapes that keep model text from
+--- forming links (every punctuation character) would show as backslashes, and a concealed link hides its target.
+local CAPABILITIES = { textDocument = { hover = { contentFormat = { 'plaintext', 'markdown' } } } }
+
 --- The client config shared by the 0.11 and 0.10 paths.
 --- With no server keys set, nothing is sent (an empty Lua table would go out as the JSON list `[]`):
 --- the server then uses its defaults.
 function M.client_config(opts)
   local settings = M.server_settings(opts)
   local has_settings = next(settings) ~= nil
-  return vim.tbl_deep_extend('force', { handlers = { ['k3lsp/status'] = on_status } }, opts.lsp or {}, {
+  local defaults = { handlers = { ['k3lsp/status'] = on_status }, capabilities = CAPABILITIES }
+  return vim.tbl_deep_extend('force', defaults, opts.lsp or {}, {
     name = M.name,
     cmd = M.server_cmd(opts),
     filetypes = opts.filetypes,
