@@ -131,6 +131,7 @@ class Session:
         self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
         self._settings_read: asyncio.Future | None = None
         self._pending_errors: list[str] = []
+        self._told: set[str] = set()  # the settings errors of the last read: each is shown once, not at every read
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
 
@@ -178,7 +179,8 @@ class Session:
 
     async def _read_settings(self) -> None:
         """The section is the whole of the settings: a key removed from it gets its default back. A client
-        without a ``k3lsp`` section (null) keeps what initializationOptions said."""
+        without a ``k3lsp`` section (null) keeps what initializationOptions said, and every client keeps its
+        connection settings (``options.CONNECTION``): a workspace's value of those is ignored, and said so once."""
         try:
             (raw,) = await self.ls.workspace_configuration_async(
                 lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
@@ -186,9 +188,11 @@ class Session:
         except Exception as exc:  # a client that does not answer is not a reason to stop
             log.warning("workspace/configuration failed: %s", exc)
             return
-        self.options, errors = options.parse(raw, self._initial if raw is None else None)
+        self.options, errors = options.parse_workspace(raw, self._initial) if raw is not None else (self._initial, [])
         for error in errors:
-            self.message(error, lsp.MessageType.Error)
+            if error not in self._told:
+                self.message(error, lsp.MessageType.Error)
+        self._told = set(errors)
         await self.auditor.reconfigure(self.options)
         self.republish_all()
 

@@ -220,7 +220,7 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     default = values(lines, "DEFAULT")[0]
     assert default["cmd"] == python_cmd
     assert default["init_options"] == {"endpoint": endpoint}
-    assert default["settings"] == {"k3lsp": {"endpoint": endpoint}}
+    assert default["settings"] is None  # the endpoint goes in init_options only: the server reads it nowhere else
     assert default["root_markers"] == [".git", "compile_commands.json", ".k3audit-baseline.json"]
 
     rejected = values(lines, "REJECT")
@@ -242,7 +242,9 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
         "trigger": "manual", "minSeverity": "high", "maxFileBytes": 4096,
         "include": ["src/**"], "exclude": ["src/vendor/**"], "thinkingEffort": "high",
     }
-    assert full["init_options"] == expected and full["settings"] == {"k3lsp": expected}
+    connection = ("endpoint", "serverKey", "clientKey")
+    assert full["init_options"] == expected
+    assert full["settings"] == {"k3lsp": {k: v for k, v in expected.items() if k not in connection}}
 
     assert values(lines, "ATTACH") == [
         {"file": "main.c", "filetype": "c", "attached": True},

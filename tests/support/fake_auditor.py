@@ -101,7 +101,8 @@ class FakeAuditor:
 
     async def reconfigure(self, options: Options) -> None:
         old, self.options = self.options, options
-        self.calls.append({"op": "reconfigure", "endpoint": options.endpoint})
+        connection = {"server_key": options.server_key, "client_key": options.client_key, "insecure": options.insecure}
+        self.calls.append({"op": "reconfigure", "endpoint": options.endpoint} | connection)
         if old.endpoint != options.endpoint or old.client_key != options.client_key:
             self._reached = False
             self._set_state("disconnected", not_connected(options.endpoint))
