@@ -86,6 +86,7 @@ class Reported:
     trace: tuple[Step, ...] = ()
     fix: Edit | None = None
     reasoning: str = ""  # why the model flagged it (its reasoning before the report)
+    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment) or EXTERNAL (the baseline)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class BatchReport:
     files: int = 0
     units: int = 0
     findings: list[Reported] = field(default_factory=list)
+    silenced: list[Reported] = field(default_factory=list)  # suppressed in the source or baselined: not findings
     errors: list[str] = field(default_factory=list)  # something was not audited: exit status 2
     warnings: list[str] = field(default_factory=list)  # worth knowing, nothing lost (a backend left mid-run)
     counters: Counters = field(default_factory=Counters)
@@ -208,7 +210,8 @@ async def audit_paths(
     finally:
         await asyncio.gather(*(a.close() for a in auditors.values()))
     report.counters = Counters.total(a.counters for a in auditors.values())
-    report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
+    for rows in (report.findings, report.silenced):
+        rows.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
@@ -287,9 +290,9 @@ class _Run:
                         f"{source.rel}: {unit.name}: the audit was cut short ({result.cut_short}), findings may be "
                         "missing; not cached, a rerun audits it again"
                     )
-                self.report.findings += reported(
-                    source, unit, result.findings, self.options.min_severity, self.baseline
-                )
+                rows = reported(source, unit, result.findings, self.options.min_severity, self.baseline)
+                self.report.findings += [r for r in rows if r.suppression is None]
+                self.report.silenced += [r for r in rows if r.suppression is not None]
         if not got:
             self.report.errors.append(f"{source.rel}: {unit.name}: the backend at {endpoint} could not audit it")
 
@@ -302,17 +305,18 @@ def _display(path: Path) -> str:
 def reported(
     source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
 ) -> list[Reported]:
-    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates."""
-    return [_row(source, r) for r in pipeline.reportable(unit, raws, source.lines, min_severity, baseline)]
+    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates, and what
+    it silenced (``suppression`` set)."""
+    return [_row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
 
 
-def _row(source: Source, r: pipeline.Reportable) -> Reported:
+def _row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
     f, span, edit = r.finding, Span.of(r.range), r.fix
     trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
     fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
-        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning,
+        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
     )  # fmt: skip
 
 
@@ -328,6 +332,8 @@ def stats(report: BatchReport) -> dict:
         "cached": c.cached,
         "failed": c.failed,
         "findings": len(report.findings),
+        "suppressed": sum(r.suppression == pipeline.IN_SOURCE for r in report.silenced),
+        "baselined": sum(r.suppression == pipeline.EXTERNAL for r in report.silenced),
         "tokens": c.tokens,
         "incomplete": c.incomplete,
     }

@@ -26,7 +26,7 @@ from k3lsp import actions, findings, options, sanitize, suppress, units
 from k3lsp.auditor import BackendState, BackendUnavailable, Lookup, Progress, UnitResult, describe
 from k3lsp.cache import ResultCache
 from k3lsp.client import BackendError
-from k3lsp.documents import Document, View, notices, present
+from k3lsp.documents import Document, Silenced, View, notices, present
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.units import Unit
@@ -212,8 +212,12 @@ class Session:
         """window/showMessage; the text may quote the model or the daemon, so it is sanitised here."""
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
+    def silenced(self) -> dict[str, int]:
+        """How many findings of the open documents are silenced: by comments in the source, by the baseline."""
+        return asdict(sum((doc.silenced for doc in self.docs.values()), Silenced()))
+
     def _state_changed(self, state: BackendState) -> None:
-        payload = asdict(state)
+        payload = asdict(state) | self.silenced()
         if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
             self._sent_state = payload
             self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
@@ -255,8 +259,10 @@ class Session:
         if text is None:
             return
         split = units.split(text)
-        doc.show(present(doc.uri, text, split, doc.results, self.view()), notices(split, doc.refusals))
+        shown, doc.silenced = present(doc.uri, text, split, doc.results, self.view())
+        doc.show(shown, notices(split, doc.refusals))
         self.publish(doc)
+        self._state_changed(self.auditor.state)  # the silenced counts in the status may have changed
 
     def republish_all(self) -> None:
         for doc in self.docs.values():
@@ -330,6 +336,7 @@ class Session:
         doc = self.docs.pop(uri, None)
         if doc is None:
             return
+        self._state_changed(self.auditor.state)  # its silenced findings leave the count
         if doc.task is not None:
             doc.task.cancel()
         if not self.pull:
@@ -555,6 +562,7 @@ class Session:
         await self.ready()
         out = await self.auditor.status()
         out["documents"] = len(self.docs)
+        out["silenced"] = self.silenced()
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
         return out

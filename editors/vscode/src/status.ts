@@ -18,6 +18,9 @@ export interface BackendStatus {
   message?: string;
   /** With state `loading`: how much of the model the daemon has read, 0..100 (absent when it did not say). */
   percent?: number;
+  /** Findings of the open files silenced by `k3-audit: ignore` comments, and by the workspace baseline. */
+  suppressed?: number;
+  baselined?: number;
 }
 
 /** What the status bar item shows. `error` selects the error background colour. */
@@ -57,7 +60,19 @@ export function parseStatus(params: unknown): BackendStatus {
     running: p.running,
     message: p.message ?? undefined,
     percent: p.percent ?? undefined,
+    suppressed: isCount(p.suppressed) ? p.suppressed : undefined,
+    baselined: isCount(p.baselined) ? p.baselined : undefined,
   };
+}
+
+/** `2 findings silenced: 1 by k3-audit: ignore comments, 1 by the baseline`, or nothing when none is. */
+function silencedText(status: BackendStatus): string | undefined {
+  const [comments, baseline] = [status.suppressed ?? 0, status.baselined ?? 0];
+  if (comments + baseline === 0) {
+    return undefined;
+  }
+  const total = comments + baseline;
+  return `${total} finding${total === 1 ? "" : "s"} silenced: ${comments} by k3-audit: ignore comments, ${baseline} by the baseline.`;
 }
 
 /** `3 running, 1 queued` for the tooltip; the status bar itself says `auditing 4`. */
@@ -77,6 +92,12 @@ function tooltip(headline: string, message: string | undefined): string {
 }
 
 export function statusView(status: BackendStatus): StatusView {
+  const view = stateView(status);
+  const silenced = silencedText(status);
+  return silenced ? { ...view, tooltip: view.tooltip.replace(CLICK_HINT, `${silenced}\n${CLICK_HINT}`) } : view;
+}
+
+function stateView(status: BackendStatus): StatusView {
   const work = workText(status);
   const pending = status.running + status.queued;
   switch (status.state) {

@@ -92,3 +92,9 @@ test("a daemon's words form no notification link", () => {
   assert.match(line, /model \[Apply the verified patch\] \(command:workbench/);
   assert.equal(status.plainText("[a]((b)](c)"), "[a] ((b)] (c)");
 });
+
+test("the tooltip says how many findings are silenced, and by what", () => {
+  const v = view({ state: "connected", queued: 0, running: 0, suppressed: 2, baselined: 1 });
+  assert.match(v.tooltip, /3 findings silenced: 2 by k3-audit: ignore comments, 1 by the baseline\.\nClick/);
+  assert.doesNotMatch(view({ state: "connected", queued: 0, running: 0, suppressed: 0 }).tooltip, /silenced/);
+});
