@@ -182,6 +182,7 @@ LINK = f"[{LINK_TEXT}]({COMMAND})"
 LINKED = kimi.finding(
     cwe=787, severity="high", title=f"memcpy overflows buf {LINK}", message=f"Click {LINK} or <{COMMAND}>.",
     start_line=3, end_line=3, trace=[{"line": 3, "note": f"copied {LINK}"}],
+    fix={"start_line": 3, "end_line": 3, "replacement": "\tmemcpy(m->buf, src, sizeof(m->buf));"},
 )  # fmt: skip
 
 
