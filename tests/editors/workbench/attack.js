@@ -7,7 +7,8 @@
  *
  * Run by tests/editors/test_vscode_workbench.py (which checks what this prints, see lib.js and drive.js).
  */
-const { env, out, poll, texts, statusText, toastTexts, openFile, goToLine, palette, problems, run } = require("./lib");
+const { env, out, poll, texts, statusText, toastTexts, openFile, palette, problems, hoverAt, quickFix, run } =
+  require("./lib");
 
 /** A link element as data: its text and where a click would go (VS Code keeps that in href or data-href). */
 const LINK = (a) => ({ text: a.innerText.trim(), href: `${a.getAttribute("href") ?? ""} ${a.dataset.href ?? ""}`.trim() });
@@ -34,22 +35,11 @@ run(async (page) => {
   out("PROBLEMS", await problems(page, 1));
   out("STATUS", await poll("idle", () => statusText(page), (t) => /k3: idle/.test(t)));
 
-  await page.locator(".monaco-editor .view-lines").first().click();
-  await goToLine(page, Number(env.K3_FINDING_LINE));
-  await page.keyboard.press("Control+K");
-  await page.keyboard.press("Control+I");
-  const hover = page.locator(".monaco-hover:visible", { hasText: "CWE-" }).first();
-  await hover.waitFor({ timeout: 60000 });
-  await page.waitForTimeout(1500); // let every hover provider answer
-  out("HOVER", await hover.innerText());
+  out("HOVER", await (await hoverAt(page, Number(env.K3_FINDING_LINE))).innerText());
   out("HOVER_LINKS", await links(page, ".monaco-hover:visible"));
   await page.keyboard.press("Escape");
 
-  await page.locator(".monaco-editor .view-lines").first().click();
-  await goToLine(page, Number(env.K3_FINDING_LINE));
-  await page.keyboard.press("Control+.");
-  const explain = page.locator(".action-widget .monaco-list-row", { hasText: "Explain this" }).first();
-  await explain.waitFor({ timeout: 60000 });
+  const explain = await quickFix(page, Number(env.K3_FINDING_LINE), "Explain this");
   out("ACTIONS", await texts(page, ".action-widget .monaco-list-row"));
   out("ACTION_LINKS", await links(page, ".action-widget"));
   await explain.click();

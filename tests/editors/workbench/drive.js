@@ -8,7 +8,7 @@
  * bounded; on any failure a screenshot is written to $K3_SCREENSHOT and its path printed.
  */
 const fs = require("node:fs");
-const { WAIT, env, out, poll, texts, statusText, errorToasts, toastTexts, palette, openFile, goToLine, problems, run } =
+const { env, out, poll, texts, statusText, errorToasts, toastTexts, palette, openFile, problems, hoverAt, quickFix, run } =
   require("./lib");
 
 run(async (page) => {
@@ -36,25 +36,14 @@ run(async (page) => {
     out("RESTARTED", await problems(page, 2));
     out("STATUS_RESTARTED", await poll("idle", () => statusText(page), (t) => /k3: idle/.test(t)));
 
-    await page.locator(".monaco-editor .view-lines").first().click();
-    await goToLine(page, Number(env.K3_FINDING_LINE));
-    await page.keyboard.press("Control+K");
-    await page.keyboard.press("Control+I");
-    const hover = page.locator(".monaco-hover:visible", { hasText: "CWE-" }).first();
-    await hover.waitFor({ timeout: WAIT });
-    await page.waitForTimeout(1500); // let every hover provider answer
-    out("HOVER", await hover.innerText());
+    out("HOVER", await (await hoverAt(page, Number(env.K3_FINDING_LINE))).innerText());
     await page.keyboard.press("Escape");
 
     await palette(page, "k3lsp: Show Backend Status");
     const status = await poll("the backend status", () => toastTexts(page), (t) => t.some((x) => /endpoint/.test(x)));
     out("BACKEND_STATUS", status.find((x) => /endpoint/.test(x)));
 
-    await page.locator(".monaco-editor .view-lines").first().click();
-    await goToLine(page, Number(env.K3_FINDING_LINE));
-    await page.keyboard.press("Control+.");
-    const fix = page.locator(".action-widget .monaco-list-row", { hasText: "Apply suggested fix" }).first();
-    await fix.waitFor({ timeout: WAIT });
+    const fix = await quickFix(page, Number(env.K3_FINDING_LINE), "Apply suggested fix");
     out("ACTIONS", await texts(page, ".action-widget .monaco-list-row"));
     await fix.click();
     await page.keyboard.press("Control+S");

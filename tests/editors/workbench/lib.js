@@ -73,6 +73,28 @@ async function problems(page, count) {
   return poll(`${count} problems`, () => problemRows(page), (rows) => rows.filter((r) => /CWE-/.test(r)).length >= count);
 }
 
+/** The hover of the finding on `line` (opened with Ctrl+K Ctrl+I), once every hover provider had time to answer. */
+async function hoverAt(page, line) {
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await goToLine(page, line);
+  await page.keyboard.press("Control+K");
+  await page.keyboard.press("Control+I");
+  const hover = page.locator(".monaco-hover:visible", { hasText: "CWE-" }).first();
+  await hover.waitFor({ timeout: WAIT });
+  await page.waitForTimeout(1500); // let every hover provider answer
+  return hover;
+}
+
+/** The quick-fix menu on `line` (Ctrl+.), once it offers `label`: that row. */
+async function quickFix(page, line, label) {
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await goToLine(page, line);
+  await page.keyboard.press("Control+.");
+  const row = page.locator(".action-widget .monaco-list-row", { hasText: label }).first();
+  await row.waitFor({ timeout: WAIT });
+  return row;
+}
+
 /** Chromium on the workbench's URL with the workspace open; resolves once the status bar is there. */
 async function openWorkbench(started) {
   const context = await chromium.launchPersistentContext(env.K3_PROFILE, {
@@ -114,5 +136,5 @@ async function run(scenario) {
 
 module.exports = {
   WAIT, env, out, poll, texts, statusText, errorToasts, toastTexts, problemRows, palette, openFile, goToLine, problems,
-  run,
+  hoverAt, quickFix, run,
 };
