@@ -182,11 +182,11 @@ def parse_workspace(raw: Any, initial: Options) -> tuple[Options, list[str]]:
     """A ``workspace/configuration`` answer -> (options, errors): its keys over the defaults, but the connection
     settings as ``initial`` (initializationOptions) has them. A connection setting that the answer sets otherwise
     is ignored and named in an error, which says where it must be set."""
-    section = _section(raw)
-    if not isinstance(section, Mapping):
-        return parse(raw)
     fields = [f for key in CONNECTION for f in _CONNECTION_FIELDS[key]]
     base = replace(Options(), **{f: getattr(initial, f) for f in fields})
+    section = _section(raw)
+    if not isinstance(section, Mapping):
+        return parse(raw, base)
     options, errors = parse({k: v for k, v in section.items() if k not in CONNECTION}, base)
     asked, _ = parse({k: v for k, v in section.items() if k in CONNECTION}, base)
     ignored = [k for k in CONNECTION if any(getattr(asked, f) != getattr(base, f) for f in _CONNECTION_FIELDS[k])]

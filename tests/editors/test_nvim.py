@@ -56,24 +56,16 @@ FIX = "\tif (len > sizeof(r->name))\n\t\treturn -1;\n\tmemcpy(r->name, src, len)
 
 # Unit-relative lines (1 = the line with the function's name); file lines are what Neovim must show.
 OVERFLOW = {
-    "cwe": 787,
-    "severity": "high",
-    "title": "Out-of-bounds write in copy_name",
+    "cwe": 787, "severity": "high", "title": "Out-of-bounds write in copy_name",
     "message": "len comes from the caller and is never checked against sizeof(r->name).",
-    "start_line": 3,
-    "end_line": 3,
-    "confidence": 0.9,
+    "start_line": 3, "end_line": 3, "confidence": 0.9,
     "trace": [{"line": 1, "note": "len is a parameter"}, {"line": 3, "note": "memcpy writes len bytes"}],
     "fix": {"start_line": 3, "end_line": 3, "replacement": FIX},
 }
 OFF_BY_ONE = {
-    "cwe": 125,
-    "severity": "medium",
-    "title": "Off-by-one read in sum",
+    "cwe": 125, "severity": "medium", "title": "Off-by-one read in sum",
     "message": "The loop runs to i == n and reads v[n], one past the end.",
-    "start_line": 4,
-    "end_line": 5,
-    "confidence": 0.8,
+    "start_line": 4, "end_line": 5, "confidence": 0.8,
     "trace": [{"line": 4, "note": "i <= n"}, {"line": 5, "note": "v[i] read"}],
 }
 
@@ -89,16 +81,8 @@ def script() -> list[dict]:
 EXPECTED = {(9, "CWE-787"), (16, "CWE-125")}  # (1-based file line, code)
 
 
-def run_scenario(
-    scenario: str,
-    workspace: Path,
-    endpoint: str,
-    *args: str,
-    legacy: bool = False,
-    init: str = "init.lua",
-    plugin: Path = PLUGIN,
-    **options: str,
-) -> list[tuple]:
+def run_scenario(scenario: str, workspace: Path, endpoint: str, *args: str, legacy: bool = False,
+                 init: str = "init.lua", plugin: Path = PLUGIN, **options: str) -> list[tuple]:
     """Runs one scenario in headless Neovim inside `workspace`; returns its (tag, value) lines.
 
     `legacy` makes the plugin take its Neovim 0.10 branch; `options` (trigger, server_key, client_key) are
@@ -118,9 +102,8 @@ def run_scenario(
         **{f"XDG_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")},
     }
     cmd = [NVIM, "--headless", "--clean", "-u", str(SCENARIOS / init), "-c", f"luafile {SCENARIOS / scenario}"]
-    proc = subprocess.run(
-        [*cmd, *args], cwd=workspace, env=env, capture_output=True, text=True, timeout=NVIM_TIMEOUT, check=False
-    )
+    proc = subprocess.run([*cmd, *args], cwd=workspace, env=env, capture_output=True, text=True,
+                          timeout=NVIM_TIMEOUT, check=False)
     lines = []
     for line in proc.stdout.splitlines():
         tag, _, payload = line.partition(" ")
@@ -202,7 +185,8 @@ def test_save_shows_findings_hover_actions_status_and_runs_the_actions(daemon, w
     assert fixed[8:11] == FIX.split("\n"), fixed
 
 
-def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_project_is_never_imported(daemon, workspace):
+def test_manual_trigger_audits_only_on_command_and_a_k3lsp_package_in_the_project_is_never_imported(
+        daemon, workspace):
     # The audited project holds a `k3lsp` package; Neovim starts the server (`python -I -m k3lsp.cli`) in it.
     marker = workspace.parent / "marker"
     (workspace / "k3lsp").mkdir()
@@ -254,15 +238,9 @@ def test_setup_passes_server_keys_rejects_bad_options_and_attaches_c_and_headers
     full = values(lines, "FULL")[0]
     home = os.environ["HOME"]
     expected = {
-        "endpoint": endpoint,
-        "serverKey": f"{home}/keys/server.key",
-        "clientKey": "/keys/client.key_secret",
-        "trigger": "manual",
-        "minSeverity": "high",
-        "maxFileBytes": 4096,
-        "include": ["src/**"],
-        "exclude": ["src/vendor/**"],
-        "thinkingEffort": "high",
+        "endpoint": endpoint, "serverKey": f"{home}/keys/server.key", "clientKey": "/keys/client.key_secret",
+        "trigger": "manual", "minSeverity": "high", "maxFileBytes": 4096,
+        "include": ["src/**"], "exclude": ["src/vendor/**"], "thinkingEffort": "high",
     }
     connection = ("endpoint", "serverKey", "clientKey")
     assert full["init_options"] == expected
@@ -301,16 +279,8 @@ def test_checkhealth_checks_the_key_files(workspace, unused_tcp_port):
     secret.write_text("not checked here, only its permissions\n")
     secret.chmod(0o644)
     missing = workspace.parent / "server.key"
-    lines = values(
-        run_scenario(
-            "health.lua",
-            workspace,
-            f"tcp://127.0.0.1:{unused_tcp_port}",
-            server_key=str(missing),
-            client_key=str(secret),
-        ),
-        "HEALTH",
-    )
+    lines = values(run_scenario("health.lua", workspace, f"tcp://127.0.0.1:{unused_tcp_port}",
+                                server_key=str(missing), client_key=str(secret)), "HEALTH")
     assert any("ERROR" in line and f"server_key {missing} is not a readable file" in line for line in lines), lines
     assert any("WARNING" in line and f"client_key {secret} is readable by other users" in line for line in lines), lines
     assert any(f"chmod 600 {secret}" in line for line in lines), lines
@@ -343,9 +313,8 @@ def test_lsp_enable_alone_uses_the_shipped_config_shows_cached_findings_and_help
 def test_the_statusline_shows_a_backend_that_is_still_loading(tiny_model, workspace):
     """The daemon reads its weights slowly (--load-pace): the status line says "k3: backend loading (N %)"
     while it does, and the audit started meanwhile ends with the findings."""
-    with serving(
-        tiny_model, script=script(), args=["--max-tokens", "512", "--load-pace", "3"], until=launch.LISTENING
-    ) as backend:
+    with serving(tiny_model, script=script(), args=["--max-tokens", "512", "--load-pace", "3"],
+                 until=launch.LISTENING) as backend:
         lines = run_scenario("loading.lua", workspace, backend.endpoint)
     statuslines = values(lines, "STATUSLINES")[0]
     loading = [s for s in statuslines if s.startswith("k3: backend loading (")]
