@@ -88,14 +88,17 @@ def test_the_server_and_the_batch_cli_report_the_same_findings(tree):
     uri = path.as_uri()
 
     view = documents.View(options, baseline, related_information=True)
-    shown, _ = documents.present(uri, SOURCE, source.units, results, view)
-    rows = [
+    shown, silenced = documents.present(uri, SOURCE, source.units, results, view)
+    every = [
         row
         for unit in source.units
         for row in batch.reported(source, unit, results[unit.key], options.min_severity, baseline)
     ]
+    rows = [r for r in every if r.suppression is None]
 
-    # what the pipeline keeps: not the silenced, baselined, too mild or out-of-range ones
+    # what the pipeline keeps: not the silenced, baselined, too mild or out-of-range ones; those silenced, counted
+    assert [(r.cwe, r.suppression) for r in every if r.suppression] == [(787, "inSource"), (190, "external")]
+    assert silenced == documents.Silenced(suppressed=1, baselined=1)
     assert [(s.finding.cwe, s.unit.name) for s in shown] == [(120, "copy"), (242, "greet")]
     assert [(r.cwe, r.unit) for r in rows] == [(120, "copy"), (242, "greet")]
     assert [s.fingerprint for s in shown] == [r.fingerprint for r in rows]
