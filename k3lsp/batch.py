@@ -88,6 +88,7 @@ class Reported:
     trace: tuple[Step, ...] = ()
     fix: Edit | None = None
     reasoning: str = ""  # why the model flagged it (its reasoning before the report)
+    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment) or EXTERNAL (the baseline)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class BatchReport:
     files: int = 0
     units: int = 0
     findings: list[Reported] = field(default_factory=list)
+    silenced: list[Reported] = field(default_factory=list)  # suppressed in the source or baselined: not findings
     errors: list[str] = field(default_factory=list)  # something was not audited: exit status 2
     warnings: list[str] = field(default_factory=list)  # worth knowing, nothing lost (a backend left mid-run)
     counters: Counters = field(default_factory=Counters)
@@ -205,7 +207,8 @@ async def audit_paths(
         await pool.close()
     _summarise(report, summary, allow_incomplete)
     report.counters = pool.counters
-    report.findings.sort(key=lambda r: (r.path, r.line, r.cwe))
+    for rows in (report.findings, report.silenced):
+        rows.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
 
 
@@ -233,7 +236,9 @@ async def _run(
             if result.endpoint is not None:
                 report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
             if result.refusal is None:
-                report.findings += reported(source, result.unit, result.findings, options.min_severity, baseline)
+                rows = reported(source, result.unit, result.findings, options.min_severity, baseline)
+                report.findings += [r for r in rows if r.suppression is None]
+                report.silenced += [r for r in rows if r.suppression is not None]
             progress("")
 
     work, stopped = asyncio.ensure_future(results()), asyncio.ensure_future(stop.wait())
@@ -286,17 +291,18 @@ def _display(path: Path) -> str:
 def reported(
     source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
 ) -> list[Reported]:
-    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates."""
-    return [_row(source, r) for r in pipeline.reportable(unit, raws, source.lines, min_severity, baseline)]
+    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates, and what
+    it silenced (``suppression`` set)."""
+    return [_row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
 
 
-def _row(source: Source, r: pipeline.Reportable) -> Reported:
+def _row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
     f, span, edit = r.finding, Span.of(r.range), r.fix
     trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
     fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
-        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning,
+        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
     )  # fmt: skip
 
 
@@ -312,6 +318,8 @@ def stats(report: BatchReport) -> dict:
         "cached": c.cached,
         "failed": c.failed,
         "findings": len(report.findings),
+        "suppressed": sum(r.suppression == pipeline.IN_SOURCE for r in report.silenced),
+        "baselined": sum(r.suppression == pipeline.EXTERNAL for r in report.silenced),
         "tokens": c.tokens,
         "incomplete": c.incomplete,
     }

@@ -64,6 +64,22 @@ def _moved(item, lines: int):
 
 
 @dataclass(frozen=True)
+class Silenced:
+    """Findings not shown because someone silenced them: the status says how many, so none goes unnoticed."""
+
+    suppressed: int = 0  # by a `k3-audit: ignore` comment in the source
+    baselined: int = 0  # by the workspace baseline
+
+    def plus(self, why: str) -> Silenced:
+        if why == pipeline.IN_SOURCE:
+            return dataclasses.replace(self, suppressed=self.suppressed + 1)
+        return dataclasses.replace(self, baselined=self.baselined + 1)
+
+    def __add__(self, other: Silenced) -> Silenced:
+        return Silenced(self.suppressed + other.suppressed, self.baselined + other.baselined)
+
+
+@dataclass(frozen=True)
 class View:
     """How results are shown: the settings and workspace state the filtering depends on."""
 
@@ -85,6 +101,7 @@ class Document:
     task: asyncio.Task | None = None  # the audit in flight for this document
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
     published: int | None = None  # the result_id the client was last told about
+    silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
         notices = self.notices if notices is None else notices
@@ -126,19 +143,22 @@ class Document:
         return [s.diagnostic for s in self.shown] + [n.diagnostic for n in self.notices]
 
 
-def present(uri: str, text: str, units: Sequence[Unit], results: dict[str, list[dict]], view: View) -> list[Shown]:
-    """The findings to show for a text: what the findings pipeline reports for the results of its units."""
+def present(
+    uri: str, text: str, units: Sequence[Unit], results: dict[str, list[dict]], view: View
+) -> tuple[list[Shown], Silenced]:
+    """The findings to show for a text (what the findings pipeline reports for the results of its units), and how
+    many it silenced."""
     lines = text.split("\n")
-    return [
-        Shown(
-            r.finding,
-            r.unit,
-            r.fingerprint,
-            findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information),
-        )
-        for unit in units
-        for r in pipeline.reportable(unit, results.get(unit.key, ()), lines, view.options.min_severity, view.baseline)
-    ]
+    shown, silenced = [], Silenced()
+    for unit in units:
+        raws = results.get(unit.key, ())
+        for r, why in pipeline.screened(unit, raws, lines, view.options.min_severity, view.baseline):
+            if why is None:
+                diagnostic = findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information)
+                shown.append(Shown(r.finding, r.unit, r.fingerprint, diagnostic))
+            else:
+                silenced = silenced.plus(why)
+    return shown, silenced
 
 
 def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:

@@ -41,7 +41,6 @@ _LSP_SEVERITY = {
     "low": lsp.DiagnosticSeverity.Information,
     "info": lsp.DiagnosticSeverity.Hint,
 }
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|])")
 
 
 class FindingError(ValueError):
@@ -234,10 +233,6 @@ def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
     )
 
 
-def _md(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
-
-
 @dataclass(frozen=True)
 class HoverStyle:
     """How a client wants its hover: Markdown or plain text (its ``contentFormat``), and whether it already shows
@@ -250,11 +245,12 @@ class HoverStyle:
 def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> str:
     """The one place a hover is written: title, CWE, severity, confidence, message, why, trace and fix.
 
-    Model text is data, not markup: escaped in Markdown, verbatim in plain text. A client that shows the
-    diagnostic itself gets only what the diagnostic lacks (the facts line, the reasoning and the suggested fix).
+    Model text is data, not markup: every punctuation character escaped in Markdown (``sanitize.markdown``: no
+    link, image, HTML or URI can form), verbatim in plain text (sanitised already, see ``validate``). A client that
+    shows the diagnostic itself gets only what the diagnostic lacks (the facts line, the reasoning and the fix).
     """
     md = style.markdown
-    esc = _md if md else str
+    esc = sanitize.markdown if md else str
     cwe = f"[CWE-{finding.cwe}]({cwe_url(finding.cwe)})" if md else f"CWE-{finding.cwe} ({cwe_url(finding.cwe)})"
     facts = [cwe, f"severity **{finding.severity}**" if md else f"severity {finding.severity}"]
     if finding.confidence is not None:

@@ -4,6 +4,13 @@ Settings arrive as free JSON from ``initializationOptions`` and from ``workspace
 ``k3lsp``; every editor sends the same keys. A wrong value must never crash the server or silently change
 behaviour: each bad key is reported (the server shows the errors with ``window/showMessage``) and its
 default is used, while the valid keys still apply.
+
+The connection settings (:data:`CONNECTION`: which daemon gets the code, the keys that say who it is, and
+``insecure``) come from ``initializationOptions`` only: what the editor's own configuration starts the server
+with. ``workspace/configuration`` carries every scope the editor merges (VS Code answers an item without a
+``scopeUri`` with the workspace's ``.vscode/settings.json`` over the user's; Emacs' eglot takes it from
+``.dir-locals.el``), so there a repository could send its code to a daemon of its choosing: those keys are
+ignored there, and the user is told (:func:`parse_workspace`).
 """
 
 from __future__ import annotations
@@ -165,6 +172,41 @@ _PARSERS = {
 }
 
 
+# The settings that choose where the code goes and how the daemon is trusted: from initializationOptions only.
+CONNECTION = ("endpoint", "serverKey", "clientKey", "insecure")
+_CONNECTION_FIELDS = {"endpoint": ("endpoint", "other_endpoints"), "serverKey": ("server_key",),
+                      "clientKey": ("client_key",), "insecure": ("insecure",)}  # fmt: skip
+
+
+def _section(raw: Any) -> Any:
+    """The settings map itself, unwrapped from ``{"k3lsp": {...}}`` (what some clients send)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("k3lsp"), Mapping):
+        return raw["k3lsp"]
+    return raw
+
+
+def parse_workspace(raw: Any, initial: Options) -> tuple[Options, list[str]]:
+    """A ``workspace/configuration`` answer -> (options, errors): its keys over the defaults, but the connection
+    settings as ``initial`` (initializationOptions) has them. A connection setting that the answer sets otherwise
+    is ignored and named in an error, which says where it must be set."""
+    fields = [f for key in CONNECTION for f in _CONNECTION_FIELDS[key]]
+    base = replace(Options(), **{f: getattr(initial, f) for f in fields})
+    section = _section(raw)
+    if not isinstance(section, Mapping):
+        return parse(raw, base)
+    options, errors = parse({k: v for k, v in section.items() if k not in CONNECTION}, base)
+    asked, _ = parse({k: v for k, v in section.items() if k in CONNECTION}, base)
+    ignored = [k for k in CONNECTION if any(getattr(asked, f) != getattr(base, f) for f in _CONNECTION_FIELDS[k])]
+    if ignored:
+        errors.append(
+            f"k3lsp ignored {', '.join(ignored)} from the workspace settings: the daemon's endpoint, its keys and "
+            "insecure are read only from the editor's own settings when the server starts (initializationOptions), "
+            "so that no repository chooses where its code goes. Set them there (VS Code: user settings; Neovim: "
+            "setup{} or init_options) and restart the server."
+        )
+    return options, errors
+
+
 def parse(raw: Any, base: Options | None = None) -> tuple[Options, list[str]]:
     """Settings JSON -> (options, errors). Missing or null keys keep ``base`` (or the defaults).
 
@@ -174,8 +216,7 @@ def parse(raw: Any, base: Options | None = None) -> tuple[Options, list[str]]:
     base = base or Options()
     if raw is None:
         return base, []
-    if isinstance(raw, Mapping) and isinstance(raw.get("k3lsp"), Mapping):
-        raw = raw["k3lsp"]
+    raw = _section(raw)
     if not isinstance(raw, Mapping):
         return base, [f"k3lsp settings must be an object, got {type(raw).__name__}; using the defaults"]
     values: dict[str, Any] = {}

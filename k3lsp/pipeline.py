@@ -7,6 +7,10 @@ fingerprinted, not in the workspace baseline (``k3lsp.suppress``). The language 
 into diagnostics (``documents.present``), the batch CLI into its report rows (``batch.reported``), so a
 finding seen in the editor is the finding ``k3lsp audit`` reports, on the same lines with the same
 fingerprint.
+
+A silenced finding is not dropped unseen: :func:`screened` says how each one was silenced (SARIF's suppression
+kinds: ``inSource`` for the comment, ``external`` for the baseline), so the editor's status and the CLI count
+them and SARIF carries them as suppressed results.
 """
 
 from __future__ import annotations
@@ -47,6 +51,30 @@ class Reportable:
         return findings.fix_text_edit(self.finding, self.unit)
 
 
+IN_SOURCE, EXTERNAL = "inSource", "external"  # silenced by a `k3-audit: ignore` comment, by the baseline
+
+
+def screened(
+    unit: Unit,
+    raws: Iterable[Any],
+    lines: list[str],
+    min_severity: str,
+    baseline: suppress.Baseline | None = None,
+) -> Iterator[tuple[Reportable, str | None]]:
+    """The findings of one unit at or above ``min_severity``, in the order reported, each with how it is silenced
+    (:data:`IN_SOURCE`, :data:`EXTERNAL`, or None: reported): ``raws`` are its untrusted results, ``lines`` the
+    current lines of its file (where the inline comments are), ``baseline`` the workspace's accepted findings
+    (None: no baseline)."""
+    for finding in findings.at_least(findings.accept(raws, unit), min_severity):
+        found = Reportable(finding, unit, findings.fingerprint(finding, unit))
+        if suppress.is_suppressed(lines, unit.file_line(finding.start_line), finding.cwe):
+            yield found, IN_SOURCE
+        elif baseline is not None and found.fingerprint in baseline:
+            yield found, EXTERNAL
+        else:
+            yield found, None
+
+
 def reportable(
     unit: Unit,
     raws: Iterable[Any],
@@ -54,12 +82,5 @@ def reportable(
     min_severity: str,
     baseline: suppress.Baseline | None = None,
 ) -> Iterator[Reportable]:
-    """The findings of one unit to report, in the order reported: ``raws`` are its untrusted results, ``lines``
-    the current lines of its file (where the inline comments are), ``baseline`` the workspace's accepted
-    findings (None: no baseline)."""
-    for finding in findings.at_least(findings.accept(raws, unit), min_severity):
-        if suppress.is_suppressed(lines, unit.file_line(finding.start_line), finding.cwe):
-            continue
-        fingerprint = findings.fingerprint(finding, unit)
-        if baseline is None or fingerprint not in baseline:
-            yield Reportable(finding, unit, fingerprint)
+    """The findings of one unit to report: :func:`screened` without the silenced ones."""
+    return (found for found, silenced in screened(unit, raws, lines, min_severity, baseline) if silenced is None)

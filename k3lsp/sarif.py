@@ -4,23 +4,32 @@ One run per audit. Rules are the CWEs that were found (id ``CWE-n``, help link t
 result points at the same range as the editor's diagnostic (1-based lines, UTF-16 columns, the SARIF
 default), carries the trace as a code flow, the suggested fix as a replacement of whole lines and the
 fingerprint the editor's baseline uses as a partial fingerprint, so a dashboard tracks a finding across
-edits above it, and the model's reasoning behind it as the result property ``reasoning``. The invocation
-says whether the audit was complete (exit code, errors as notifications).
+edits above it, and the model's reasoning behind it as the result property ``reasoning``. A finding silenced
+by a ``k3-audit: ignore`` comment or by the baseline is a result too, with ``suppressions`` of kind
+``inSource`` or ``external`` (dashboards show it as suppressed, and nobody's silence goes unseen). The
+invocation says whether the audit was complete (exit code, errors as notifications).
+
+Every message is plain text (``text``, never ``markdown``: SARIF viewers render that) made by
+``sanitize.sarif``: its brackets escaped as the spec says, so model or daemon text forms no embedded link,
+nor a Markdown link in a viewer that renders plain text as Markdown.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from k3lsp import __version__
+from k3lsp import __version__, pipeline
 from k3lsp.batch import BatchReport, Reported, Span
 from k3lsp.findings import cwe_url
+from k3lsp.suppress import BASELINE_NAME
+from k3lsp.wire import sanitize
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SRCROOT = "SRCROOT"
 FINGERPRINT_KEY = "k3AuditFingerprint/v1"
 INFORMATION_URI = "https://cwe.mitre.org/"
 
+_JUSTIFICATION = {pipeline.IN_SOURCE: "a k3-audit: ignore comment", pipeline.EXTERNAL: f"the baseline {BASELINE_NAME}"}
 _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}
 # GitHub code scanning sorts security results by this 0-10 score (its documented property).
 _SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "3.0", "info": "0.0"}
@@ -63,7 +72,8 @@ def cwe_name(cwe: int) -> str:
 
 def to_sarif(report: BatchReport, exit_code: int) -> dict[str, Any]:
     """The SARIF log of a batch report; ``exit_code`` is the status the command exits with."""
-    cwes = sorted({r.cwe for r in report.findings})
+    every = report.findings + report.silenced
+    cwes = sorted({r.cwe for r in every})
     index = {cwe: i for i, cwe in enumerate(cwes)}
     run = {
         "tool": {
@@ -77,7 +87,7 @@ def to_sarif(report: BatchReport, exit_code: int) -> dict[str, Any]:
         "originalUriBaseIds": {SRCROOT: {"uri": report.root.as_uri() + "/"}},
         "invocations": [_invocation(report, exit_code)],
         "columnKind": "utf16CodeUnits",
-        "results": [_result(r, index[r.cwe]) for r in report.findings],
+        "results": [_result(r, index[r.cwe]) for r in every],
     }
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
@@ -97,8 +107,12 @@ def _invocation(report: BatchReport, exit_code: int) -> dict[str, Any]:
     notes = [("warning", w) for w in report.warnings] + [("error", e) for e in report.errors]
     out: dict[str, Any] = {"executionSuccessful": not report.errors, "exitCode": exit_code}
     if notes:
-        out["toolExecutionNotifications"] = [{"level": lvl, "message": {"text": text}} for lvl, text in notes]
+        out["toolExecutionNotifications"] = [{"level": lvl, "message": _message(text)} for lvl, text in notes]
     return out
+
+
+def _message(text: str) -> dict[str, str]:
+    return {"text": sanitize.sarif(text)}
 
 
 def _region(span: Span) -> dict[str, int]:
@@ -113,7 +127,7 @@ def _location(r: Reported, span: Span, note: str | None = None) -> dict[str, Any
         }
     }
     if note is not None:
-        out["message"] = {"text": note}
+        out["message"] = _message(note)
     return out
 
 
@@ -125,11 +139,13 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
         "ruleId": f"CWE-{r.cwe}",
         "ruleIndex": rule_index,
         "level": _LEVEL[r.severity],
-        "message": {"text": r.title + (f"\n{r.message}" if r.message else "")},
+        "message": _message(r.title + (f"\n{r.message}" if r.message else "")),
         "locations": [location],
         "partialFingerprints": {FINGERPRINT_KEY: r.fingerprint},
         "properties": {"severity": r.severity, "security-severity": _SECURITY_SEVERITY[r.severity]},
     }
+    if r.suppression is not None:
+        out["suppressions"] = [{"kind": r.suppression, "justification": _JUSTIFICATION[r.suppression]}]
     if r.confidence is not None:
         out["properties"]["confidence"] = r.confidence
     if r.reasoning:
@@ -140,5 +156,5 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
     if r.fix is not None:
         replacement = {"deletedRegion": _region(r.fix.span), "insertedContent": {"text": r.fix.replacement}}
         change = {"artifactLocation": {"uri": r.uri, "uriBaseId": SRCROOT}, "replacements": [replacement]}
-        out["fixes"] = [{"description": {"text": f"Suggested fix for {r.title}"}, "artifactChanges": [change]}]
+        out["fixes"] = [{"description": _message(f"Suggested fix for {r.title}"), "artifactChanges": [change]}]
     return out

@@ -29,7 +29,7 @@ from pygls.uris import to_fs_path
 from k3lsp import actions, findings, options, progress, suppress, tasks, units, workspace
 from k3lsp.client import BackendClient, BackendError
 from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
-from k3lsp.documents import Document, View, notices, present
+from k3lsp.documents import Document, Silenced, View, notices, present
 from k3lsp.pool import Pool
 from k3lsp.run import Target, describe
 from k3lsp.units import Unit
@@ -107,6 +107,7 @@ class Session:
         self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
         self._settings_read: asyncio.Future | None = None
         self._pending_errors: list[str] = []
+        self._told: set[str] = set()  # the settings errors of the last read: each is shown once, not at every read
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = ThreadPoolExecutor(1, thread_name_prefix="k3lsp-split")
@@ -156,7 +157,8 @@ class Session:
 
     async def _read_settings(self) -> None:
         """The section is the whole of the settings: a key removed from it gets its default back. A client
-        without a ``k3lsp`` section (null) keeps what initializationOptions said."""
+        without a ``k3lsp`` section (null) keeps what initializationOptions said, and every client keeps its
+        connection settings (``options.CONNECTION``): a workspace's value of those is ignored, and said so once."""
         try:
             (raw,) = await self.ls.workspace_configuration_async(
                 lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
@@ -164,9 +166,11 @@ class Session:
         except Exception as exc:  # a client that does not answer is not a reason to stop
             log.warning("workspace/configuration failed: %s", exc)
             return
-        self.options, errors = options.parse(raw, self._initial if raw is None else None)
+        self.options, errors = options.parse_workspace(raw, self._initial) if raw is not None else (self._initial, [])
         for error in errors:
-            self.message(error, lsp.MessageType.Error)
+            if error not in self._told:
+                self.message(error, lsp.MessageType.Error)
+        self._told = set(errors)
         await self.pool.reconfigure(self.options)
         await self.republish_all()
 
@@ -186,10 +190,15 @@ class Session:
         """window/showMessage; the text may quote the model or the daemon, so it is sanitised here."""
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
+    def silenced(self) -> dict[str, int]:
+        """How many findings of the open documents are silenced: by comments in the source, by the baseline."""
+        return asdict(sum((doc.silenced for doc in self.docs.values()), Silenced()))
+
     def _state_changed(self, state: BackendState) -> None:
-        """The status notification for the VS Code and Neovim status views, and, for every client, one message
-        when the daemons become unusable and one when they are back."""
-        payload = asdict(state)
+        """The status notification for the VS Code and Neovim status views (with how many findings of the open
+        documents are silenced), and, for every client, one message when the daemons become unusable and one
+        when they are back."""
+        payload = asdict(state) | self.silenced()
         if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
             self._sent_state = payload
             self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
@@ -238,8 +247,10 @@ class Session:
         if text is None:
             return
         split = await self.split(text)
-        doc.show(present(doc.uri, text, split, doc.results, self.view()), notices(split, doc.refusals))
+        shown, doc.silenced = present(doc.uri, text, split, doc.results, self.view())
+        doc.show(shown, notices(split, doc.refusals))
         self.publish(doc)
+        self._state_changed(self.pool.state)  # the silenced counts in the status may have changed
 
     async def republish_all(self) -> None:
         for doc in list(self.docs.values()):
@@ -287,6 +298,7 @@ class Session:
         doc = self.docs.pop(uri, None)
         if doc is None:
             return
+        self._state_changed(self.pool.state)  # its silenced findings leave the count
         if doc.task is not None:
             doc.task.cancel()
         if not self.pull:
@@ -483,6 +495,7 @@ class Session:
         """What is known now (``Pool.status`` waits for no hello)."""
         out = await self.pool.status()
         out["documents"] = len(self.docs)
+        out["silenced"] = self.silenced()
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
         return out

@@ -3,7 +3,8 @@
 Users of Semgrep, Snyk and Sonar ask first for two things (their issue trackers): silence one
 finding in the source, next to the code, and accept the current findings of a whole tree without
 touching it. The inline comment is `/* k3-audit: ignore CWE-120 */` (several CWEs: `CWE-120, CWE-787`;
-no CWE: every finding) on the flagged line or the line above. The baseline is
+no CWE: every finding) on the flagged line or the line above. Only a comment holds a directive
+(``k3lsp.comments``): the same words in a string literal or in code are not one. The baseline is
 `.k3audit-baseline.json` at the workspace root: finding fingerprints (findings.fingerprint, stable when
 code above moves) with the CWE, title and path for the humans reviewing it.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
+from k3lsp import comments
 from k3lsp.findings import utf16_len
 
 BASELINE_NAME = ".k3audit-baseline.json"
@@ -34,22 +36,32 @@ _CWE = re.compile(r"CWE-(\d+)", re.IGNORECASE)
 # --- inline comments --------------------------------------------------------------------------------------
 
 
-def ignored_cwes(line: str) -> frozenset[int] | None:
-    """The CWEs a line's directive ignores: None without a directive, an empty set for "all"."""
-    m = _DIRECTIVE.search(line)
-    if m is None:
+def _directive(lines: list[str], line: int) -> tuple[frozenset[int], int] | None:
+    """The directive in a comment on 0-based ``line``: (the CWEs it ignores, empty for "all"; the column just past
+    it), or None. Only lines that mention the directive are lexed, from the top of the file (a comment or a string
+    may have begun lines earlier)."""
+    if not 0 <= line < len(lines) or _DIRECTIVE.search(lines[line]) is None:
         return None
-    return frozenset(int(n) for n in _CWE.findall(m.group("cwes")))
+    for column, text in comments.on_lines(lines, line).get(line, []):
+        m = _DIRECTIVE.search(text)
+        if m is not None:
+            return frozenset(int(n) for n in _CWE.findall(m.group("cwes"))), column + m.end()
+    return None
+
+
+def ignored_cwes(line: str) -> frozenset[int] | None:
+    """The CWEs the directive in a comment of one line ignores: None without one, an empty set for "all"."""
+    found = _directive([line], 0)
+    return None if found is None else found[0]
 
 
 def is_suppressed(lines: list[str], line: int, cwe: int) -> bool:
     """Whether a finding of `cwe` starting on 0-based file `line` is silenced by a directive on that
     line or on the line above."""
     for candidate in (line, line - 1):
-        if 0 <= candidate < len(lines):
-            cwes = ignored_cwes(lines[candidate])
-            if cwes is not None and (not cwes or cwe in cwes):
-                return True
+        found = _directive(lines, candidate)
+        if found is not None and (not found[0] or cwe in found[0]):
+            return True
     return False
 
 
@@ -61,11 +73,10 @@ def suppression_edit(lines: list[str], line: int, cwe: int) -> lsp.TextEdit | No
     if is_suppressed(lines, line, cwe):
         return None
     above = line - 1
-    if above >= 0:
-        m = _DIRECTIVE.search(lines[above])
-        if m is not None:  # a directive with other CWEs: add ours to its list
-            pos = lsp.Position(above, utf16_len(lines[above][: m.end()]))
-            return lsp.TextEdit(lsp.Range(pos, pos), f", CWE-{cwe}")
+    found = _directive(lines, above)
+    if found is not None:  # a directive with other CWEs: add ours to its list
+        pos = lsp.Position(above, utf16_len(lines[above][: found[1]]))
+        return lsp.TextEdit(lsp.Range(pos, pos), f", CWE-{cwe}")
     target = lines[line] if 0 <= line < len(lines) else ""
     indent = target[: len(target) - len(target.lstrip())]
     start = lsp.Position(line, 0)

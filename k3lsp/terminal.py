@@ -1,6 +1,7 @@
 """Human-readable terminal output of the CLI (rich tables and progress); JSON output stays in the commands.
 
-Every value in a table comes from a daemon: cells are ``sanitize.rich`` Text (no markup, no controls)."""
+Every value in a table comes from a daemon: cells are ``sanitize.rich`` Text (no markup, no controls); so does the
+progress bar's note, a column that reads no markup."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Calla
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[note]}"),
+        TextColumn("{task.fields[note]}", markup=False),  # the daemon's words: never rich markup
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=None, note="")

@@ -8,6 +8,11 @@ alone, and only they can create a socket there. So the daemon binds one there by
 that has checked the directory knows that it talks to its own user's daemon before it sends any code.
 Daemon and clients both call ``private_socket``: whichever comes first creates the directory. The daemon
 also refuses connections from other user ids on it (backend/gate.py).
+
+Without a login session's ``/run/user/UID``, the runtime directory is ``runtime-UID`` in the shared temporary
+directory, which anyone may create first: then it is theirs, platformdirs raises PermissionError, and that user's
+daemon and editors stopped. The default then moves to a directory under the user's home (:func:`home_runtime`),
+which nobody else can create; and an endpoint whose directory cannot be checked says why and what to do.
 """
 
 from __future__ import annotations
@@ -29,13 +34,33 @@ class LocalSocketError(Exception):
 
 def default_endpoint() -> str:
     """``ipc://<user runtime dir>/k3lsp/daemon.sock``: e.g. /run/user/1000/k3lsp/ on Linux,
-    ~/Library/Caches/TemporaryItems/k3lsp/ on macOS."""
-    with warnings.catch_warnings():  # platformdirs warns when it falls back from an unusable XDG_RUNTIME_DIR
-        warnings.simplefilter("ignore")
-        base = Path(platformdirs.user_runtime_dir("k3lsp"))
-    if not base.parent.is_dir():  # /run/user/UID without a login session (older platformdirs name it anyway)
-        base = Path(tempfile.gettempdir()) / f"runtime-{os.geteuid()}" / "k3lsp"
+    ~/Library/Caches/TemporaryItems/k3lsp/ on macOS; ``$TMPDIR/runtime-UID/k3lsp/`` without a login session,
+    or :func:`home_runtime` when another user made that one first."""
+    try:
+        with warnings.catch_warnings():  # platformdirs warns when it falls back from an unusable XDG_RUNTIME_DIR
+            warnings.simplefilter("ignore")
+            base = Path(platformdirs.user_runtime_dir("k3lsp"))
+    except PermissionError:  # its fallback, runtime-UID in the temporary directory, is another user's
+        base = home_runtime()
+    else:
+        if not base.parent.is_dir():  # /run/user/UID without a login session (older platformdirs name it anyway)
+            shared = Path(tempfile.gettempdir()) / f"runtime-{os.geteuid()}"
+            base = shared / "k3lsp" if _mine_or_missing(shared) else home_runtime()
     return f"ipc://{base / SOCKET_NAME}"
+
+
+def home_runtime() -> Path:
+    """The socket directory under the user's home (``~/.cache/k3lsp/run`` on Linux): where no other user can
+    create anything first."""
+    return Path(platformdirs.user_cache_dir("k3lsp")) / "run"
+
+
+def _mine_or_missing(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return True
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def private_socket(endpoint: str) -> Path:
@@ -49,8 +74,15 @@ def private_socket(endpoint: str) -> Path:
     if not path.is_absolute():
         raise LocalSocketError(f"{endpoint}: an ipc endpoint needs an absolute path")
     directory = path.parent
-    _create(directory)
-    problem = _not_private(directory) or _replaceable(directory.parent)
+    try:
+        _create(directory)
+        problem = _not_private(directory) or _replaceable(directory.parent)
+    except OSError as exc:  # e.g. a directory on the way is another user's, who may not be entered
+        problem = (
+            f"cannot check {exc.filename or directory}: {exc.strerror or exc}. A directory on the way may belong to "
+            f"another user; use a socket in a directory of your own, e.g. ipc://{home_runtime() / SOCKET_NAME} "
+            "(the same for k3-backend serve --bind and the editors' endpoint)"
+        )
     if problem:
         raise LocalSocketError(f"{endpoint}: {problem}")
     try:

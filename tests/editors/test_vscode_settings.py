@@ -49,3 +49,14 @@ def test_enums_match_the_server(key, values):
     assert tuple(_server_properties()[key]["enum"]) == values
     for value in values:
         assert options.parse({key: value})[1] == []
+
+
+def test_the_settings_that_choose_a_program_daemon_or_keys_are_the_users_alone():
+    """What the server reads from initializationOptions only (options.CONNECTION), and the server command, are
+    `machine` settings (VS Code ignores a workspace's value) and restricted in untrusted workspaces."""
+    manifest = json.loads(MANIFEST.read_text())
+    user_only = {f"k3lsp.{key}" for key in (*options.CONNECTION, "server.path", "server.python")}
+    scoped = {f"k3lsp.{key}" for key, spec in _properties().items() if spec.get("scope") == "machine"}
+    assert scoped == user_only
+    untrusted = manifest["capabilities"]["untrustedWorkspaces"]
+    assert untrusted["supported"] == "limited" and set(untrusted["restrictedConfigurations"]) == user_only

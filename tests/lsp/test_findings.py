@@ -184,7 +184,7 @@ def test_hover_has_everything_and_escapes_model_text():
         "```c\n\tif (hdr.len",
     ):
         assert part in md, part
-    assert "\\[link\\](command:rm)" in md and "\\<b\\>" in md
+    assert "\\[link\\] \\(command\\:rm\\)" in md and "\\<b\\>bold\\<\\/b\\>" in md  # text, never a link or HTML
     hover = findings.to_hover(f, WRITE)
     assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
@@ -196,7 +196,7 @@ def test_hover_says_briefly_why_it_was_flagged():
     long = "The length *hdr.len* comes from the user.\n\n" + " ".join(f"step{i}" for i in range(200))
     md = findings.hover_text(findings.validate(raw(reasoning=long), WRITE), WRITE)
     line = next(p for p in md.split("\n\n") if p.startswith("**Why this was flagged:**"))
-    assert "The length \\*hdr.len\\* comes from the user. step0 step1" in line  # escaped, on one line
+    assert "The length \\*hdr\\.len\\* comes from the user\\. step0 step1" in line  # escaped, on one line
     assert line.endswith(" …") and len(line) < findings.HOVER_REASONING_CHARS + 60
 
 

@@ -89,14 +89,17 @@ def test_the_server_and_the_batch_cli_report_the_same_findings(tree):
     uri = path.as_uri()
 
     view = documents.View(options, baseline, related_information=True)
-    shown = documents.present(uri, SOURCE, source.units, results, view)
-    rows = [
+    shown, silenced = documents.present(uri, SOURCE, source.units, results, view)
+    every = [
         row
         for unit in source.units
         for row in batch.reported(source, unit, results[unit.key], options.min_severity, baseline)
     ]
+    rows = [r for r in every if r.suppression is None]
 
-    # what the pipeline keeps: not the silenced, baselined, too mild or out-of-range ones
+    # what the pipeline keeps: not the silenced, baselined, too mild or out-of-range ones; those silenced, counted
+    assert [(r.cwe, r.suppression) for r in every if r.suppression] == [(787, "inSource"), (190, "external")]
+    assert silenced == documents.Silenced(suppressed=1, baselined=1)
     assert [(s.finding.cwe, s.unit.name) for s in shown] == [(120, "copy"), (242, "greet")]
     assert [(r.cwe, r.unit) for r in rows] == [(120, "copy"), (242, "greet")]
     assert [s.fingerprint for s in shown] == [r.fingerprint for r in rows]
@@ -135,7 +138,9 @@ def test_without_the_comment_and_the_baseline_both_report_what_they_silenced(tre
     path.write_text(text)
     (source,), _, _ = batch.read_sources([path], path.parent)
     results = results_for(source)
-    shown = documents.present(path.as_uri(), text, source.units, results, documents.View(Options(min_severity="low")))
+    shown, _ = documents.present(
+        path.as_uri(), text, source.units, results, documents.View(Options(min_severity="low"))
+    )
     rows = [row for u in source.units for row in batch.reported(source, u, results[u.key], "low", None)]
     assert [s.finding.cwe for s in shown] == [r.cwe for r in rows] == [120, 787, 190, 242]
     assert [s.fingerprint for s in shown] == [r.fingerprint for r in rows]

@@ -53,7 +53,7 @@ async def test_hover_shows_title_cwe_severity_trace_and_fix(ed):
     assert "severity **high**" in text and "confidence 90%" in text
     assert "line 9: copied without a bound" in text  # trace step, 1-based file line
     assert "min\\_t" not in text and "min_t(int, n, sizeof(m->buf))" in text  # the fix, verbatim in a code block
-    assert "**Why this was flagged:** src and n both come from the caller; buf holds 16 bytes" in text
+    assert "**Why this was flagged:** src and n both come from the caller\\; buf holds 16 bytes" in text
     nothing = lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri), position=at(0))
     assert await asyncio.wait_for(ed.client.text_document_hover_async(nothing), WAIT) is None
 

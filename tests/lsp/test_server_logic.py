@@ -214,7 +214,7 @@ async def test_a_daemon_lost_mid_audit_ends_it_with_the_error_and_keeps_what_was
     assert "stopped answering" in warning and "cached findings" in warning
 
 
-async def test_a_refused_key_is_one_clear_message_and_new_settings_recover(fake, root, tmp_path):
+async def test_a_refused_key_is_one_clear_message_and_a_restart_with_the_right_one_recovers(fake, root, tmp_path):
     fake.write(scripted.FAKE | {"state": "unauthorized"})
     settings = {"clientKey": str(tmp_path / "bad.key_secret")}
     async with editor(root, settings=settings, configuration=settings, fake=fake, cache_dir=tmp_path / "c") as ed:
@@ -222,11 +222,10 @@ async def test_a_refused_key_is_one_clear_message_and_new_settings_recover(fake,
         assert "unauthorized" in (await ed.command("k3lsp.auditFile", uri))["error"]
         assert ed.status_notes[-1]["state"] == "unauthorized"
         assert len(warnings(ed)) == 1
-        fake.write(scripted.FAKE)
-        ed.client.set_configuration({"clientKey": str(tmp_path / "good.key_secret")}, section="k3lsp")
-        ed.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
-        await ed.wait_for(lambda: ed.status_notes[-1]["state"] == "disconnected")
-        summary = await ed.command("k3lsp.auditFile", uri)
+    fake.write(scripted.FAKE)
+    settings = {"clientKey": str(tmp_path / "good.key_secret")}  # the editors restart the server on that change
+    async with editor(root, settings=settings, fake=fake, cache_dir=tmp_path / "c") as ed:
+        summary = await ed.command("k3lsp.auditFile", ed.open("demo.c"))
     assert summary["error"] is None and summary["findings"] == 2
 
 

@@ -78,7 +78,9 @@ class FakeDaemon:
 
     async def connect(self) -> dict:
         self.identify()
-        self.calls.append({"op": "hello", "endpoint": self.options.endpoint})
+        opts = self.options
+        connection = {"server_key": str(opts.server_key or ""), "client_key": str(opts.client_key or "")}
+        self.calls.append({"op": "hello", "endpoint": opts.endpoint} | connection | {"insecure": opts.insecure})
         self._answering()
         return dict(WELCOME)
 

@@ -7,7 +7,9 @@ download things), then its ``lib/vscode`` dependencies, and the one native modul
 apt when it is missing. Whatever cannot be had is a :class:`Missing` naming what to install.
 
 `CodeServer` runs the workbench on 127.0.0.1 with a fresh user-data and extensions directory, the .vsix
-installed, and the given User settings; it is stopped by PID.
+installed, and the given User and remote (Machine) settings; it is stopped by PID. code-server's window is a
+remote one: settings of `machine` scope (the extension's server command, endpoint and keys) are read from the
+remote settings there, as in any remote window, not from the User settings.
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ class CodeServer:
     proc: subprocess.Popen
     log: Path
 
+    @property
+    def machine_settings(self) -> Path:
+        """The remote settings file: where a remote window reads `machine`-scoped settings from."""
+        return self.user_data / "Machine" / "settings.json"
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
@@ -144,13 +151,17 @@ def _listening(log: Path, proc: subprocess.Popen, timeout: float) -> str:
 
 
 @contextlib.contextmanager
-def code_server(workspace: Path, settings: dict, *, env: dict, start_timeout: float = 60.0) -> Iterator[CodeServer]:
-    """code-server on 127.0.0.1 (a free port) with the .vsix installed and ``settings`` as User settings."""
+def code_server(
+    workspace: Path, settings: dict, *, machine: dict | None = None, env: dict, start_timeout: float = 60.0
+) -> Iterator[CodeServer]:
+    """code-server on 127.0.0.1 (a free port) with the .vsix installed, ``settings`` as User settings and
+    ``machine`` as the remote settings (``CodeServer.machine_settings``)."""
     with tempfile.TemporaryDirectory(prefix="k3-code-") as tmp:
         root = Path(tmp)
         user_data, extensions = root / "user-data", root / "extensions"
-        (user_data / "User").mkdir(parents=True)
-        (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
+        for scope, values in (("User", settings), ("Machine", machine or {})):
+            (user_data / scope).mkdir(parents=True)
+            (user_data / scope / "settings.json").write_text(json.dumps(values, indent=2))
         config = root / "config.yaml"
         config.write_text("")  # not the user's ~/.config/code-server/config.yaml
         base = [

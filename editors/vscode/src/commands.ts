@@ -5,7 +5,7 @@
 import * as vscode from "vscode";
 import { ExecuteCommandRequest, LanguageClient } from "vscode-languageclient/node";
 import { auditOutcome } from "./results";
-import { summarizeStatus } from "./status";
+import { plainText, summarizeStatus } from "./status";
 
 /** Extension command -> server command. */
 export const SERVER_COMMANDS = {
@@ -43,7 +43,7 @@ async function execute(session: Session, command: string, args: unknown[]): Prom
     return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    void vscode.window.showErrorMessage(`k3lsp: ${command} failed: ${message}`);
+    void vscode.window.showErrorMessage(plainText(`k3lsp: ${command} failed: ${message}`));
     return undefined;
   }
 }

@@ -8,9 +8,29 @@
 import * as os from "node:os";
 import * as path from "node:path";
 
-/** The part of `vscode.WorkspaceConfiguration` used here. */
+/** The part of `vscode.WorkspaceConfiguration` used here (a plain section object has no `inspect`). */
 export interface SettingsView {
   get<T>(key: string): T | undefined;
+  inspect?<T>(key: string): { defaultValue?: T; globalValue?: T } | undefined;
+}
+
+/**
+ * Settings that name a program to run, the daemon that receives the code, the keys that say who it is, or allow
+ * an unproven one. The audited repository must not choose them, trusted or not: its own `.vscode/settings.json`
+ * could send the code to its daemon (which answers with forged findings and "fixes") or start its own program.
+ * So they are read from the user's settings (user or remote: `globalValue`) and the defaults only, never from a
+ * workspace or folder; package.json scopes them `machine` (VS Code ignores workspace values) and restricts them
+ * in untrusted workspaces; the server takes the connection ones from initializationOptions only.
+ */
+export const USER_ONLY: readonly string[] = ["server.path", "server.python", "endpoint", "serverKey", "clientKey", "insecure"];
+
+/** A setting's value; for a USER_ONLY one, the user's or the default, and nothing when scopes are unknown. */
+function read(settings: SettingsView, key: string): unknown {
+  if (!USER_ONLY.includes(key)) {
+    return settings.get<unknown>(key);
+  }
+  const scopes = settings.inspect?.<unknown>(key);
+  return scopes?.globalValue ?? scopes?.defaultValue;
 }
 
 /** Keys of the `k3lsp` section that the server reads; `server.*` and `trace.*` stay in the editor. */
@@ -45,7 +65,7 @@ export function expandHome(p: string): string {
 }
 
 function setting(settings: SettingsView, key: string): string {
-  const value = settings.get<unknown>(key);
+  const value = read(settings, key);
   return typeof value === "string" ? value.trim() : "";
 }
 
@@ -63,8 +83,15 @@ export function serverCommand(settings: SettingsView): ServerCommand {
   return { command: expandHome(setting(settings, "server.path") || "k3lsp"), args: [] };
 }
 
-/** Setting ids the client keeps in sync with `workspace/didChangeConfiguration`. */
-export const SYNCHRONIZED_SETTINGS: readonly string[] = SERVER_KEYS.map((key) => `k3lsp.${key}`);
+/** Setting ids the client keeps in sync with `workspace/didChangeConfiguration`: the USER_ONLY ones restart it. */
+export const SYNCHRONIZED_SETTINGS: readonly string[] = SERVER_KEYS.filter((key) => !USER_ONLY.includes(key)).map(
+  (key) => `k3lsp.${key}`,
+);
+
+/** What a running server was started with and cannot change: a different value means a restart. */
+export function launchSettings(settings: SettingsView): string {
+  return JSON.stringify({ command: serverCommand(settings), user: USER_ONLY.map((key) => read(settings, key)) });
+}
 
 function isUnset(value: unknown): boolean {
   return (
@@ -85,7 +112,7 @@ function isUnset(value: unknown): boolean {
 export function serverSettings(settings: SettingsView): Record<string, unknown> {
   const options: Record<string, unknown> = {};
   for (const key of SERVER_KEYS) {
-    const value = settings.get<unknown>(key);
+    const value = read(settings, key);
     if (!isUnset(value)) {
       options[key] = value;
     }
@@ -93,7 +120,10 @@ export function serverSettings(settings: SettingsView): Record<string, unknown> 
   return options;
 }
 
-/** `serverSettings` for the plain JSON object the client answers `workspace/configuration` with. */
+/**
+ * `serverSettings` for the plain JSON object the client answers `workspace/configuration` with. It merges every
+ * scope, so the USER_ONLY keys are left out (the server keeps what initializationOptions said).
+ */
 export function serverSection(section: unknown): unknown {
   if (typeof section !== "object" || section === null || Array.isArray(section)) {
     return section;

@@ -6,7 +6,7 @@ import * as vscode from "vscode";
 import { DidSaveTextDocumentNotification, LanguageClient, State } from "vscode-languageclient/node";
 import { createClient, skipOwnedCommands, traceChannel } from "./client";
 import { EXTENSION_COMMANDS, Session, registerCommands } from "./commands";
-import { serverCommand } from "./config";
+import { launchSettings, serverCommand } from "./config";
 import {
   RUNNING_VIEW,
   STARTING_VIEW,
@@ -46,6 +46,8 @@ class ClientSession implements Session {
   /** Files saved while no server ran: their saves are sent once one runs, so none is lost. */
   private readonly unsentSaves = new Set<string>();
   private retry: NodeJS.Timeout | undefined;
+  /** `launchSettings` of the current client: the server command and the USER_ONLY settings it was given. */
+  private launched: string | undefined;
 
   constructor(
     readonly output: vscode.LogOutputChannel,
@@ -95,9 +97,17 @@ class ClientSession implements Session {
     }
   }
 
+  /** A settings change: restart when the server was started with something that changed, else it reads it. */
+  changed(): void {
+    if (launchSettings(vscode.workspace.getConfiguration("k3lsp")) !== this.launched) {
+      void this.restart();
+    }
+  }
+
   private async start(): Promise<void> {
     const settings = vscode.workspace.getConfiguration("k3lsp");
     const { command } = serverCommand(settings);
+    this.launched = launchSettings(settings);
     const client = createClient(settings, this.output, this.trace);
     skipOwnedCommands(client, EXTENSION_COMMANDS);
     let reported = false; // a backend state from this client wins over "running"
@@ -140,7 +150,7 @@ class ClientSession implements Session {
     this.stopRetrying();
     const until = Date.now() + RETRY_FOR_MS;
     this.retry = setInterval(() => {
-      if (serverCommand(vscode.workspace.getConfiguration("k3lsp")).command !== command) {
+      if (launchSettings(vscode.workspace.getConfiguration("k3lsp")) !== this.launched) {
         void this.restart();
       } else if (Date.now() > until) {
         this.stopRetrying();
@@ -193,9 +203,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidSaveTextDocument((document) => current.saved(document)),
     ...registerCommands(current),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      // The server command is fixed per client; the server's own keys reach it via synchronize.
-      if (event.affectsConfiguration("k3lsp.server")) {
-        void current.restart();
+      // The server command and the USER_ONLY settings are fixed per client; the others reach it via synchronize.
+      if (event.affectsConfiguration("k3lsp")) {
+        current.changed();
       }
     }),
   );

@@ -18,6 +18,9 @@ export interface BackendStatus {
   message?: string;
   /** With state `loading`: how much of the model the daemon has read, 0..100 (absent when it did not say). */
   percent?: number;
+  /** Findings of the open files silenced by `k3-audit: ignore` comments, and by the workspace baseline. */
+  suppressed?: number;
+  baselined?: number;
 }
 
 /** What the status bar item shows. `error` selects the error background colour. */
@@ -57,7 +60,19 @@ export function parseStatus(params: unknown): BackendStatus {
     running: p.running,
     message: p.message ?? undefined,
     percent: p.percent ?? undefined,
+    suppressed: isCount(p.suppressed) ? p.suppressed : undefined,
+    baselined: isCount(p.baselined) ? p.baselined : undefined,
   };
+}
+
+/** `2 findings silenced: 1 by k3-audit: ignore comments, 1 by the baseline`, or nothing when none is. */
+function silencedText(status: BackendStatus): string | undefined {
+  const [comments, baseline] = [status.suppressed ?? 0, status.baselined ?? 0];
+  if (comments + baseline === 0) {
+    return undefined;
+  }
+  const total = comments + baseline;
+  return `${total} finding${total === 1 ? "" : "s"} silenced: ${comments} by k3-audit: ignore comments, ${baseline} by the baseline.`;
 }
 
 /** `3 running, 1 queued` for the tooltip; the status bar itself says `auditing 4`. */
@@ -77,6 +92,12 @@ function tooltip(headline: string, message: string | undefined): string {
 }
 
 export function statusView(status: BackendStatus): StatusView {
+  const view = stateView(status);
+  const silenced = silencedText(status);
+  return silenced ? { ...view, tooltip: view.tooltip.replace(CLICK_HINT, `${silenced}\n${CLICK_HINT}`) } : view;
+}
+
+function stateView(status: BackendStatus): StatusView {
   const work = workText(status);
   const pending = status.running + status.queued;
   switch (status.state) {
@@ -164,10 +185,23 @@ function percent(value: unknown): string {
 }
 
 /**
+ * Server or daemon text for a notification, shown as text: VS Code makes a link of `[text](target)` in a
+ * notification's message and opens it with commands allowed (`command:...`), so no `](` reaches one. The server
+ * breaks them in everything it sends too (k3lsp/wire/sanitize.py); this holds whatever the server is.
+ */
+export function plainText(text: string): string {
+  return text.replace(/\]\(/g, "] (");
+}
+
+/**
  * One line from the `k3lsp.status` result: where the backend is, what it serves and how it is doing (the
- * daemon's own `status` reply); the full answer goes to the output channel.
+ * daemon's own `status` reply, whose model name is the daemon's word); the full answer goes to the output channel.
  */
 export function summarizeStatus(result: unknown): string {
+  return plainText(statusLine(result));
+}
+
+function statusLine(result: unknown): string {
   const r = record(result);
   if (!r) {
     return `k3 backend status: ${JSON.stringify(result)}`;

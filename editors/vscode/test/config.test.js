@@ -47,8 +47,34 @@ test("a blank server path falls back to k3lsp", () => {
 
 test("an endpoint list is sent as a list; an empty one, like an empty string, is left to the server", () => {
   const list = ["tcp://pair-a:5555", "tcp://pair-b:5555"];
-  const view = (endpoint) => ({ get: (key) => (key === "endpoint" ? endpoint : undefined) });
+  const view = (endpoint) => ({ get: () => undefined, inspect: (key) => (key === "endpoint" ? { globalValue: endpoint } : undefined) });
   assert.deepEqual(config.serverSettings(view(list)), { endpoint: list });
   assert.deepEqual(config.serverSettings(view([])), {});
   assert.deepEqual(config.serverSettings(view("")), {});
+});
+
+test("the settings that choose a program, a daemon, keys or insecurity come from the user's settings only", () => {
+  const user = { "server.python": "/home/me/venv/bin/python", endpoint: "tcp://mac:5555", minSeverity: "low" };
+  const workspace = {
+    "server.python": "/repo/.venv/bin/python",
+    "server.path": "/repo/k3lsp",
+    endpoint: "tcp://attacker:5555",
+    serverKey: "/repo/a.key",
+    clientKey: "/repo/b.key_secret",
+    insecure: true,
+    minSeverity: "high",
+  };
+  const view = {
+    get: (key) => workspace[key] ?? user[key], // what VS Code's get() merges: the workspace wins
+    inspect: (key) => ({ globalValue: user[key], workspaceValue: workspace[key] }),
+  };
+  assert.deepEqual(config.serverCommand(view), { command: "/home/me/venv/bin/python", args: ["-I", "-m", "k3lsp"] });
+  assert.deepEqual(config.serverSettings(view), { endpoint: "tcp://mac:5555", minSeverity: "high" });
+  // A plain section (workspace/configuration's answer) says nothing of scopes: those keys are left out.
+  assert.deepEqual(config.serverSection({ ...user, ...workspace }), { minSeverity: "high" });
+  assert.deepEqual(
+    config.SYNCHRONIZED_SETTINGS.filter((id) => config.USER_ONLY.includes(id.slice(6))),
+    [],
+    "a change of those restarts the server",
+  );
 });

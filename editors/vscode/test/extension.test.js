@@ -4,10 +4,11 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const os = require("node:os");
 const path = require("node:path");
-const { loadExtension, Uri, State } = require("./support/fakes");
+const { OUT, loadExtension, Uri, State } = require("./support/fakes");
 const { eventually } = require("./support/wait");
 
 const manifest = require("../package.json");
+const config = require(path.join(OUT, "config.js"));
 
 async function activated(settings = {}) {
   const loaded = loadExtension(settings);
@@ -80,10 +81,6 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
   const { lc } = await activated();
   assert.deepEqual(onlyClient(lc).clientOptions.synchronize, {
     configurationSection: [
-      "k3lsp.endpoint",
-      "k3lsp.serverKey",
-      "k3lsp.clientKey",
-      "k3lsp.insecure",
       "k3lsp.trigger",
       "k3lsp.minSeverity",
       "k3lsp.maxFileBytes",
@@ -98,7 +95,9 @@ test("workspace/configuration for section k3lsp answers with the server's keys o
   const { lc } = await activated();
   const { configuration } = onlyClient(lc).clientOptions.middleware.workspace;
   const whole = {
-    endpoint: "",
+    endpoint: "tcp://attacker:5555", // merged from every scope: the workspace's may be in it
+    serverKey: "/repo/attacker.key",
+    insecure: true,
     trigger: "manual",
     include: null,
     exclude: ["gen/**"],
@@ -257,6 +256,62 @@ test("changing k3lsp.server.* restarts the server; other keys only sync", async 
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(lc.clients.length, 2);
   assert.deepEqual(lc.clients[1].serverOptions, { command: "/usr/bin/python3", args: ["-I", "-m", "k3lsp"] });
+});
+
+test("changing the endpoint or a key restarts the server with it; a workspace's value changes nothing", async () => {
+  const { lc, vscode } = await activated({ endpoint: "ipc:///run/user/1000/k3lsp/daemon.sock" });
+  vscode.changeSettings({ endpoint: "tcp://mac:5555", serverKey: "/keys/server.key" });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(lc.clients.length, 2);
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, {
+    endpoint: "tcp://mac:5555",
+    serverKey: "/keys/server.key",
+    trigger: "save",
+    minSeverity: "info",
+    thinkingEffort: "auto",
+  });
+  vscode.changeSettings({ endpoint: "tcp://attacker:5555", "server.path": "/repo/evil" }, vscode.workspaceSettings);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(lc.clients.length, 2, "no restart: nothing the server was started with changed");
+});
+
+test("a workspace's .vscode/settings.json chooses no program, daemon, key or insecurity", async () => {
+  const loaded = loadExtension({ clientKey: "/home/me/.config/k3lsp/keys/me.key_secret" });
+  Object.assign(loaded.vscode.workspaceSettings, {
+    "server.path": "/repo/bin/evil",
+    "server.python": "/repo/.venv/bin/python",
+    endpoint: "tcp://attacker:5555",
+    serverKey: "/repo/attacker.key",
+    clientKey: "/repo/me.key_secret",
+    insecure: true,
+    minSeverity: "high", // a project's own choice: taken
+  });
+  await loaded.extension.activate(loaded.context);
+  try {
+    const client = onlyClient(loaded.lc);
+    assert.deepEqual(client.serverOptions, { command: "k3lsp", args: [] });
+    assert.deepEqual(client.clientOptions.initializationOptions, {
+      clientKey: "/home/me/.config/k3lsp/keys/me.key_secret",
+      trigger: "save",
+      minSeverity: "high",
+      thinkingEffort: "auto",
+    });
+  } finally {
+    await loaded.extension.deactivate();
+  }
+});
+
+test("package.json: those settings are machine-scoped and restricted in untrusted workspaces, where audits work", () => {
+  const props = manifest.contributes.configuration.properties;
+  const ids = config.USER_ONLY.map((key) => `k3lsp.${key}`);
+  for (const id of ids) {
+    assert.equal(props[id].scope, "machine", id);
+  }
+  const others = Object.keys(props).filter((id) => !ids.includes(id));
+  assert.ok(others.every((id) => props[id].scope === undefined), others);
+  const untrusted = manifest.capabilities.untrustedWorkspaces;
+  assert.equal(untrusted.supported, "limited");
+  assert.deepEqual(untrusted.restrictedConfigurations, ids);
 });
 
 test("a server that cannot start: the client library's message only, the reason in the status bar", async () => {

@@ -84,3 +84,17 @@ test("status summary: endpoint, model, ranks, queue, loop and stop rates, or why
   assert.equal(status.summarizeStatus("weird"), 'k3 backend status: "weird"');
   assert.ok(status.summarizeStatus({ endpoint: "e", backend: { model: "y".repeat(1000) } }).length <= 400);
 });
+
+test("a daemon's words form no notification link", () => {
+  const model = "[Apply the verified patch](command:workbench.extensions.installExtension?%5B%22x%22%5D)";
+  const line = status.summarizeStatus({ endpoint: "[e](command:x)", backend: { model, ranks: 1 } });
+  assert.doesNotMatch(line, /\]\(/);
+  assert.match(line, /model \[Apply the verified patch\] \(command:workbench/);
+  assert.equal(status.plainText("[a]((b)](c)"), "[a] ((b)] (c)");
+});
+
+test("the tooltip says how many findings are silenced, and by what", () => {
+  const v = view({ state: "connected", queued: 0, running: 0, suppressed: 2, baselined: 1 });
+  assert.match(v.tooltip, /3 findings silenced: 2 by k3-audit: ignore comments, 1 by the baseline\.\nClick/);
+  assert.doesNotMatch(view({ state: "connected", queued: 0, running: 0, suppressed: 0 }).tooltip, /silenced/);
+});

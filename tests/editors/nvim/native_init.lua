@@ -4,6 +4,6 @@ vim.opt.rtp:prepend(vim.env.K3_TEST_PLUGIN)
 vim.opt.swapfile = false
 vim.lsp.config('k3lsp', {
   cmd = { vim.env.K3_TEST_PYTHON, '-m', 'k3lsp.cli' },
-  settings = { k3lsp = { endpoint = vim.env.K3_TEST_ENDPOINT } },
+  init_options = { endpoint = vim.env.K3_TEST_ENDPOINT }, -- the server reads the endpoint from init_options only
 })
 vim.lsp.enable('k3lsp')

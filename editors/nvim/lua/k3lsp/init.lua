@@ -214,19 +214,33 @@ local function on_status(_, params, ctx)
   pcall(vim.cmd.redrawstatus)
 end
 
+--- Hovers in plain text: Neovim's float shows Markdown's source, where the escapes that keep model text from
+--- forming links (every punctuation character) would show as backslashes, and a concealed link hides its target.
+local CAPABILITIES = { textDocument = { hover = { contentFormat = { 'plaintext', 'markdown' } } } }
+
+--- The server keys it reads from initializationOptions only (the daemon, its keys, insecure): never from
+--- workspace/configuration, where some clients put a project's own settings (k3lsp/options.py).
+local CONNECTION_KEYS = { 'endpoint', 'serverKey', 'clientKey', 'insecure' }
+
 --- The client config shared by the 0.11 and 0.10 paths.
 --- With no server keys set, nothing is sent (an empty Lua table would go out as the JSON list `[]`):
---- the server then uses its defaults.
+--- the server then uses its defaults. `settings` (the answer to workspace/configuration) leaves out the
+--- connection keys, which the server takes from `init_options` alone.
 function M.client_config(opts)
   local settings = M.server_settings(opts)
   local has_settings = next(settings) ~= nil
-  return vim.tbl_deep_extend('force', { handlers = { ['k3lsp/status'] = on_status } }, opts.lsp or {}, {
+  local section = vim.deepcopy(settings)
+  for _, key in ipairs(CONNECTION_KEYS) do
+    section[key] = nil
+  end
+  local defaults = { handlers = { ['k3lsp/status'] = on_status }, capabilities = CAPABILITIES }
+  return vim.tbl_deep_extend('force', defaults, opts.lsp or {}, {
     name = M.name,
     cmd = M.server_cmd(opts),
     filetypes = opts.filetypes,
     root_markers = opts.root_markers,
     init_options = has_settings and settings or nil,
-    settings = has_settings and { k3lsp = settings } or nil,
+    settings = next(section) ~= nil and { k3lsp = section } or nil,
   })
 end
 

@@ -50,11 +50,22 @@ function contributedDefaults() {
 
 /**
  * `workspace.getConfiguration(section).get(key)` over the `k3lsp` settings: a full id gives its value,
- * a prefix gives the nested object (getConfiguration().get("k3lsp") is the whole section).
+ * a prefix gives the nested object (getConfiguration().get("k3lsp") is the whole section). `user` are the user
+ * settings over the defaults, `workspace` the workspace's: `get` merges them (the workspace wins, as in VS Code),
+ * `inspect` tells them apart.
  */
-function configurationView(settings, section) {
+function configurationView(user, section, workspace = {}) {
   const prefix = section ? `${section}.` : "";
+  const settings = { ...user, ...workspace };
+  const defaults = contributedDefaults();
   return {
+    inspect(key) {
+      const id = `${prefix}${key}`.replace(/^k3lsp\./, "");
+      if (!(id in defaults)) {
+        return undefined;
+      }
+      return { key: `k3lsp.${id}`, defaultValue: defaults[id], globalValue: user[id], workspaceValue: workspace[id] };
+    },
     get(key) {
       const id = `${prefix}${key}`;
       if (id.startsWith("k3lsp.") && id.slice(6) in settings) {
@@ -84,6 +95,7 @@ function configurationView(settings, section) {
 function makeVscode(settings) {
   const world = {
     settings: { ...contributedDefaults(), ...settings },
+    workspaceSettings: {}, // what the opened folder's .vscode/settings.json says
     commands: new Map(),
     executed: [],
     messages: [],
@@ -106,7 +118,7 @@ function makeVscode(settings) {
     StatusBarAlignment: { Left: 1, Right: 2 },
     workspace: {
       getConfiguration(section) {
-        return configurationView({ ...world.settings }, section);
+        return configurationView({ ...world.settings }, section, { ...world.workspaceSettings });
       },
       workspaceFolders: [{ uri: Uri.file("/w"), name: "w", index: 0 }],
       textDocuments: [],
@@ -177,8 +189,8 @@ function makeVscode(settings) {
   /** Saves an open document (fires onDidSaveTextDocument). */
   world.save = (document) => world.saveListeners.forEach((listener) => listener(document));
   /** Fires onDidChangeConfiguration for the given changed setting ids. */
-  world.changeSettings = (changes) => {
-    Object.assign(world.settings, changes);
+  world.changeSettings = (changes, scope = world.settings) => {
+    Object.assign(scope, changes);
     const changed = Object.keys(changes).map((key) => `k3lsp.${key}`);
     const event = {
       affectsConfiguration: (section) => changed.some((id) => id === section || id.startsWith(`${section}.`)),
