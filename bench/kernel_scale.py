@@ -21,6 +21,9 @@ TREE is a directory; the files are those a workspace audit visits with the defau
   - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
     bytes in the same run (`ratio split_over_parse = X`: what the normalisation, the brace scan and the
     context cost on top of the parse).
+- **language server** (`server`): hover p99 on an open file while a workspace audit of the whole tree runs on
+  the fake daemon of the logic tests, beside the same hover idle in the same run (`ratio
+  hover_p99_busy_over_idle = X`), the audit's time and its diagnostic refreshes.
 - **workspace tools**: the model's `find_definition`, `find_references` and `grep` (k3lsp.sandbox.run_tool)
   on TREE, the symbol index built first in a fresh cache directory (a temporary K3LSP_CACHE_DIR: the user's
   cache is not touched).
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tree: {tree} ({len(files)} files admitted by the default include/exclude/maxFileBytes)")
         splitter(tree, files, args.list_misses)
         tools(tree, 1, QUICK_SYMBOLS) if args.quick else tools(tree, ROUNDS)
+        asyncio.run(server(tree, files[0], Path(scratch)))
     return 0
 
 
@@ -493,6 +497,47 @@ def _first_place(text: str) -> tuple[str, int] | None:
         if kind and path and lines.split("-")[0].isdigit():
             return path, int(lines.split("-")[0])
     return None
+
+
+# --- the language server ---------------------------------------------------------------------------------
+
+
+async def server(tree: Path, opened: Path, scratch: Path) -> None:
+    """The language server on TREE, its daemon the fake of the logic tests (tests/support/fake_daemon.py: no
+    model, so the server's own work is what is measured): hovers on an open file, idle and then while a
+    workspace audit of the whole tree runs, and that audit's time and refreshes."""
+    from lsprotocol import types as lsp
+
+    from tests.support.fake_daemon import FakeScript
+    from tests.support.lsp import editor
+
+    print("== the language server")
+    fake = FakeScript(scratch / "fake.json")
+    fake.write({})
+    async with editor(tree, profile="pull", fake=fake, cache_dir=scratch / "lsp-cache") as ed:
+        uri = ed.open(opened.relative_to(tree).as_posix())
+        hover = lsp.HoverParams(lsp.TextDocumentIdentifier(uri), lsp.Position(0, 0))
+        loop = asyncio.get_running_loop()
+
+        async def latency() -> float:
+            tic = loop.time()
+            await ed.client.text_document_hover_async(hover)
+            return loop.time() - tic
+
+        idle = [await latency() for _ in range(200)]
+        started = loop.time()
+        audit = asyncio.ensure_future(ed.command("k3lsp.auditWorkspace", timeout=24 * 3600))
+        busy = []
+        while not audit.done():
+            busy.append(await latency())
+            await asyncio.sleep(0.02)
+        seconds, report = loop.time() - started, audit.result()
+        refreshes = len(ed.refreshes)
+    p99 = {name: percentile(values, 0.99) for name, values in (("idle", idle), ("busy", busy))}
+    print(f"workspace audit on the fake daemon: {report['files']:,} files in {seconds:.1f} s; {refreshes} refreshes")
+    idle_ms, busy_ms = p99["idle"] * 1000, p99["busy"] * 1000
+    print(f"hover p99: {idle_ms:.1f} ms idle ({len(idle)}), {busy_ms:.1f} ms during it ({len(busy)} hovers)")
+    print(f"ratio hover_p99_busy_over_idle = {p99['busy'] / p99['idle']:.2f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ and every refusal (the user can audit the auditor).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,11 +23,15 @@ class ToolAnswerer:
 
     def __init__(self, on_tool: OnTool | None = None):
         self.on_tool = on_tool
+        self._warmed: dict[Path, float] = {}  # workspace -> when its index was last asked to refresh
 
     def prepare(self, root: Path | None) -> None:
         """An audit with tools is about to start: the workspace's symbol index builds (or refreshes) in the
-        background meanwhile, so the model's first ``find_definition`` finds it ready."""
-        if root is not None:
+        background meanwhile, so the model's first ``find_definition`` finds it ready. Asked once per refresh
+        period, not per unit (a workspace audit starts tens of thousands)."""
+        now = time.monotonic()
+        if root is not None and now - self._warmed.get(root, -symbols.REFRESH_SECONDS) >= symbols.REFRESH_SECONDS:
+            self._warmed[root] = now
             symbols.warm(root)
 
     async def answer(self, root: Path | None, request: dict) -> tuple[bool, str]:

@@ -3,7 +3,8 @@
 A workspace audit of a kernel tree finishes tens of thousands of units: one ``$/progress`` report or one
 ``workspace/diagnostic/refresh`` each would flood the client (every refresh makes it pull every open
 document again). So reports go out at most once per REPORT_SECONDS unless the percentage moved, and refreshes
-at most once per REFRESH_SECONDS, the last one always sent.
+at most once per REFRESH_SECONDS, the last one always sent; so do status notifications whose only news is the
+queue's counts (STATUS_SECONDS).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 REPORT_SECONDS = 1.0
 REFRESH_SECONDS = 0.25
+STATUS_SECONDS = 0.25  # a status notification whose state is unchanged (queue counts only) waits this long
 
 Report = Callable[[int, str], None]  # (units or files done, a note for the status line)
 
@@ -70,27 +72,28 @@ async def bar(ls: LanguageServer, enabled: bool, title: str, total: int) -> Asyn
         progress.tokens.pop(token, None)
 
 
-class Refresher:
-    """``workspace/diagnostic/refresh`` at most once per REFRESH_SECONDS; a request in between is sent late,
-    never dropped."""
+class Paced:
+    """Calls ``send`` at most once per ``seconds``; a request in between is sent late (once), never dropped."""
 
-    def __init__(self, ls: LanguageServer):
-        self._ls = ls
+    def __init__(self, send: Callable[[], None], seconds: float):
+        self._send_now, self._seconds = send, seconds
         self._last = 0.0
         self._pending: asyncio.TimerHandle | None = None
 
     def request(self) -> None:
         if self._pending is not None:
             return
-        wait = self._last + REFRESH_SECONDS - time.monotonic()
+        wait = self._last + self._seconds - time.monotonic()
         if wait <= 0:
-            self._send()
+            self.send()
         else:
-            self._pending = asyncio.get_running_loop().call_later(wait, self._send)
+            self._pending = asyncio.get_running_loop().call_later(wait, self.send)
 
-    def _send(self) -> None:
-        self._pending, self._last = None, time.monotonic()
-        self._ls.workspace_diagnostic_refresh(None)
+    def send(self) -> None:
+        """Send now (a change that must not wait), and forget a late one."""
+        self.cancel()
+        self._last = time.monotonic()
+        self._send_now()
 
     def cancel(self) -> None:
         if self._pending is not None:

@@ -89,6 +89,8 @@ class Session:
         self.ls = ls
         self.options = options.Options()
         self.cache = cache or ResultCache()
+        self._refresher = progress.Paced(lambda: ls.workspace_diagnostic_refresh(None), progress.REFRESH_SECONDS)
+        self._status = progress.Paced(self._send_status, progress.STATUS_SECONDS)
         self.pool = Pool(
             self.options, self.cache, transport=transport, on_state=self._state_changed, on_tool=self._tool_used
         )
@@ -111,7 +113,6 @@ class Session:
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = ThreadPoolExecutor(1, thread_name_prefix="k3lsp-split")
-        self._refresher = progress.Refresher(ls)
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -198,10 +199,11 @@ class Session:
         """The status notification for the VS Code and Neovim status views (with how many findings of the open
         documents are silenced), and, for every client, one message when the daemons become unusable and one
         when they are back."""
-        payload = asdict(state) | self.silenced()
-        if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
-            self._sent_state = payload
-            self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
+        sent = self._sent_state
+        if sent is None or (sent["state"], sent["message"]) != (state.state, state.message):
+            self._status.send()  # a new state is news at once; queue counts only every STATUS_SECONDS
+        else:
+            self._status.request()
         if state.state == self._shown_state or state.state in (ConnState.CONNECTING, ConnState.DISCONNECTED):
             return
         if state.state.failed:
@@ -213,6 +215,12 @@ class Session:
             self.message(f"k3 audit backend is back: {state.message}")
             self._told_down = False
         self._shown_state = state.state
+
+    def _send_status(self) -> None:
+        payload = asdict(self.pool.state) | self.silenced()
+        if payload != self._sent_state:  # only changes are news
+            self._sent_state = payload
+            self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
 
     def _tool_used(self, request: dict, ok: bool, answer: str) -> None:
         """Log every workspace read the model asked for, and every refusal: the user can audit the auditor."""
@@ -505,6 +513,7 @@ class Session:
         cancelling an audit sends its ``cancel`` to the daemon before the socket closes."""
         self._closing = True
         self._refresher.cancel()
+        self._status.cancel()
         await tasks.cancel(*self._tasks)
         await self.pool.close()
         self._splitter.shutdown(wait=False, cancel_futures=True)

@@ -45,6 +45,10 @@ ENV_DIR = "K3LSP_CACHE_DIR"
 ENV_MAX_BYTES = "K3LSP_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 EVICT_TO = 0.9  # an eviction frees down to this share of the bound
+# The total is measured (a sum over the table) once this process has written this share of the bound since the
+# last measure: every put would make a workspace audit quadratic, and each writer of a shared file measures what
+# it adds, so the file exceeds its bound by at most this share per writer.
+MEASURE_SHARE = 0.01
 TOUCH_SECONDS = 60.0
 FILE_NAME = "results.sqlite3"
 SCHEMA_VERSION = 2  # 1 keyed results by model name and stored cut-short audits: dropped
@@ -111,6 +115,7 @@ class ResultCache:
         self.misses = 0
         self.evicted = 0  # results this process removed to stay within max_bytes
         self.refused = 0  # results larger than max_bytes on their own, never stored
+        self._unmeasured = self.max_bytes  # bytes written since the total was last measured: the first put measures
         self._lock = threading.Lock()
         self._conn = self._open()
 
@@ -176,7 +181,10 @@ class ResultCache:
             (unit_key, result_key, size, now, now, found, numbers),
             write=True,
         )
-        self._db(self._evict)
+        self._unmeasured += size
+        if self._unmeasured >= self.max_bytes * MEASURE_SHARE:
+            self._unmeasured = 0
+            self._db(self._evict)
 
     def _evict(self, conn: sqlite3.Connection) -> None:
         """Remove least recently used results until the total is EVICT_TO of max_bytes."""

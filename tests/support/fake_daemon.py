@@ -8,6 +8,7 @@ JSON file read again at every call, so a test can change what it says mid-sessio
 back)::
 
     {"state": "connected" | "<an error code>",          # how the "daemon" answers a hello (default connected)
+     "hello_seconds": 30,                               # a hello takes this long (a daemon starting up)
      "units": {"<unit name>": {"findings": [...],       # protocol findings, lines relative to the unit
                                "refusal": "...",        # refused as too long to audit (error too_long)
                                "cut_short": "deadline", # the audit's finish reason: shown, not cached
@@ -81,6 +82,7 @@ class FakeDaemon:
         opts = self.options
         connection = {"server_key": str(opts.server_key or ""), "client_key": str(opts.client_key or "")}
         self.calls.append({"op": "hello", "endpoint": opts.endpoint} | connection | {"insecure": opts.insecure})
+        await asyncio.sleep(self._read().get("hello_seconds", 0))
         self._answering()
         return dict(WELCOME)
 

@@ -68,6 +68,7 @@ class Editor:
         self.configuration_reads = 0  # workspace/configuration requests the server made
         self.capabilities: lsp.ServerCapabilities | None = None  # what the server answered to `initialize`
         self.stderr: list[str] = []  # the server's stderr lines so far
+        self.refreshes: list[float] = []  # when the server asked for workspace/diagnostic/refresh (loop time)
 
     def shown(self, kind: lsp.MessageType) -> list[str]:
         """The window/showMessage texts of one type, in order: what every client shows a person."""
@@ -193,8 +194,15 @@ async def editor(
             ed.configuration_reads += 1
             return answer(params)
 
+        refresh = features[lsp.WORKSPACE_DIAGNOSTIC_REFRESH]
+
+        def on_refresh(params: None) -> Any:
+            ed.refreshes.append(asyncio.get_running_loop().time())
+            return refresh(params)
+
         features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = on_publish
         features[lsp.WORKSPACE_CONFIGURATION] = on_configuration
+        features[lsp.WORKSPACE_DIAGNOSTIC_REFRESH] = on_refresh
 
         if profile not in WITHOUT_STATUS_VIEW:
 
