@@ -79,6 +79,7 @@ MACRO = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SYSCALL = re.compile(r"^(COMPAT_)?SYSCALL_DEFINE\d$")
 TAIL = ("--kinds-C++=f", "-L", "-", "-o", "-")  # function definitions only; file names on stdin
 ROUNDS = 3
+SECTIONS = ("splitter", "tools", "server")
 QUICK_SYMBOLS = ("k3demo_ioctl", "k3demo_session_put", "k3demo_write_msg")  # defined in examples/
 # Common kernel symbols: Linux's (issue 23's list) and XNU's. Each counts where ctags defines it in TREE.
 SYMBOLS = (
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tree", nargs="?", type=Path, help="the tree to measure")
     parser.add_argument("--quick", action="store_true", help="a small tree built by the script")
     parser.add_argument("--list-misses", type=int, default=20, metavar="N", help="list N uncovered functions")
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     args = parser.parse_args(argv)
+    only = set(args.only or SECTIONS)
     if args.quick == (args.tree is not None):
         parser.error("give a TREE or --quick")
     machine()
@@ -124,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         tree = quick_tree(Path(scratch)) if args.quick else args.tree.resolve()
         files = list(options.admitted_files(tree, tree, options.Options()))
         print(f"tree: {tree} ({len(files)} files admitted by the default include/exclude/maxFileBytes)")
-        splitter(tree, files, args.list_misses)
-        tools(tree, 1, QUICK_SYMBOLS) if args.quick else tools(tree, ROUNDS)
-        asyncio.run(server(tree, files[0], Path(scratch)))
+        if "splitter" in only:
+            splitter(tree, files, args.list_misses)
+        if "tools" in only:
+            tools(tree, 1, QUICK_SYMBOLS) if args.quick else tools(tree, ROUNDS)
+        if "server" in only:
+            asyncio.run(server(tree, files[0], Path(scratch)))
     return 0
 
 

@@ -9,7 +9,7 @@ after a save, so without refresh support an audit's results would never reach it
 
 Nothing here waits on a daemon before it answers the editor: an opened file shows what the cache knows at
 once (the daemons are contacted in the background), ``k3lsp.status`` answers from what is known, and splitting
-a file runs on a thread of its own (a 1 MB file must not stop hovers elsewhere).
+a file runs in a process of its own (a 1 MB file must not stop hovers elsewhere).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
 from k3lsp.documents import Document, Silenced, View, notices, present
 from k3lsp.pool import Pool
 from k3lsp.run import Target, describe
+from k3lsp.splitting import Splitter
 from k3lsp.units import Unit
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
@@ -112,7 +112,7 @@ class Session:
         self._told: set[str] = set()  # the settings errors of the last read: each is shown once, not at every read
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
-        self._splitter = ThreadPoolExecutor(1, thread_name_prefix="k3lsp-split")
+        self._splitter = Splitter()
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -244,10 +244,9 @@ class Session:
             )
 
     async def split(self, text: str) -> tuple[Unit, ...]:
-        """The units of a text, split on the splitter's own thread (never on the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._splitter, units.split, text, self.options.kernel_macros
-        )
+        """The units of a text, split in the splitter's own process (``k3lsp.splitting``: never on the event
+        loop, nor in a thread of this process, whose parse would hold the GIL)."""
+        return await self._splitter.split(text, self.options.kernel_macros)
 
     async def republish(self, doc: Document) -> None:
         """Derive what is shown from the stored results for the document's current text, and send it."""
@@ -516,4 +515,4 @@ class Session:
         self._status.cancel()
         await tasks.cancel(*self._tasks)
         await self.pool.close()
-        self._splitter.shutdown(wait=False, cancel_futures=True)
+        self._splitter.close()
