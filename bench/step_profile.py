@@ -42,21 +42,22 @@ from tests.support.daemon import Wire, serving, stop
 PHASES = [
     ("mlx-lm BatchGenerator.next (forward pass, sampling)", ("BatchGenerator.next",)),
     ("prefill (our chunks: PromptProcessingBatch)", ("backend/prefill.py",)),
-    ("detokenizer", ("add_token", "finalize")),
+    ("detokenizer", ("Detokenizer.",)),
     ("loop guard", ("LoopDetector.add",)),
-    ("prompt cache (lookup, store, drop)", ("PromptCache.", "prompt_cache.py")),
+    ("prompt cache (lookup, store, drop)", ("backend/prompt_cache.py",)),
     ("per-token bookkeeping (events, finishes)", ("Engine._tokens", "Engine._on_token", "Engine._finish")),
     ("admission and ends", ("Engine._admit", "Engine._apply_ends", "Engine.submit", "Engine._start")),
     ("exchange, reconcile, apply", ("Scheduler._reconcile", "Scheduler._apply", "local_exchange", "Engine.outcome")),
-    ("status snapshot", ("Scheduler._publish",)),
+    ("status snapshot", ("Scheduler._publish", "Engine.stats")),
     ("events to the event loop", ("Scheduler._post", "Scheduler._deliver")),
     ("waiting for work", ("Scheduler._take",)),
-    ("channel reading", ("backend/channels.py", "Reader.feed", "Reader.finish")),
+    ("prompt render, script (worker threads)", ("_locked", "backend/prompts.py", "Script.forced")),
+    ("channel reading", ("backend/channels.py",)),
     ("finding validation", ("FindingStream.",)),
-    ("progress, msgpack, send", ("Daemon._job_send", "Daemon._send", "encode", "send_multipart")),
-    ("prompt render, script", ("render", "Script.forced", "_continued", "template")),
-    ("receive, dispatch", ("Daemon._receive", "Daemon._on_frames", "recv_multipart")),
-    ("mlx_lm.server: tokenize, prompt cache", ("ResponseGenerator._tokenize", "LRUPromptCache", "fetch_nearest")),
+    ("progress, msgpack, send", ("Daemon._job_send", "Daemon._send", "k3lsp/protocol.py", "send_multipart")),
+    ("receive, dispatch", ("Daemon._receive", "Daemon._on_frames", "Daemon._dispatch", "recv_multipart")),
+    ("agent loop (other)", ("Agent.",)),
+    ("mlx_lm.server: tokenize, prompt cache", ("ResponseGenerator._tokenize", "LRUPromptCache.")),
     ("mlx_lm.server: per-token (logprob, detokenize, queue)", ("ResponseGenerator._generate",)),
     ("mlx_lm.server: HTTP handler", ("APIHandler.",)),
 ]
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--raw", type=Path, help="keep py-spy's raw stacks here")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     load = os.getloadavg()
@@ -184,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {key:10s} {spent / steps * 1000:8.3f} ms/step  {spent / wall:6.1%}")
         # py-spy sampled the first int(seconds) of the run: shares of that, per token at the run's rate
         report(fold(raw), args.rate, int(args.seconds), rate * int(args.seconds))
+        if args.raw is not None:
+            shutil.copyfile(raw, args.raw)
     return 0
 
 
