@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,7 @@ PHASES = [
     ("status snapshot", ("Scheduler._publish", "Engine.stats")),
     ("events to the event loop", ("Scheduler._post", "Scheduler._deliver")),
     ("waiting for work", ("Scheduler._take",)),
+    ("event loop in epoll (py-spy counts a short wait as running)", ("EpollSelector.select",)),
     ("prompt render, script (worker threads)", ("_locked", "backend/prompts.py", "Script.forced")),
     ("channel reading", ("backend/channels.py",)),
     ("finding validation", ("FindingStream.",)),
@@ -76,8 +78,8 @@ def fold(raw: Path) -> dict[str, collections.Counter]:
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
-        thread = frames[0].split(": ", 1)[-1]
-        out[thread.rstrip("_0123456789") or thread][phase_of(frames[1:])] += int(count)
+        thread = re.sub(r"[-_]\d+", "", frames[0].split(": ", 1)[-1])  # one pool of threads, one name
+        out[thread][phase_of(frames[1:])] += int(count)
     return out
 
 
@@ -135,7 +137,7 @@ def engine_timers(endpoint: str) -> dict:
 def report(samples: dict[str, collections.Counter], rate: int, wall: float, tokens: float) -> None:
     for thread, phases in sorted(samples.items(), key=lambda kv: -sum(kv[1].values())):
         total = sum(phases.values())
-        print(f"  thread {thread}: on the CPU {total / rate / wall:.0%} of the wall time")
+        print(f"  thread {thread}: on the CPU {total / rate / wall:.0%} of the wall time (threads of a pool summed)")
         for phase, n in phases.most_common():
             seconds = n / rate
             print(f"    {phase:55s} {seconds / tokens * 1e6:8.1f} us/token  {seconds / wall:6.1%}")
