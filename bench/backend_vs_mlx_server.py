@@ -12,15 +12,15 @@ request: mlx_lm.server a logit bias of -100 on the end-of-message token with `ma
 
 Scenarios: `sequential` (one short request after another: the per-request path, as on every save) and
 `concurrent_<n>` for each batch size n (n clients, each sending its next request when its last one ended, so
-n stay in the batch). Each scenario runs its requests until it has lasted `--seconds` on each side (the number
-of requests is fixed from one calibration round per scenario, the same for both servers); the two servers take
-turns scenario by scenario, in alternating order, `--repeats` times, so load from other processes on the
-machine hits both alike. Throughput is generated tokens / wall time, from the first byte of the first request
-to the last token of the last reply. Prints tokens/s per scenario for both (median and spread over the
-repeats), one `ratio SCENARIO[CHECKPOINT] = X` line each (the median of the repeats' k3-backend /
-mlx_lm.server ratios, higher is better, with their spread), the load before and after, and a PNG of the curve
-(`--png`; needs matplotlib, the `bench` extra). `--quick`: tiny inputs, one repeat, the tiny checkpoint only (the
-test that keeps this script working runs it).
+n stay in the batch). In each repeat of a scenario the clients of the server that goes first send requests for
+`--seconds`, then the other server gets exactly as many (the same work, so its wall time is about `--seconds`
+divided by the ratio); the two servers take turns, scenario by scenario, and which one goes first alternates,
+`--repeats` times, so load from other processes on the machine hits both alike. Throughput is generated tokens /
+wall time, from the first byte of the first request to the last token of the last reply. Prints tokens/s per
+scenario for both (median and spread over the repeats), one `ratio SCENARIO[CHECKPOINT] = X` line each (the
+median of the repeats' k3-backend / mlx_lm.server ratios, higher is better, with their spread), the load before
+and after, and a PNG of the curve (`--png`; needs matplotlib, the `bench` extra). `--quick`: tiny inputs, one
+repeat, the tiny checkpoint only (the test that keeps this script working runs it).
 
 Run: `uv run --all-extras python bench/backend_vs_mlx_server.py` (about 20 minutes on 2 CPU cores; targets: every
 ratio >= 1.5 and sequential >= 1.3 on the tiny checkpoint, >= 1.0 on the larger one).
@@ -33,7 +33,6 @@ import asyncio
 import http.client
 import itertools
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -91,10 +90,29 @@ class Run:
     wall: float
     tokens: int
     latencies: list[float]
+    counts: list[int]  # requests each client sent
 
     @property
     def rate(self) -> float:
         return self.tokens / self.wall
+
+
+@dataclass
+class Quota:
+    """How long each client goes on: ``counts[i]`` requests for client i, or (counts None) new requests until
+    ``seconds`` have passed (at least one each)."""
+
+    batch: int
+    counts: list[int] | None = None
+    seconds: float = 0.0
+
+    def clients(self) -> list[int]:
+        return list(range(self.batch))
+
+    def more(self, client: int, sent: int, start: float) -> bool:
+        if self.counts is not None:
+            return sent < self.counts[client]
+        return sent == 0 or time.perf_counter() - start < self.seconds
 
 
 @dataclass
@@ -106,12 +124,13 @@ class Served:
 
 
 def unit(i: int) -> dict:
-    """A unit of its own for every request: only the system prompt and the file context are shared."""
+    """A unit of its own for every request: only the system prompt and the file context are shared. Numbers of
+    one width, so that every prompt has as many tokens."""
     code = (
-        f"int handler_{i}(struct req *r, const char __user *u)\n"
-        f"{{\n\treturn copy_from_user(r->data, u, r->len + {i});\n}}"
+        f"int handler_{i:06d}(struct req *r, const char __user *u)\n"
+        f"{{\n\treturn copy_from_user(r->data, u, r->len + {i:06d});\n}}"
     )
-    return {"path": "drivers/bench.c", "unit": f"handler_{i}", "code": code, "context": CONTEXT}
+    return {"path": "drivers/bench.c", "unit": f"handler_{i:06d}", "code": code, "context": CONTEXT}
 
 
 # --- k3-backend ----------------------------------------------------------------------------------------------
@@ -124,15 +143,17 @@ class K3Backend:
         self.endpoint = endpoint
         self.served = Served()
 
-    def measure(self, work: list[list[int]], tokens: int) -> Run:
-        return asyncio.run(self._measure(work, tokens))
+    def measure(self, quota: Quota, tokens: int, units: Units) -> Run:
+        return asyncio.run(self._measure(quota, tokens, units))
 
-    async def _measure(self, work: list[list[int]], tokens: int) -> Run:
+    async def _measure(self, quota: Quota, tokens: int, units: Units) -> Run:
         async with Wire(self.endpoint, timeout=600) as wire:
             latencies: list[float] = []
 
-            async def client(units: list[int]) -> None:
-                for i in units:
+            async def client(c: int) -> int:
+                sent = 0
+                while quota.more(c, sent, start):
+                    i, sent = units.next(), sent + 1
                     tic = time.perf_counter()
                     done = (await wire.request("audit", f"u{i}", **unit(i), max_tokens=tokens))[-1]
                     latencies.append(time.perf_counter() - tic)
@@ -141,10 +162,11 @@ class K3Backend:
                         raise RuntimeError(f"k3-backend: unexpected end {done}")
                     self.served.prompt.append(stats["prompt_tokens"])
                     self.served.cached.append(stats["cached_tokens"])
+                return sent
 
-            tic = time.perf_counter()
-            await asyncio.gather(*(client(units) for units in work))
-            return Run(time.perf_counter() - tic, tokens * sum(map(len, work)), latencies)
+            start = time.perf_counter()
+            counts = await asyncio.gather(*(client(c) for c in quota.clients()))
+            return Run(time.perf_counter() - start, tokens * sum(counts), latencies, list(counts))
 
     def transport(self) -> str:
         """The ROUTER's own cost: a ping's round trip."""
@@ -213,11 +235,20 @@ class MlxServer:
         self.served.cached.append(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0))
         return latency
 
-    def measure(self, work: list[list[int]], tokens: int) -> Run:
-        with ThreadPoolExecutor(len(work)) as pool:
-            tic = time.perf_counter()
-            per_client = list(pool.map(lambda units: [self.one(i, tokens) for i in units], work))
-            return Run(time.perf_counter() - tic, tokens * sum(map(len, work)), [x for c in per_client for x in c])
+    def measure(self, quota: Quota, tokens: int, units: Units) -> Run:
+        latencies: list[float] = []
+
+        def client(c: int) -> int:
+            sent = 0
+            while quota.more(c, sent, start):
+                latencies.append(self.one(units.next(), tokens))
+                sent += 1
+            return sent
+
+        with ThreadPoolExecutor(quota.batch) as pool:
+            start = time.perf_counter()
+            counts = list(pool.map(client, quota.clients()))
+            return Run(time.perf_counter() - start, tokens * sum(counts), latencies, counts)
 
 
 def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -251,9 +282,6 @@ class Units:
     def next(self) -> int:
         return next(self._count)
 
-    def work(self, batch: int, per_client: int) -> list[list[int]]:
-        return [[self.next() for _ in range(per_client)] for _ in range(batch)]
-
 
 def script() -> list[dict]:
     """Every generation forced to ANSWER (then cut by its max_tokens)."""
@@ -279,16 +307,19 @@ def bench_checkpoint(name: str, model: Path, plan: Plan) -> dict[str, dict[str, 
         try:
             sides = [K3Backend(daemon.endpoint), MlxServer(url, specials)]
             for side in sides:  # warm-up: kernels compiled, the shared system prompt and context cached
-                side.measure(units.work(2, 1), 8)
+                side.measure(Quota(2, [1, 1]), 8, units)
             runs: dict[str, dict[str, list[Run]]] = {s.name: {side.name: [] for side in sides} for s in plan.scenarios}
             for number, scenario in enumerate(plan.scenarios):
-                per_client = calibrate(sides, scenario, plan.seconds, units)
+                for side in sides:  # this batch size's shapes compiled
+                    side.measure(Quota(scenario.batch, [1] * scenario.batch), 4, units)
                 for rep in range(plan.repeats):
-                    order = sides if (rep + number) % 2 == 0 else sides[::-1]  # who goes first alternates
-                    for side in order:
-                        run = side.measure(units.work(scenario.batch, per_client), scenario.tokens)
-                        runs[scenario.name][side.name].append(run)
-                print(f"  {line(scenario, per_client, runs[scenario.name])}", flush=True)
+                    first, second = sides if (rep + number) % 2 == 0 else sides[::-1]  # who goes first alternates
+                    lead = first.measure(Quota(scenario.batch, seconds=plan.seconds), scenario.tokens, units)
+                    runs[scenario.name][first.name].append(lead)
+                    runs[scenario.name][second.name].append(
+                        second.measure(Quota(scenario.batch, lead.counts), scenario.tokens, units)  # the same work
+                    )
+                print(f"  {line(scenario, runs[scenario.name])}", flush=True)
             print(f"  {sides[0].transport()}; mlx_lm.server connections reset and sent again: {sides[1].resets}")
         finally:
             stop(proc)
@@ -300,17 +331,6 @@ def bench_checkpoint(name: str, model: Path, plan: Plan) -> dict[str, dict[str, 
     if len({statistics.median(side.served.prompt) for side in sides}) != 1:
         raise RuntimeError("the two servers did not read the same prompts")
     return runs
-
-
-def calibrate(sides: list, scenario: Scenario, seconds: float, units: Units) -> int:
-    """Requests per client so that the scenario lasts about ``seconds`` on the faster side: one round on each with
-    a quarter of the tokens (which also compiles the kernels for this batch size), scaled up; 1 when ``seconds``
-    is 0."""
-    if seconds <= 0:
-        return 1
-    quarter = max(1, scenario.tokens // 4)
-    fastest = min(side.measure(units.work(scenario.batch, 1), quarter).wall for side in sides)
-    return max(1, math.ceil(seconds / (fastest * scenario.tokens / quarter)))
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -325,12 +345,14 @@ def ratios(by_side: dict[str, list[Run]]) -> list[float]:
     return [a.rate / b.rate for a, b in zip(by_side[SIDES[0]], by_side[SIDES[1]], strict=True)]
 
 
-def line(scenario: Scenario, per_client: int, by_side: dict[str, list[Run]]) -> str:
+def line(scenario: Scenario, by_side: dict[str, list[Run]]) -> str:
     ours, theirs = by_side[SIDES[0]], by_side[SIDES[1]]
     walls = [r.wall for r in ours + theirs]
     lat = {name: statistics.median([x for r in by_side[name] for x in r.latencies]) for name in SIDES}
+    requests = sorted(sum(r.counts) for r in ours)
     return (
-        f"{scenario.name:13s} {scenario.batch:2d} x {per_client:3d} requests x {scenario.tokens} tokens: "
+        f"{scenario.name:13s} {scenario.batch:2d} clients, {requests[0]}-{requests[-1]} requests x "
+        f"{scenario.tokens} tokens: "
         f"k3-backend {spread([r.rate for r in ours], 1)} tok/s, mlx_lm.server {spread([r.rate for r in theirs], 1)} "
         f"tok/s, ratio {spread(ratios(by_side))}; latency p50 {lat[SIDES[0]]:.2f} / {lat[SIDES[1]]:.2f} s; "
         f"wall {min(walls):.1f}-{max(walls):.1f} s per side"
@@ -384,7 +406,7 @@ def make_plan(argv: list[str] | None) -> Plan:
     parser.add_argument("--sequential-tokens", type=int, default=32, help="tokens per sequential request")
     parser.add_argument("--seconds", type=float, default=10.0, help="least wall time per scenario and side")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--png", type=Path, default=PNG, help="where the curve goes (default %(default)s)")
+    parser.add_argument("--png", type=Path, help=f"where the curve goes (default {PNG}; --quick: none)")
     parser.add_argument("--no-png", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
@@ -398,7 +420,7 @@ def make_plan(argv: list[str] | None) -> Plan:
         parser.error(f"checkpoints are {', '.join(CHECKPOINTS)}")
     scenarios = [Scenario("sequential", 1, args.sequential_tokens)]
     scenarios += [Scenario(f"concurrent_{b}", b, args.tokens) for b in batches]
-    png = None if args.no_png or args.quick else args.png
+    png = None if args.no_png or (args.quick and args.png is None) else args.png or PNG
     return Plan(checkpoints, scenarios, args.seconds, args.repeats, png)
 
 

@@ -26,8 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the servers of backend_vs_mlx_server.py
@@ -83,47 +81,6 @@ def fold(raw: Path) -> dict[str, collections.Counter]:
     return out
 
 
-class Clients:
-    """``batch`` clients in a closed loop for ``seconds``, on either server; counts the tokens they got."""
-
-    def __init__(self, side, batch: int, tokens: int):
-        self.side, self.batch, self.tokens = side, batch, tokens
-        self.generated = 0
-        self.units = vs.Units()
-
-    def run(self, seconds: float) -> float:
-        """Returns the wall time: the clients start their last requests before ``seconds`` have passed."""
-        stop_at = time.perf_counter() + seconds
-        tic = time.perf_counter()
-        if isinstance(self.side, vs.K3Backend):
-            asyncio.run(self._k3_clients(stop_at))
-        else:
-            threads = [threading.Thread(target=self._client, args=(stop_at,)) for _ in range(self.batch)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        return time.perf_counter() - tic
-
-    def _client(self, stop_at: float) -> None:
-        while time.perf_counter() < stop_at:
-            self.side.one(self.units.next(), self.tokens)
-            self.generated += self.tokens
-
-    async def _k3_clients(self, stop_at: float) -> None:
-        async with Wire(self.side.endpoint, timeout=600) as wire:
-
-            async def client() -> None:
-                while time.perf_counter() < stop_at:
-                    i = self.units.next()
-                    done = (await wire.request("audit", f"u{i}", **vs.unit(i), max_tokens=self.tokens))[-1]
-                    if done["kind"] != "done" or done["stats"]["generated_tokens"] != self.tokens:
-                        raise RuntimeError(f"unexpected end {done}")
-                    self.generated += self.tokens
-
-            await asyncio.gather(*(client() for _ in range(self.batch)))
-
-
 def engine_timers(endpoint: str) -> dict:
     async def ask() -> dict:
         async with Wire(endpoint, timeout=60) as wire:
@@ -166,28 +123,26 @@ def main(argv: list[str] | None = None) -> int:
             proc, url = vs.start_mlx_server(model, Path(tmp) / "mlx_server.log")
             servers.callback(stop, proc)
             side, pid = vs.MlxServer(url, specials), proc.pid
-        clients = Clients(side, args.batch, args.tokens)
-        clients.run(0.1)  # warm-up: kernels for this batch size, the shared prompt prefix cached
+        units = vs.Units()
+        side.measure(vs.Quota(args.batch, [1] * args.batch), args.tokens, units)  # warm-up: kernels, the shared prefix
         before = engine_timers(side.endpoint) if args.server == "k3" else None
         raw = Path(tmp) / "pyspy.txt"
         record = [spy, "record", "--pid", str(pid), "--rate", str(args.rate), "--format", "raw", "--threads"]
         record += ["--nonblocking", "--duration", str(int(args.seconds)), "-o", str(raw)]
         profiler = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        clients.generated = 0
-        wall = clients.run(args.seconds)
+        run = side.measure(vs.Quota(args.batch, seconds=args.seconds), args.tokens, units)
         profiler.wait(timeout=args.seconds + 120)
         after = engine_timers(side.endpoint) if args.server == "k3" else None
-        rate = clients.generated / wall
-        print(f"{clients.generated} tokens in {wall:.1f} s: {rate:.1f} tok/s")
+        print(f"{run.tokens} tokens in {run.wall:.1f} s: {run.rate:.1f} tok/s")
         if before is not None:
             steps = after["steps"] - before["steps"]
-            print(f"  engine and scheduler timers over {steps} steps ({clients.generated / steps:.1f} tokens a step):")
+            print(f"  engine and scheduler timers over {steps} steps ({run.tokens / steps:.1f} tokens a step):")
             for key in after:
                 if key != "steps":
                     spent = after[key] - before[key]
-                    print(f"    {key:10s} {spent / steps * 1000:8.3f} ms/step  {spent / wall:6.1%}")
+                    print(f"    {key:10s} {spent / steps * 1000:8.3f} ms/step  {spent / run.wall:6.1%}")
         # py-spy sampled the first int(seconds) of the run: shares of that, per token at the run's rate
-        report(fold(raw), args.rate, int(args.seconds), rate * int(args.seconds))
+        report(fold(raw), args.rate, int(args.seconds), run.rate * int(args.seconds))
         if args.raw is not None:
             shutil.copyfile(raw, args.raw)
     return 0
