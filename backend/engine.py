@@ -367,8 +367,7 @@ class Engine:
         if self._live:
             with mx.stream(generation_stream):  # one stream for all model work: its collectives stay in order
                 events += self._read()
-            now = time.perf_counter()
-            phases["prefill"] += now - mark
+            phases["prefill"] += time.perf_counter() - mark
             events += self._decode()
             if self.ranks > 1:  # the next step's exchange must not run while this step's decode is in flight
                 mark = time.perf_counter()
