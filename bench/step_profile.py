@@ -57,7 +57,7 @@ PHASES = [
     ("progress, msgpack, send", ("Daemon._job_send", "Daemon._send", "k3lsp/protocol.py", "send_multipart")),
     ("receive, dispatch", ("Daemon._receive", "Daemon._on_frames", "Daemon._dispatch", "recv_multipart")),
     ("agent loop (other)", ("Agent.",)),
-    ("mlx_lm.server: tokenize, prompt cache", ("ResponseGenerator._tokenize", "LRUPromptCache.")),
+    ("mlx_lm.server: tokenize new requests", ("ResponseGenerator._tokenize",)),
     ("mlx_lm.server: per-token (logprob, detokenize, queue)", ("ResponseGenerator._generate",)),
     ("mlx_lm.server: HTTP handler", ("APIHandler.",)),
 ]
