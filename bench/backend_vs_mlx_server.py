@@ -62,7 +62,7 @@ CHECKPOINTS = {"tiny": {}, "large": {"layers": 8, "hidden": 128}}
 TARGETS = {"tiny": (1.5, 1.3), "large": (1.0, 1.0)}  # (every concurrent_<n>, sequential)
 BATCHES = (1, 4, 8, 16, 32)
 EOS = 3  # the tiny tokenizer's <|end_of_msg|>
-ANSWER = " ".join(f"n{i} = len[{i}] - {i % 5};" for i in range(60))  # ~700 tokens, no short period
+ANSWER = " ".join(f"n{i} = len[{i}] - {i % 5};" for i in range(60))  # 867 tokens, no short period
 RESETS = 5  # tries of a request whose connection mlx_lm.server dropped before reading it (counted, printed)
 # mlx_lm.server as `python -m mlx_lm.server`, with a listen queue of 128 instead of socketserver's 5: each request
 # is an HTTP/1.0 connection of its own, and with 16-32 clients reconnecting in the same step the queue of 5
@@ -302,7 +302,7 @@ def daemon_flags(tokens: int) -> list[str]:
     return [*flags, "--max-open-per-client", str(2 * max(BATCHES))]
 
 
-def bench_checkpoint(name: str, model: Path, plan: Plan) -> dict[str, dict[str, list[Run]]]:
+def bench_checkpoint(model: Path, plan: Plan) -> dict[str, dict[str, list[Run]]]:
     """Every scenario on both servers, interleaved; returns scenario -> side -> runs (one per repeat)."""
     specials = prompts.special_strings(load_tokenizer(str(model), trust_remote_code=True))
     longest = max(s.tokens for s in plan.scenarios)
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"at least {plan.seconds:g} s per scenario and side, servers interleaved",
                 flush=True,
             )
-            results[name] = bench_checkpoint(name, model, plan)
+            results[name] = bench_checkpoint(model, plan)
     load = os.getloadavg()
     print(f"load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for name, runs in results.items():
