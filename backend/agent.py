@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 READ_ONLY_TOOLS = frozenset(protocol.WORKSPACE_TOOLS)
 MAX_TOOL_RESULT_CHARS = 32 * 1024  # what one tool result may add to the conversation
+PROGRESS_EVERY = 0.2  # seconds between two prefill or decode progress messages of one generation
 # Generated tokens per request (all rounds) at each thinking effort: reasoning is most of a turn's tokens.
 EFFORT_BUDGETS = {"off": 1024, "low": 2048, "high": 8192, "max": 32768}
 
@@ -288,10 +289,11 @@ class Agent:
             fault=self.script.fault(unit, n),
         )
         self.last_rid = rid
+        pace = ProgressPace()
         # aclosing: leaving early (cancelled, an error) cancels the generation in the engine now, not at GC
         async with contextlib.aclosing(self.scheduler.stream(req)) as events:
             async for event in events:
-                if event.progress is not None:
+                if event.progress is not None and pace.due(event.progress[0]):
                     stage, done, total = event.progress
                     await self.send("progress", stage=stage, tokens=done, total=total, detail=f"round {n + 1}")
                 if event.text:
@@ -362,6 +364,27 @@ async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
 
 def _prompt(tokenizer, conv: Conversation) -> list[int]:
     return prompts.template(tokenizer, conv.messages, conv.tools, add_generation_prompt=True, effort=conv.effort)
+
+
+class ProgressPace:
+    """At most one progress message per generation every PROGRESS_EVERY seconds, except the first of each stage.
+
+    The engine reports prefill after every chunk and decode every few tokens; on a fast model that is a message
+    per step per request, more than an editor can show and a send each on the event loop. A new stage (reading,
+    then generating) always goes out at once.
+    """
+
+    def __init__(self, every: float = PROGRESS_EVERY):
+        self._every = every
+        self._stage = ""
+        self._sent = 0.0
+
+    def due(self, stage: str) -> bool:
+        now = time.monotonic()
+        if stage == self._stage and now - self._sent < self._every:
+            return False
+        self._stage, self._sent = stage, now
+        return True
 
 
 def _continued(tokenizer, conv: Conversation, generated: list[int], tool_messages: list[dict]) -> list[int]:

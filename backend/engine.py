@@ -26,10 +26,12 @@ so the next round of the conversation appends its tool turn to exactly prompt + 
 that entry, prefilling only the new tokens.
 """
 
+import functools
 import hashlib
 import heapq
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from k3lsp.wire.protocol import ErrorCode
 log = logging.getLogger(__name__)
 
 DECODE_PROGRESS_EVERY = 32  # generated tokens between two decode progress events
+PHASES = ("admit", "prefill", "decode", "tokens", "sync")  # of a step, timed (Engine.stats()["step_seconds"])
 
 
 @dataclass
@@ -170,10 +173,18 @@ def forcing(tokens: list[int], eos: int):
     def process(_context: mx.array, logits: mx.array) -> mx.array:
         target = script[min(position[0], len(script) - 1)]
         position[0] += 1
-        forced = mx.where(mx.arange(logits.shape[-1]) == target, 0.0, -1e9).astype(logits.dtype)[None]
-        return mx.depends(forced, logits)
+        return mx.depends(_forced_row(target, logits.shape[-1], logits.dtype), logits)
 
     return process
+
+
+@functools.lru_cache(maxsize=512)
+def _forced_row(target: int, vocab: int, dtype: mx.Dtype) -> mx.array:
+    """The logits that leave only ``target`` possible, built once per token: a forced step then adds one
+    primitive per sequence to the batch's graph (``mx.depends``), not six (bounded: 512 rows of the vocabulary)."""
+    row = mx.where(mx.arange(vocab) == target, 0.0, -1e9).astype(dtype)[None]
+    mx.eval(row)
+    return row
 
 
 @dataclass
@@ -214,6 +225,10 @@ class _Counters:
     batch_peak: int = 0
     steps: int = 0
     finishes: FinishCounter = field(default_factory=FinishCounter)
+    # seconds spent per phase of step(): "admit" (ends, admission), "prefill" (our chunks), "decode" (mlx-lm's
+    # BatchGenerator.next: the forward pass and sampling), "tokens" (ours per token: detokenizer, loop guard,
+    # finishes, events), "sync" (a pair waits for the decode step before the next exchange)
+    phases: Counter = field(default_factory=lambda: Counter(dict.fromkeys(PHASES, 0.0)))
 
 
 class Engine:
@@ -341,17 +356,24 @@ class Engine:
         """One scheduling step. Events come for requests with new text, progress or a finish; never raises
         for a bad request (it finishes with "error", stats["error"] saying why and stats["code"] its kind)."""
         tic = time.perf_counter()
+        phases = self._n.phases
         events, self._rejected = self._rejected, []
         events += self._apply_ends()
         self._n.steps += 1
-        self._digest = self._state_digest()
+        if self.ranks > 1:  # only ranks that compare their states need it (one rank: Outcome.digest stays "")
+            self._digest = self._state_digest()
         events += self._admit()
+        mark = time.perf_counter()
+        phases["admit"] += mark - tic
         if self._live:
             with mx.stream(generation_stream):  # one stream for all model work: its collectives stay in order
                 events += self._read()
+            phases["prefill"] += time.perf_counter() - mark
             events += self._decode()
             if self.ranks > 1:  # the next step's exchange must not run while this step's decode is in flight
+                mark = time.perf_counter()
                 mx.synchronize(generation_stream)
+                phases["sync"] += time.perf_counter() - mark
         self._n.busy_seconds += time.perf_counter() - tic
         return events
 
@@ -377,6 +399,7 @@ class Engine:
             "prompt_cache_limit_bytes": self.prompt_cache_bytes,
             "prompt_cache": self._cache.kinds(),
             "max_prompt_tokens": self.max_prompt_tokens,
+            "step_seconds": {phase: round(seconds, 4) for phase, seconds in n.phases.items()},
             **n.finishes.summary(),
         }
 
@@ -567,12 +590,22 @@ class Engine:
     def _decode(self) -> list[GenEvent]:
         if not any(live.uid is not None for live in self._live.values()):
             return []
+        tic = time.perf_counter()
         try:
             _, responses = self._gen.next()
         except Exception as e:  # the batch is unusable: fail the requests decoding in it, keep serving
             log.exception("decode step failed")
             self._gen = self._new_generator()
             return [self._fail_now(live, "decode", e) for live in list(self._live.values()) if live.uid is not None]
+        mark = time.perf_counter()
+        self._n.phases["decode"] += mark - tic
+        try:
+            return self._tokens(responses)
+        finally:
+            self._n.phases["tokens"] += time.perf_counter() - mark
+
+    def _tokens(self, responses: list) -> list[GenEvent]:
+        """Our work on one decode step's tokens: each request's text, loop guard, finish and event."""
         batch = len(responses)
         self._n.batch_peak = max(self._n.batch_peak, batch)
         events, ended = [], []

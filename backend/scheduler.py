@@ -32,6 +32,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -58,6 +59,22 @@ class Commands:
 
 # (rank 0's commands or nothing, this rank's outcome) -> (the commands every rank runs, every rank's outcome)
 Exchange = Callable[[Commands, Outcome], tuple[Commands, list[Outcome]]]
+
+
+class Laps:
+    """Seconds spent in each named part of a repeated loop: ``lap(name)`` charges the time since the last lap."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self._seconds: Counter = Counter(dict.fromkeys(names, 0.0))  # every key from the start: read from another
+        self._mark = time.perf_counter()  # thread, the dict never changes size
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self._seconds[name] += now - self._mark
+        self._mark = now
+
+    def totals(self) -> dict[str, float]:
+        return {name: round(seconds, 4) for name, seconds in self._seconds.items()}
 
 
 class RankFailure(RuntimeError):
@@ -100,6 +117,8 @@ class Scheduler:
         self._poked = False
         self._started = time.monotonic()
         self._batch_peak = 0
+        # seconds per part of a turn, for status (docs/engine.md: the step profile)
+        self._clock = Laps(("wait", "exchange", "step", "publish", "post"))
 
     # --- event-loop side ---------------------------------------------------------------------------------
 
@@ -182,7 +201,11 @@ class Scheduler:
         with self._cond:
             waiting = len(self._pending.submits)
         snap.update(
-            steps=self._steps, steps_per_s=round(self._steps / elapsed, 2), waiting=waiting, batch_peak=self._batch_peak
+            steps=self._steps,
+            steps_per_s=round(self._steps / elapsed, 2),
+            waiting=waiting,
+            batch_peak=self._batch_peak,
+            turn_seconds=self._clock.totals(),
         )
         link = getattr(self._exchange, "__self__", None)
         if hasattr(link, "stats"):
@@ -238,21 +261,28 @@ class Scheduler:
 
     def _turn(self, in_flight: set[int]) -> bool:
         """One turn: take and exchange commands and outcomes, reconcile, apply, step; True when told to stop."""
+        clock = self._clock
         commands = self._take()
+        clock.lap("wait")
         self.busy_since = time.monotonic()
         try:
             commands, outcomes = self._exchange(commands, self.engine.outcome())
             self._reconcile(outcomes)
             events = self._apply(commands, in_flight)
+            clock.lap("exchange")
             if commands.stop:
                 self._post(events + self._drain(in_flight))
                 return True
             if self.engine.busy():
                 events += self._step(in_flight)
+                clock.lap("step")
+                self._publish()
+                clock.lap("publish")
         finally:
             self.turns += 1  # before busy_since is cleared: see serve._stop_after_a_turn
             self.busy_since = None
         self._post(events)
+        clock.lap("post")
         return False
 
     def _reconcile(self, outcomes: list[Outcome]) -> None:
@@ -312,7 +342,6 @@ class Scheduler:
         for event in events:
             if event.finish is not None:
                 in_flight.discard(event.rid)
-        self._publish()
         return events
 
     def _drain(self, in_flight: set[int], max_steps: int = 100) -> list[GenEvent]:
@@ -325,6 +354,7 @@ class Scheduler:
             if not self.engine.busy():
                 break
             events += self._step(in_flight)
+        self._publish()
         return events + self._finish_all(in_flight, "cancelled")
 
     def _finish_all(self, in_flight: set[int], reason: str, error: str | None = None) -> list[GenEvent]:

@@ -19,6 +19,7 @@ units no entry matches, get the model's own output.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +79,16 @@ class Script:
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    ids = list(_encoded(tokenizer, text))
     if not ids:
         raise ScriptError(f"script turn {text!r:.60} encodes to no tokens")
     return ids
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded(tokenizer, text: str) -> tuple[int, ...]:
+    """A turn is encoded once, not for every generation (forced() runs on the daemon's event loop)."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
 def load_script(path: str | Path) -> Script:

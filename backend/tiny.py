@@ -31,6 +31,7 @@ MEDIA_TOKENS = ["<|media_begin|>", "<|media_content|>", "<|media_pad|>", "<|medi
 RESERVED_TOKENS = [f"<|reserved_token_{i}|>" for i in range(16)]
 SPECIAL_TOKENS = [OPEN, CLOSE, SEP, EOS, *MEDIA_TOKENS, *RESERVED_TOKENS]  # eos is id 3
 VOCAB_SIZE = 512
+BASE_HIDDEN = 64  # the tiny checkpoint's width; tiny_config scales every other width with hidden
 DIALECTS = ("k3", "jinja")
 REMOTE_CODE = "tokenization_kimi.py"
 
@@ -162,6 +163,7 @@ def make_tiny(
     *,
     experts: int = 8,
     layers: int = 4,
+    hidden: int = BASE_HIDDEN,
     seed: int = 0,
     keep: list[int] | None = None,
     dialect: str = "k3",
@@ -169,38 +171,44 @@ def make_tiny(
     """Write a tiny kimi_k3 checkpoint to `out_dir` (pruned to `keep` if given) and return the path.
 
     Deterministic given the arguments: the same seed gives byte-identical weights. `dialect` is the chat
-    format (see the module docstring); both dialects share the weights and the vocabulary.
+    format (see the module docstring); both dialects share the weights and the vocabulary. `hidden` scales
+    every width (`tiny_config`): bench/backend_vs_mlx_server.py uses 8 layers of 512 for a checkpoint whose
+    forward pass, not the serving code around it, takes most of a step.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
     out = Path(out_dir)
     if keep is None:
-        _write_full(out, experts=experts, layers=layers, seed=seed, dialect=dialect)
+        _write_full(out, experts=experts, layers=layers, hidden=hidden, seed=seed, dialect=dialect)
         return out
     full = out.with_name(out.name + ".full")
-    _write_full(full, experts=experts, layers=layers, seed=seed, dialect=dialect)
+    _write_full(full, experts=experts, layers=layers, hidden=hidden, seed=seed, dialect=dialect)
     try:
         return prune(full, out, keep)
     finally:
         shutil.rmtree(full, ignore_errors=True)
 
 
-def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
+def tiny_config(*, experts: int = 8, layers: int = 4, hidden: int = BASE_HIDDEN) -> dict:
     """The kimi_k3 config of notes §1: KDA layers then one MLA layer, dense layer 0, latent MoE after.
 
-    Heads (4) and every sharded dimension divide by 2, so it runs tensor-parallel on 2 ranks.
+    Heads (4) and every sharded dimension divide by 2, so it runs tensor-parallel on 2 ranks. ``hidden`` (a
+    multiple of 64) scales every width with it, head dimensions included; the head count stays 4.
     """
     if layers < 2:
         raise ValueError("a tiny kimi_k3 needs at least 2 layers (one dense, one MoE)")
     if experts < 2:
         raise ValueError("a tiny kimi_k3 needs at least 2 experts (2 are routed per token)")
+    if hidden < BASE_HIDDEN or hidden % BASE_HIDDEN:
+        raise ValueError(f"hidden must be a positive multiple of {BASE_HIDDEN}, got {hidden}")
+    k = hidden // BASE_HIDDEN
     text = {
         "vocab_size": VOCAB_SIZE,
-        "hidden_size": 64,
+        "hidden_size": hidden,
         "num_hidden_layers": layers,
         "num_attention_heads": 4,
         "num_key_value_heads": 4,
-        "intermediate_size": 128,
+        "intermediate_size": 128 * k,
         "rms_norm_eps": 1e-05,
         "hidden_act": "situ",
         "activation_situ_beta": 1.0,
@@ -208,21 +216,21 @@ def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
             "kda_layers": list(range(1, layers)),
             "full_attn_layers": [layers],
             "num_heads": 4,
-            "head_dim": 16,
+            "head_dim": 16 * k,
             "short_conv_kernel_size": 4,
         },
         "attn_res_block_size": 2,
-        "q_lora_rank": 32,
-        "kv_lora_rank": 32,
-        "qk_nope_head_dim": 16,
-        "qk_rope_head_dim": 8,
-        "v_head_dim": 16,
+        "q_lora_rank": 32 * k,
+        "kv_lora_rank": 32 * k,
+        "qk_nope_head_dim": 16 * k,
+        "qk_rope_head_dim": 8 * k,
+        "v_head_dim": 16 * k,
         "mla_use_nope": True,
         "mla_use_output_gate": True,
         "num_experts": experts,
         "num_experts_per_token": 2,
         "num_shared_experts": 1,
-        "moe_intermediate_size": 64,
+        "moe_intermediate_size": 64 * k,
         "moe_router_activation_func": "sigmoid",
         "moe_renormalize": True,
         "routed_scaling_factor": 2.5,
@@ -230,7 +238,7 @@ def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
         "moe_layer_freq": 1,
         "num_expert_group": 1,
         "topk_group": 1,
-        "routed_expert_hidden_size": 32,
+        "routed_expert_hidden_size": 32 * k,
         "latent_moe_use_norm": True,
         "tie_word_embeddings": False,
     }
@@ -243,13 +251,13 @@ def tiny_config(*, experts: int = 8, layers: int = 4) -> dict:
     }
 
 
-def _write_full(out: Path, *, experts: int, layers: int, seed: int, dialect: str) -> None:
+def _write_full(out: Path, *, experts: int, layers: int, hidden: int, seed: int, dialect: str) -> None:
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import kimi_k3
     from mlx_lm.utils import save_model
 
-    config = tiny_config(experts=experts, layers=layers)
+    config = tiny_config(experts=experts, layers=layers, hidden=hidden)
     mx.random.seed(seed)
     model = kimi_k3.Model(kimi_k3.ModelArgs.from_dict(config))
     # Zero-initialised parameters would make routing bias and KDA time steps trivial; give them
@@ -404,6 +412,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="output directory")
     p.add_argument("--experts", type=int, default=8, help="routed experts per MoE layer (default 8)")
     p.add_argument("--layers", type=int, default=4, help="decoder layers, the last one MLA (default 4)")
+    p.add_argument(
+        "--hidden",
+        type=int,
+        default=BASE_HIDDEN,
+        help=f"hidden size, a multiple of {BASE_HIDDEN} (default {BASE_HIDDEN})",
+    )
     p.add_argument("--prune-to", type=int, metavar="N", help="keep N experts spread evenly, renumbered 0..N-1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -417,6 +431,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     keep = spread(args.experts, args.prune_to) if args.prune_to is not None else None
-    out = make_tiny(args.dir, experts=args.experts, layers=args.layers, seed=args.seed, keep=keep, dialect=args.dialect)
+    out = make_tiny(
+        args.dir,
+        experts=args.experts,
+        layers=args.layers,
+        hidden=args.hidden,
+        seed=args.seed,
+        keep=keep,
+        dialect=args.dialect,
+    )
     print(out)
     return 0

@@ -7,6 +7,7 @@ channel reading and the kimi_k3 parser all run); the test plays the editor, incl
 
 import pytest
 
+from backend.agent import ProgressPace
 from backend.dist import load_tokenizer
 from backend.fidelity.spans import THINK
 from backend.fidelity.traces import session_window
@@ -256,3 +257,16 @@ async def test_findings_naming_lines_outside_the_unit_are_dropped(daemon):
         msgs = await wire.request("audit", "l1", **audit_fields("stray_lines"))
     assert findings_of(msgs) == [F1]
     assert msgs[-1]["stats"]["findings"] == 1 and msgs[-1]["stats"]["dropped_findings"] == 2
+
+
+def test_progress_is_paced_per_stage():
+    """At most one progress message per PROGRESS_EVERY and stage; the first of a stage always goes out."""
+    slow, fast = ProgressPace(every=3600), ProgressPace(every=0)
+    assert [slow.due(s) for s in ("prefill", "prefill", "decode", "decode", "decode")] == [
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert all(fast.due("decode") for _ in range(3))

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from backend import channels, prompts
-from backend.engine import Engine, EngineArgs, GenRequest
+from backend.engine import PHASES, Engine, EngineArgs, GenRequest
 from backend.prefill import chunk_for
 from tests.support.engine import drain
 from tests.support.kimi import answer_tokens
@@ -92,6 +92,19 @@ def test_two_requests_decode_in_one_step(engine):
     assert out[ra.rid].text == "first answer here" and out[rb.rid].text == "the second one, a bit longer"
     assert out[ra.rid].stats["batch_size_peak"] == 2 and out[rb.rid].stats["batch_size_peak"] == 2
     assert engine.stats()["batch_size_peak"] >= 2
+
+
+def test_every_phase_of_a_step_is_timed(engine):
+    """step_seconds (status: the step profile of docs/engine.md) names every phase and charges the model's work
+    to prefill and decode; one rank keeps no state digest (only ranks that compare their states need one)."""
+    before = dict(engine.stats()["step_seconds"])
+    req = request(engine.tokenizer.encode("int timed(void);" * 20), forced=range(10, 60))
+    engine.submit(req)
+    assert drain(engine)[req.rid].stats["generated_tokens"] == 51
+    spent = {phase: seconds - before[phase] for phase, seconds in engine.stats()["step_seconds"].items()}
+    assert set(spent) == set(PHASES) and spent["sync"] == 0
+    assert spent["decode"] > 0 and spent["prefill"] > 0 and spent["tokens"] > 0
+    assert engine.outcome().digest == ""
 
 
 def test_new_request_joins_a_running_batch(engine):

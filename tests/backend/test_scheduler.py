@@ -54,6 +54,21 @@ async def test_streams_end_in_one_finish_and_run_together(engine):
         await sched.close()
 
 
+async def test_turns_are_timed_by_part(engine):
+    """turn_seconds (status): the step holds the turn's time; waiting for work is counted apart from it."""
+    sched = Scheduler(engine)
+    sched.start()
+    try:
+        await asyncio.wait_for(collect(sched, request(sched, engine, 6, forced=[101] * 5)), 120)
+        await asyncio.sleep(0.2)  # idle: the thread waits for work
+        await asyncio.wait_for(collect(sched, request(sched, engine, 2)), 120)
+        turns = sched.stats()["turn_seconds"]
+        assert set(turns) == {"wait", "exchange", "step", "publish", "post"}
+        assert turns["step"] > 0 and turns["wait"] >= 0.2
+    finally:
+        await sched.close()
+
+
 def cpu_ticks(native_id: int) -> int:
     """User + system CPU time of one thread of this process, in clock ticks (Linux /proc)."""
     fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()

@@ -180,3 +180,16 @@ def test_cli_make_tiny_prune_to(tmp_path, capsys):
 def test_cli_reports_bad_arguments(tmp_path, capsys):
     assert main(["make-tiny", str(tmp_path / "m"), "--prune-to", "9"]) == 2
     assert "cannot keep 9 of 8 experts" in capsys.readouterr().err
+
+
+def test_hidden_scales_every_width(tmp_path):
+    """A wider checkpoint (bench/backend_vs_mlx_server.py's larger one) is still an ordinary kimi_k3: the widths
+    scale with the hidden size, the head count and everything tensor parallelism splits stay even."""
+    model, tok = load(str(make_tiny(tmp_path / "wide", layers=2, hidden=128)))
+    text = model.args.text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads) == (128, 2, 4)
+    assert text.linear_attn_config["head_dim"] == 32 and text.moe_intermediate_size == 128
+    logits = model(mx.array([tok.encode("int main(void)")]))
+    assert logits.shape[-1] == text.vocab_size and bool(mx.isfinite(logits).all())
+    with pytest.raises(ValueError, match="multiple of 64"):
+        make_tiny(tmp_path / "odd", hidden=96)
