@@ -38,13 +38,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from backend import channels, prompts
-from backend.engine import EngineArgs, GenRequest
+from backend.engine import EngineArgs, Failed, Finish, GenRequest
 from backend.scheduler import Scheduler
 from backend.script import Script
 from backend.settings import flag
 from k3lsp.wire import protocol
 from k3lsp.wire.bounds import FindingBounds, fit_lines
-from k3lsp.wire.protocol import CodedError, ErrorCode
+from k3lsp.wire.protocol import CodedError, ErrorCode, Priority
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class Stats:
 
 @dataclass
 class Generation:
-    finish: str
+    finish: Finish
     stats: dict
     tokens: list[int]  # every generated id, the stop token included
 
@@ -165,7 +165,7 @@ class Agent:
     send: Send
     ask_tool: AskTool
     script: Script = field(default_factory=Script)
-    priority: int = 0
+    priority: Priority = Priority.INTERACTIVE
     owner: str = ""  # the requester's identity: the engine keeps its file contexts and continuations apart
     tally: ChannelTally = field(default_factory=ChannelTally)
     record: Record | None = None
@@ -283,7 +283,7 @@ class Agent:
             temp=self.config.temp,
             top_p=self.config.top_p,
             seed=rid,
-            priority=self.priority,
+            priority=self.priority.rank,
             owner=self.owner,
             forced=self.script.forced(self.tokenizer, unit, n),
             fault=self.script.fault(unit, n),
@@ -302,13 +302,15 @@ class Agent:
                     if prose and response:
                         await self.send("text", text=response)
                 if event.finish is not None:
-                    if event.finish == "error":
-                        code = (event.stats or {}).get("code") or ErrorCode.FAILED
-                        if code == ErrorCode.TOO_LONG and n > 0:  # the conversation outgrew the context
-                            return Generation("length", event.stats or {}, [])
-                        why = (event.stats or {}).get("error", "engine error")
-                        raise AgentError(code, f"generation failed: {why}" if code != ErrorCode.TOO_LONG else why)
-                    if event.finish == "cancelled":
+                    if event.finish is Finish.ERROR:
+                        error = event.error or Failed(ErrorCode.FAILED, "engine error")
+                        if error.code == ErrorCode.TOO_LONG and n > 0:  # the conversation outgrew the context
+                            return Generation(Finish.LENGTH, event.stats or {}, [])
+                        too_long = error.code == ErrorCode.TOO_LONG
+                        raise AgentError(
+                            error.code, error.message if too_long else f"generation failed: {error.message}"
+                        )
+                    if event.finish is Finish.CANCELLED:
                         raise AgentError(ErrorCode.SHUTDOWN, "the daemon cancelled the generation")
                     response = reader.finish()
                     if prose and response:

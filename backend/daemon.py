@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import zmq
@@ -54,7 +55,7 @@ from backend.settings import flag
 from backend.store import ResultStore
 from k3lsp import __version__
 from k3lsp.wire import local, protocol
-from k3lsp.wire.protocol import ErrorCode
+from k3lsp.wire.protocol import ErrorCode, Priority
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,18 @@ class DaemonConfig:
     security: auth.Security = field(default_factory=auth.Security)
 
 
+class Stop(StrEnum):
+    """Why the daemon stopped a job before it ended by itself; what its one terminal message is follows from it
+    (:meth:`Daemon._terminal`)."""
+
+    CLIENT = "client"  # the client cancelled it: `cancelled`
+    VANISHED = "vanished"  # the client is gone: nothing is sent
+    SHUTDOWN = "shutdown"  # the daemon stops: error `shutdown`
+    UNAUTHORIZED = "unauthorized"  # the sender's key left the allow-list: error `unauthorized`
+    FAILURE = "failure"  # serving cannot go on (the pair failed): the failure's own error
+    REFUSED = "refused"  # refused after it was admitted (its error in `Job.refusal`)
+
+
 @dataclass
 class Job:
     """One open request. ``route`` is where its messages go; ``peer`` is who owns it."""
@@ -101,10 +114,10 @@ class Job:
     task: asyncio.Task | None = None
     tools: dict[str, asyncio.Future] = field(default_factory=dict)  # call id -> future (ok, result)
     calls: itertools.count = field(default_factory=lambda: itertools.count(1))
-    reason: str = ""  # why the job was stopped: "client", "vanished", "shutdown", "unauthorized", "failure", "refused"
-    refusal: tuple[str, str] = ("", "")  # with reason "refused": the (error code, message) it ends with
+    reason: Stop | None = None  # why the daemon stopped it; None while it runs or ends by itself
+    refusal: tuple[str, str] = ("", "")  # with Stop.REFUSED: the (error code, message) it ends with
 
-    def stop(self, reason: str, refusal: tuple[str, str] = ("", "")) -> None:
+    def stop(self, reason: Stop, refusal: tuple[str, str] = ("", "")) -> None:
         if self.task is not None and not self.task.done() and not self.reason:
             self.reason, self.refusal = reason, refusal
             # Not task.cancel() directly: a task cancelled before its first step never enters its body, so
@@ -219,7 +232,7 @@ class Daemon:
             await asyncio.gather(*tasks, return_exceptions=True)
             jobs = list(self._jobs.values())
             for job in jobs:
-                job.stop("failure" if self.failure else "shutdown")
+                job.stop(Stop.FAILURE if self.failure else Stop.SHUTDOWN)
             await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
             if self.failure is None and self.scheduler is not None:  # after a failure the engine thread is gone
                 await self.scheduler.close()
@@ -298,7 +311,7 @@ class Daemon:
         if job is not None:
             self._counts["bad_frames"] += 1
             log.info("refused a message for open request %s (%s): %s", msg_id, code, message[:200])
-            job.stop("refused", (code, message))
+            job.stop(Stop.REFUSED, (code, message))
             return
         await self._bad(route, _reply_id(raw), code, message)
 
@@ -306,7 +319,7 @@ class Daemon:
         """A key removed from the allow-list while connected: end its requests and refuse the message."""
         self._counts["unauthorized"] += 1
         log.warning("refused a message from key %s: it is no longer in the authorized keys", user)
-        ended = self._stop_route(route, "unauthorized")  # each ends with its own error unauthorized
+        ended = self._stop_route(route, Stop.UNAUTHORIZED)  # each ends with its own error unauthorized
         msg_id = _id_of(frame)
         if msg_id not in ended:
             await self._send(
@@ -329,7 +342,7 @@ class Daemon:
         elif kind == "cancel":
             job = self._jobs.get((peer, msg_id))
             if job is not None:
-                job.stop("client")
+                job.stop(Stop.CLIENT)
         elif kind == "tool_result":
             self._tool_result(peer, msg)
         elif kind in REQUEST_KINDS:
@@ -382,16 +395,7 @@ class Daemon:
             stats = await self._answer(job, msg)
             terminal = protocol.make("done", job.id, stats=stats)
         except asyncio.CancelledError:
-            if job.reason == "shutdown":
-                terminal = protocol.error(job.id, ErrorCode.SHUTDOWN, "the daemon is shutting down")
-            elif job.reason == "failure" and self.failure:
-                terminal = protocol.error(job.id, *self.failure)
-            elif job.reason == "unauthorized":
-                terminal = protocol.error(job.id, ErrorCode.UNAUTHORIZED, "this client's key is no longer authorized")
-            elif job.reason == "refused":
-                terminal = protocol.error(job.id, *job.refusal)
-            else:
-                terminal = protocol.make("cancelled", job.id)
+            terminal = self._terminal(job)
         except (AgentError, StillLoading) as exc:
             terminal = protocol.error(job.id, exc.code, str(exc))
         except Exception as exc:
@@ -401,7 +405,7 @@ class Daemon:
             del self._jobs[(job.peer, job.id)]
             for future in job.tools.values():
                 future.cancel()
-        if job.reason == "vanished":
+        if job.reason is Stop.VANISHED:
             return
         try:
             try:
@@ -417,10 +421,22 @@ class Daemon:
         if not delivered:
             log.info("could not deliver the end of request %s", job.id)
 
+    def _terminal(self, job: Job) -> dict:
+        """The one terminal message of a job the daemon stopped (or its client cancelled)."""
+        if job.reason is Stop.SHUTDOWN:
+            return protocol.error(job.id, ErrorCode.SHUTDOWN, "the daemon is shutting down")
+        if job.reason is Stop.FAILURE and self.failure:
+            return protocol.error(job.id, *self.failure)
+        if job.reason is Stop.UNAUTHORIZED:
+            return protocol.error(job.id, ErrorCode.UNAUTHORIZED, "this client's key is no longer authorized")
+        if job.reason is Stop.REFUSED:
+            return protocol.error(job.id, *job.refusal)
+        return protocol.make("cancelled", job.id)
+
     async def _answer(self, job: Job, msg: dict) -> dict:
         """Run the model's loop for a request (an audit through the result store, when there is one)."""
 
-        priority = 1 if msg.get("priority") == "background" else 0
+        priority = Priority(msg.get("priority") or Priority.INTERACTIVE)
 
         async def run(send: Send, ask_tool: AskTool) -> dict:
             """The model's loop; each of its generations waits for this client's fair turn in the engine."""
@@ -460,7 +476,7 @@ class Daemon:
 
     async def _job_send(self, job: Job, kind: str, **fields: Any) -> None:
         if self._revoked(job):  # revoked mid-request: nothing more of it goes out
-            job.reason = job.reason or "unauthorized"
+            job.reason = job.reason or Stop.UNAUTHORIZED
             raise asyncio.CancelledError
         if not await self._send(job.route, protocol.make(kind, job.id, **fields)):
             raise asyncio.CancelledError  # the peer is gone or frozen: _send already cancelled its jobs
@@ -504,9 +520,9 @@ class Daemon:
         return False
 
     def _drop_route(self, route: bytes) -> None:
-        self._counts["vanished"] += len(self._stop_route(route, "vanished"))
+        self._counts["vanished"] += len(self._stop_route(route, Stop.VANISHED))
 
-    def _stop_route(self, route: bytes, reason: str) -> set[str]:
+    def _stop_route(self, route: bytes, reason: Stop) -> set[str]:
         """Stop every job whose messages go to ``route``; returns their ids."""
         jobs = [job for job in self._jobs.values() if job.route == route]
         for job in jobs:
@@ -519,7 +535,7 @@ class Daemon:
         while True:
             await asyncio.sleep(max(self.config.security.keys_reload_seconds, MIN_SWEEP_SECONDS))
             for job in [job for job in self._jobs.values() if self._revoked(job)]:
-                job.stop("unauthorized")
+                job.stop(Stop.UNAUTHORIZED)
 
     # --- disconnects ---------------------------------------------------------------------------------------
 
@@ -574,27 +590,23 @@ class Daemon:
         }
 
     def status(self, asker: str = "") -> dict:
+        """The ``status`` reply: what is known while the model loads, and the engine's figures once it serves."""
         info = self.info
-        shared = {"store": self.store.stats() if self.store is not None else None, "queues": self.queues(asker)}
-        if self.scheduler is None:
-            return {
-                "model": info.model_id,
-                "experts": info.experts,
-                "ranks": info.ranks,
-                "state": self.progress.state,
-                "loading": self.progress.snapshot(),
-                "open_requests": len(self._jobs),
-                "uptime": round(time.monotonic() - self._started, 1),
-                **self._counts,
-                **shared,
-            }
-        s = self.scheduler.stats()
-        return {
+        out = {
             "model": info.model_id,
             "experts": info.experts,
             "ranks": info.ranks,
             "state": self.progress.state,
             "open_requests": len(self._jobs),
+            "uptime": round(time.monotonic() - self._started, 1),
+            **self._counts,
+            "store": self.store.stats() if self.store is not None else None,
+            "queues": self.queues(asker),
+        }
+        if self.scheduler is None:
+            return out | {"loading": self.progress.snapshot()}
+        s = self.scheduler.stats()
+        return out | {
             "clients": len({p for p, _ in self._jobs}),
             "queued": s.get("queued", 0) + s.get("waiting", 0),
             "active": s.get("active", 0),
@@ -605,11 +617,8 @@ class Daemon:
             "loop_rate": s.get("loop_rate", 0.0),
             "stop_rate": s.get("stop_share", 0.0),
             "generations": s.get("generations", 0),
-            "uptime": round(time.monotonic() - self._started, 1),
             **vars(self.tally),
-            **self._counts,
             "engine": s,
-            **shared,
         }
 
     def queues(self, asker: str) -> dict[str, dict[str, int]]:

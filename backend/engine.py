@@ -33,6 +33,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import mlx.core as mx
@@ -105,26 +106,45 @@ class GenRequest:
     temp: float
     top_p: float
     seed: int  # per-request sampler seed (identical on every rank)
-    priority: int = 0  # 0 interactive first, 1 background
+    priority: int = 0  # Priority.rank of the request: interactive (0) before background (1)
     forced: list[int] | None = None  # scripted answer: force exactly these tokens, then eos
     fault: str | None = None  # scripted failure: its first prefill chunk raises this (fault containment tests)
     owner: str = ""  # whose request: its file contexts and continuations are cached for it alone (prompt_cache.py)
+
+
+class Finish(StrEnum):
+    """How a generation ended: the model's end-of-message token, its token budget, the loop guard, a cancel, or
+    an error (:class:`Failed` says which)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    LOOP = "loop"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Why a generation finished with :attr:`Finish.ERROR`: TOO_LONG (refused before any work, the prompt is
+    longer than max_prompt_tokens), FAILED (a step of it raised, on this rank or another) or INTERNAL (the
+    request itself was malformed: a fault of the daemon's code), and what was wrong."""
+
+    code: ErrorCode
+    message: str
 
 
 @dataclass
 class GenEvent:
     rid: int
     text: str  # newly detokenized text since the last event (may be "")
-    finish: str | None = None  # None while running; "stop", "length", "loop", "cancelled", "error"
-    # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step, prefill_chunks;
-    # with finish "error" also "error" (what was wrong) and "code": TOO_LONG (refused before any work, the prompt
-    # is longer than max_prompt_tokens), FAILED (a step of it raised, on this rank or another) or INTERNAL (the
-    # request itself was malformed: a fault of the daemon's code), all ErrorCode members
+    finish: Finish | None = None  # None while running
+    # on finish: prompt_tokens, cached_tokens, generated_tokens, batch_size_peak, prefill_step, prefill_chunks
     stats: dict | None = None
     progress: tuple[str, int, int] | None = None  # ("prefill", tokens read, of) or ("decode", generated, budget)
     # on finish: every token id generated, the stop token included (what the prompt cache stored after the
     # prompt), so a continuation can append exactly what the model produced
     tokens: list[int] | None = None
+    error: Failed | None = None  # with finish ERROR
 
 
 def local_checkpoint(model: str) -> Path:
@@ -354,7 +374,7 @@ class Engine:
 
     def step(self) -> list[GenEvent]:
         """One scheduling step. Events come for requests with new text, progress or a finish; never raises
-        for a bad request (it finishes with "error", stats["error"] saying why and stats["code"] its kind)."""
+        for a bad request (it finishes with ERROR, its ``error`` saying why)."""
         tic = time.perf_counter()
         phases = self._n.phases
         events, self._rejected = self._rejected, []
@@ -459,7 +479,7 @@ class Engine:
             "prefill_step": 0,
             "prefill_chunks": 0,
         }
-        return GenEvent(req.rid, "", reason, stats | _error(code, error))
+        return GenEvent(req.rid, "", Finish(reason), stats, error=failed(code, error))
 
     def _admit(self) -> list[GenEvent]:
         """Start queued requests, interactive first; background ones never take the reserved slots
@@ -670,7 +690,9 @@ class Engine:
         del self._live[rid]
         self._uid_to_rid.pop(live.uid, None)
         self._n.finishes.add(reason)
-        event = GenEvent(rid, text, reason, live.stats() | _error(code, error), tokens=list(live.generated))
+        event = GenEvent(
+            rid, text, Finish(reason), live.stats(), tokens=list(live.generated), error=failed(code, error)
+        )
         if cache is not None and cache[1] is not None:
             tokens = list(cache[0])
             if self._keep(live.req.owner, tokens, cache[1], CONTINUATION):
@@ -703,5 +725,6 @@ def _default_cache_bytes(model, group) -> int:
     return min(dist.gather(budget, group)) if group is not None and group.size() > 1 else budget
 
 
-def _error(code: str | None, error: str | None) -> dict:
-    return {"error": error, "code": code} if error else {}
+def failed(code: str | None, error: str | None) -> Failed | None:
+    """The failure a finish carries: an error's words, under ``code`` (FAILED when none is named)."""
+    return Failed(ErrorCode(code or ErrorCode.FAILED), error) if error else None

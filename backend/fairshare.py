@@ -29,7 +29,9 @@ import contextlib
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator
 
-INTERACTIVE, BACKGROUND = 0, 1
+from k3lsp.wire.protocol import Priority
+
+INTERACTIVE, BACKGROUND = Priority.INTERACTIVE.rank, Priority.BACKGROUND.rank  # the levels slots are held at
 
 
 class FairShare:
@@ -50,9 +52,9 @@ class FairShare:
         }
 
     @contextlib.asynccontextmanager
-    async def slot(self, identity: str, priority: int) -> AsyncIterator[None]:
+    async def slot(self, identity: str, priority: Priority) -> AsyncIterator[None]:
         """Hold one engine slot for the block, waiting for a fair turn when all are taken."""
-        wanted = INTERACTIVE if priority <= INTERACTIVE else BACKGROUND
+        wanted = priority.rank
         turn = asyncio.get_running_loop().create_future()
         self._waiting[wanted].setdefault(identity, deque()).append(turn)
         while self._grant():  # a free slot goes to the fairest turn, which may be this one

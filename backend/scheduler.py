@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 
 from backend import dist
-from backend.engine import Engine, GenEvent, GenRequest, Outcome
+from backend.engine import Engine, Finish, GenEvent, GenRequest, Outcome, failed
 
 log = logging.getLogger(__name__)
 
@@ -311,14 +311,14 @@ class Scheduler:
         for req in commands.submits:
             if req.rid in cancels:  # cancelled before the engine saw it: nothing to free
                 cancels.discard(req.rid)
-                events.append(GenEvent(req.rid, "", finish="cancelled", stats={}))
+                events.append(GenEvent(req.rid, "", finish=Finish.CANCELLED, stats={}))
                 continue
             try:
                 self.engine.submit(req)
                 in_flight.add(req.rid)
             except Exception as exc:
                 log.exception("engine refused request %s", req.rid)
-                events.append(GenEvent(req.rid, "", finish="error", stats={"error": str(exc)[:500]}))
+                events.append(GenEvent(req.rid, "", Finish.ERROR, {}, error=failed(None, str(exc)[:500])))
         for rid in cancels:
             if rid in in_flight:
                 self._guard(self.engine.cancel, rid)
@@ -358,8 +358,7 @@ class Scheduler:
         return events + self._finish_all(in_flight, "cancelled")
 
     def _finish_all(self, in_flight: set[int], reason: str, error: str | None = None) -> list[GenEvent]:
-        stats = {"error": error} if error else {}
-        events = [GenEvent(rid, "", finish=reason, stats=dict(stats)) for rid in sorted(in_flight)]
+        events = [GenEvent(rid, "", Finish(reason), {}, error=failed(None, error)) for rid in sorted(in_flight)]
         in_flight.clear()
         return events
 

@@ -232,7 +232,7 @@ def test_bad_requests_fail_alone(engine):
     out = drain(engine)
     assert out[good.rid].finish == "stop" and out[good.rid].text == "fine"
     for r in bad:
-        assert out[r.rid].finish == "error" and out[r.rid].stats["error"], r
+        assert out[r.rid].finish == "error" and out[r.rid].error, r
 
 
 def test_duplicate_request_id_is_refused(engine):

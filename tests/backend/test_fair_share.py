@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from backend.fairshare import BACKGROUND, INTERACTIVE, FairShare
+from backend.fairshare import FairShare
+from k3lsp.wire.protocol import Priority
 from tests.security.conftest import Keyring, team_keyring
 from tests.support import kimi
 from tests.support.daemon import audit_fields, serving
@@ -90,19 +91,19 @@ async def test_slots_go_interactive_first_then_to_whoever_holds_fewest_then_roun
             await hold.wait()
 
     first = asyncio.Event()
-    holder = asyncio.ensure_future(request("alice", BACKGROUND, first))
+    holder = asyncio.ensure_future(request("alice", Priority.BACKGROUND, first))
     await asyncio.sleep(0)
     go = asyncio.Event()
     go.set()
     waiting = [
         asyncio.ensure_future(request(who, pri, go))
         for who, pri in [
-            ("alice", BACKGROUND),
-            ("alice", BACKGROUND),
-            ("alice", BACKGROUND),
-            ("bob", BACKGROUND),
-            ("bob", BACKGROUND),
-            ("carol", INTERACTIVE),
+            ("alice", Priority.BACKGROUND),
+            ("alice", Priority.BACKGROUND),
+            ("alice", Priority.BACKGROUND),
+            ("bob", Priority.BACKGROUND),
+            ("bob", Priority.BACKGROUND),
+            ("carol", Priority.INTERACTIVE),
         ]
     ]
     await asyncio.sleep(0)
@@ -122,7 +123,7 @@ async def test_a_cancelled_wait_gives_its_turn_away_and_loses_nothing():
     hold = asyncio.Event()
 
     async def request(who: str) -> None:
-        async with fair.slot(who, BACKGROUND):
+        async with fair.slot(who, Priority.BACKGROUND):
             await hold.wait()
 
     holder = asyncio.ensure_future(request("alice"))
@@ -145,10 +146,10 @@ async def holding(fair: FairShare, who: str, priority: int, started: list, hold:
 async def test_background_requests_leave_the_interactive_reserve_free():
     fair, hold = FairShare(2, interactive_reserve=1), asyncio.Event()
     started = []
-    tasks = [asyncio.ensure_future(holding(fair, who, BACKGROUND, started, hold)) for who in ("alice", "bob")]
+    tasks = [asyncio.ensure_future(holding(fair, who, Priority.BACKGROUND, started, hold)) for who in ("alice", "bob")]
     await asyncio.sleep(0)
     assert started == ["alice"]  # bob's background request waits: the second slot is the reserve
-    tasks.append(asyncio.ensure_future(holding(fair, "carol", INTERACTIVE, started, hold)))
+    tasks.append(asyncio.ensure_future(holding(fair, "carol", Priority.INTERACTIVE, started, hold)))
     await asyncio.sleep(0)
     assert started == ["alice", "carol"]  # an edit starts at once, even behind a waiting workspace audit
     hold.set()
@@ -161,10 +162,10 @@ async def test_one_identity_flooding_interactive_requests_takes_one_interactive_
     time; the rest of her requests wait like background ones, so the reserve stays free for alice's edit."""
     fair, hold = FairShare(3, interactive_reserve=2), asyncio.Event()
     started = []
-    flood = [asyncio.ensure_future(holding(fair, "mallory", INTERACTIVE, started, hold)) for _ in range(6)]
+    flood = [asyncio.ensure_future(holding(fair, "mallory", Priority.INTERACTIVE, started, hold)) for _ in range(6)]
     await asyncio.sleep(0)
     assert started == ["mallory", "mallory"]  # one interactive turn, one background slot: the reserve is left
-    alice = asyncio.ensure_future(holding(fair, "alice", INTERACTIVE, started, hold))
+    alice = asyncio.ensure_future(holding(fair, "alice", Priority.INTERACTIVE, started, hold))
     await asyncio.sleep(0)
     assert started == ["mallory", "mallory", "alice"]  # alice's edit starts at once
     hold.set()
@@ -176,10 +177,11 @@ async def test_interactive_requests_of_one_identity_do_not_starve_the_background
     fair, order = FairShare(2, interactive_reserve=1), []
     holds = [asyncio.Event() for _ in range(6)]
     flood = [
-        asyncio.ensure_future(holding(fair, "mallory", INTERACTIVE, order, holds[n], ("mallory", n))) for n in range(5)
+        asyncio.ensure_future(holding(fair, "mallory", Priority.INTERACTIVE, order, holds[n], ("mallory", n)))
+        for n in range(5)
     ]
     await asyncio.sleep(0)
-    alice = asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, holds[5], ("alice", 5)))
+    alice = asyncio.ensure_future(holding(fair, "alice", Priority.BACKGROUND, order, holds[5], ("alice", 5)))
     await asyncio.sleep(0)
     assert order == [("mallory", 0), ("mallory", 1)]
     holds[1].set()  # the slot her second request held frees: it goes to alice, who holds none
@@ -194,10 +196,14 @@ async def test_interactive_requests_of_one_identity_do_not_starve_the_background
 async def test_the_interactive_requests_of_one_person_still_go_before_their_own_background_ones():
     fair, order = FairShare(2, interactive_reserve=1), []
     first, hold = asyncio.Event(), asyncio.Event()
-    workspace = [asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, first, "w0"))]
-    workspace += [asyncio.ensure_future(holding(fair, "alice", BACKGROUND, order, hold, f"w{i}")) for i in range(1, 4)]
+    workspace = [asyncio.ensure_future(holding(fair, "alice", Priority.BACKGROUND, order, first, "w0"))]
+    workspace += [
+        asyncio.ensure_future(holding(fair, "alice", Priority.BACKGROUND, order, hold, f"w{i}")) for i in range(1, 4)
+    ]
     await asyncio.sleep(0)
-    saved = [asyncio.ensure_future(holding(fair, "alice", INTERACTIVE, order, hold, f"s{i}")) for i in range(3)]
+    saved = [
+        asyncio.ensure_future(holding(fair, "alice", Priority.INTERACTIVE, order, hold, f"s{i}")) for i in range(3)
+    ]
     await asyncio.sleep(0)
     assert order == ["w0", "s0"]  # her edit takes the reserve at once
     first.set()

@@ -82,8 +82,8 @@ def test_a_prompt_over_the_limit_is_refused_before_any_work(engine):
     engine.submit(big)
     engine.submit(ok)
     out = drain(engine)
-    assert out[big.rid].finish == "error" and out[big.rid].stats["code"] == ErrorCode.TOO_LONG
-    assert "4001 tokens" in out[big.rid].stats["error"] and "4000" in out[big.rid].stats["error"]
+    assert out[big.rid].finish == "error" and out[big.rid].error.code == ErrorCode.TOO_LONG
+    assert "4001 tokens" in out[big.rid].error.message and "4000" in out[big.rid].error.message
     assert out[big.rid].stats["prefill_chunks"] == 0 and out[big.rid].events == 1
     assert out[ok.rid].text == "fine"
     assert engine.stats()["prefilled_tokens"] - before == 49  # only the small prompt was read
@@ -100,8 +100,8 @@ def test_a_request_whose_prefill_fails_fails_alone(engine):
     for r in [reqs[0], bad, *reqs[1:]]:
         engine.submit(r)
     out = drain(engine)
-    assert out[bad.rid].finish == "error" and out[bad.rid].stats["code"] == ErrorCode.FAILED
-    assert "injected prefill failure" in out[bad.rid].stats["error"]
+    assert out[bad.rid].finish == "error" and out[bad.rid].error.code == ErrorCode.FAILED
+    assert "injected prefill failure" in out[bad.rid].error.message
     assert [out[r.rid].text for r in reqs] == [f"answer {i}" for i in range(3)]
     assert engine.outcome().failed.keys() == {bad.rid}
 
@@ -122,7 +122,7 @@ def test_a_failed_decode_step_fails_the_decoding_requests_and_the_engine_goes_on
     monkeypatch.setattr(e._gen, "next", broken)  # this generator's next step fails
     events = e.step()  # reads the first chunk of `reading`, then the decode step fails
     assert [(ev.rid, ev.finish) for ev in events if ev.finish] == [(decoding.rid, "error")]
-    assert "decode blew up" in next(ev for ev in events if ev.finish).stats["error"]
+    assert "decode blew up" in next(ev for ev in events if ev.finish).error.message
     again = request(tok.encode("int b;"), tok.encode("still serving"))
     e.submit(again)
     out = drain(e)

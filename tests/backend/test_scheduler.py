@@ -117,7 +117,7 @@ async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_m
     try:
         engine.fail_next = True
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 8)), 120)
-        assert evs[-1].finish == "error" and "injected" in evs[-1].stats["error"]
+        assert evs[-1].finish == "error" and "injected" in evs[-1].error.message
         evs = await asyncio.wait_for(collect(sched, request(sched, engine, 3)), 120)
         assert evs[-1].finish in ("stop", "length", "loop") and failures == []
     finally:
@@ -180,7 +180,7 @@ async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine
         assert (await asyncio.wait_for(anext(stream), 120)).finish is None
         exchange.armed = True
         rest = await asyncio.wait_for(collect_rest(stream), 120)
-        assert rest[-1].finish == "error" and "injected" in rest[-1].stats["error"]
+        assert rest[-1].finish == "error" and "injected" in rest[-1].error.message
         for _ in range(200):  # the engine frees the slot at its next step, which the next request causes
             if not engine.busy():
                 break
@@ -226,8 +226,8 @@ async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_
         assert (await asyncio.wait_for(anext(victim_stream), 120)).finish is None
         peer.fail_on_peer = victim.rid
         rest = await asyncio.wait_for(collect_rest(victim_stream), 120)
-        assert rest[-1].finish == "error" and rest[-1].stats["code"] == "failed"
-        assert rest[-1].stats["error"] == "on rank 1: prefill failed: MemoryError: out of memory"
+        assert rest[-1].finish == "error" and rest[-1].error.code == "failed"
+        assert rest[-1].error.message == "on rank 1: prefill failed: MemoryError: out of memory"
         assert (await asyncio.wait_for(other_task, 120))[-1].finish == "stop"
         assert failures == [] and sched.thread.is_alive()
     finally:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from backend.engine import Engine, GenEvent
+from backend.engine import Engine, Failed, GenEvent
 
 
 @dataclass
@@ -14,6 +14,7 @@ class Outcome:
     stats: dict = field(default_factory=dict)
     events: int = 0
     tokens: list[int] = field(default_factory=list)  # every generated id, from the finish event
+    error: Failed | None = None  # why it finished with an error
 
 
 def drain(engine: Engine, max_steps: int = 2000, on_step=None) -> dict[int, Outcome]:
@@ -30,7 +31,7 @@ def drain(engine: Engine, max_steps: int = 2000, on_step=None) -> dict[int, Outc
             o.text += ev.text
             o.events += 1
             if ev.finish is not None:
-                o.finish, o.stats, o.tokens = ev.finish, ev.stats or {}, list(ev.tokens or [])
+                o.finish, o.stats, o.tokens, o.error = ev.finish, ev.stats or {}, list(ev.tokens or []), ev.error
         if on_step is not None:
             on_step(n, events)
     raise AssertionError(f"engine still busy after {max_steps} steps")
