@@ -70,7 +70,10 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=200, help="generated tokens per unit (forced)")
     parser.add_argument("--jobs", type=int, default=2, help="units in flight per backend")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="4 units of 16 tokens, once (what tests/bench runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.units, args.tokens, args.repeats = 4, 16, 1
 
     script = [{"unit": "*", "turns": [{"repeat": LONG_PERIOD, "tokens": args.tokens}]}]
     print(

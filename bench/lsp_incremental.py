@@ -124,7 +124,10 @@ def main() -> None:
     parser.add_argument("--whole-file-edits", type=int, default=5, help="edits sampled on the whole file")
     parser.add_argument("--cache-dir", type=Path, default=Path(platformdirs.user_cache_dir("k3lsp")) / "bench")
     parser.add_argument("--no-server", action="store_true", help="skip the end-to-end save through a real server")
+    parser.add_argument("--quick", action="store_true", help="a corpus file, one run (what tests/bench runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.file, args.runs, args.whole_file_edits = Path(__file__).parent / "corpus" / "zlib" / "gzread.c", 1, 1
 
     path = args.file or fetch_sqlite(args.cache_dir)
     source = path.read_text(encoding="utf-8", errors="replace")

@@ -1,12 +1,15 @@
-"""Save with nothing changed -> publishDiagnostics, through a real `k3lsp` server and a real `k3-backend`.
+"""An audit with nothing changed, through a real `k3lsp` server and a real `k3-backend`.
 
     uv run python bench/lsp_noop_save.py --file X.c [--runs 20]
+    uv run python bench/lsp_noop_save.py --quick     # a small file, 3 runs (what tests/bench runs)
 
 (`bench/lsp_incremental.py` calls `measure` on its 10k-line slice.) Every unit of the file is already in
 the result cache under the daemon's result key (entries written up front, as a previous audit
-would have), so a save must not reach the daemon at all: the figure is the server's own overhead, measured
-by the client from sending didSave to receiving publishDiagnostics over stdio. Target: < 20 ms. The peer,
-measured in the same run on the same text, is the bare editor-side work (split + one cache lookup per unit).
+would have), so the audit must not reach the daemon at all: the figure is the server's own overhead, measured
+by the client from sending `k3lsp.auditFile` (what a save runs, awaited) to its answer over stdio. (A save
+itself is answered by nothing when nothing changed: the server publishes only news.) Target: < 20 ms. The
+peer, measured in the same run on the same text, is the bare editor-side work (split + one cache lookup per
+unit).
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywher
 os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx JIT cache
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
-from lsprotocol import types as lsp  # noqa: E402
 
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import units  # noqa: E402
 from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
-from k3lsp.wire import address, cache  # noqa: E402
+from k3lsp.options import Options  # noqa: E402
+from k3lsp.replies import Welcome  # noqa: E402
+from k3lsp.wire import cache  # noqa: E402
+from k3lsp.wire.address import ResultKey  # noqa: E402
+from k3lsp.wire.protocol import Priority  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 from tests.support.lsp import WAIT, editor  # noqa: E402
@@ -39,12 +45,14 @@ NO_FINDINGS = [{"unit": "*", "turns": [kimi.turn(content="no findings")]}]
 
 
 async def _result_key(endpoint: str) -> str:
-    """The key the server's cached results are filed under for this daemon (as k3lsp.auditor computes it)."""
+    """The key the server's cached results are filed under for this daemon (as k3lsp.connection files them),
+    at the effort of an audit on save."""
     options = ClientOptions(endpoint=endpoint)
     async with BackendClient(options) as client:
-        key = address.for_welcome(client.welcome, effort=address.DEFAULT_EFFORT, daemon=client.daemon_identity)
-    assert key is not None, "the daemon names no checkpoint fingerprint"
-    return key.digest()
+        welcome = Welcome.of(client.welcome)
+    assert welcome.fingerprint, "the daemon names no checkpoint fingerprint"
+    key = ResultKey(welcome.fingerprint, welcome.prompt_version, client.daemon_identity)
+    return key.digest(Options().effort(Priority.INTERACTIVE))
 
 
 def _fill_cache(cache_dir: Path, source: str, key: str) -> int:
@@ -73,22 +81,16 @@ def _domain_ms(cache_dir: Path, source: str, key: str, runs: int) -> float:
 
 async def _server_ms(root: Path, cache_dir: Path, endpoint: str, runs: int) -> list[float]:
     async with editor(root, settings={"endpoint": endpoint}, cache_dir=cache_dir) as ed:
-        published = asyncio.ensure_future(ed.client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS))
-        await asyncio.sleep(0)
         uri = ed.open("bench.c")
-        await asyncio.wait_for(published, WAIT)
-        saved = lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri))
         times = []
-        for i in range(runs + 1):  # the first save also says hello to the daemon: not counted
-            published = asyncio.ensure_future(ed.client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS))
-            await asyncio.sleep(0)  # let the wait register before the save goes out
+        for i in range(runs + 1):  # the first also says hello to the daemon: not counted
             start = time.perf_counter()
-            ed.client.text_document_did_save(saved)
-            await asyncio.wait_for(published, WAIT)
+            report = await ed.command("k3lsp.auditFile", uri, timeout=WAIT)
             if i:
                 times.append((time.perf_counter() - start) * 1000)
+            assert report["error"] is None, report
         status = await ed.status()
-        assert status["counters"]["sent"] == 0, "a no-op save reached the daemon"
+        assert status["counters"]["sent"] == 0, "an audit with nothing changed reached the daemon"
     return times
 
 
@@ -116,7 +118,7 @@ def measure(source: str, runs: int = 20) -> dict:
 
 def report(figures: dict, what: str) -> None:
     print(
-        f"noop_save_publish_ms = {figures['median_ms']:.1f}  (p90 {figures['p90_ms']:.1f}; {what}, "
+        f"noop_audit_ms = {figures['median_ms']:.1f}  (p90 {figures['p90_ms']:.1f}; {what}, "
         f"{figures['units']} units all cached, real server over stdio; target < 20)"
     )
     print(
@@ -127,9 +129,14 @@ def report(figures: dict, what: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", type=Path, required=True)
+    parser.add_argument("--file", type=Path, help="the C file (required unless --quick)")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="examples/k3demo_syscalls.c, 3 runs")
     args = parser.parse_args()
+    if args.quick:
+        args.file, args.runs = REPO / "examples" / "k3demo_syscalls.c", 3
+    elif args.file is None:
+        parser.error("--file is required (or --quick)")
     report(measure(args.file.read_text(encoding="utf-8", errors="replace"), args.runs), args.file.name)
 
 

@@ -10,7 +10,7 @@ reported: `ratio two_collectives_over_one = X`.
 Then a real pair (`k3-backend serve` on the two ranks, `--script`) generates LONG tokens for one request, and
 its `status` says how many steps it ran, how many collectives they took and the time per step in them.
 
-Run: `uv run python bench/pair_exchange.py` (about a minute).
+Run: `uv run python bench/pair_exchange.py` (about a minute; `--quick`: a few exchanges, what tests/bench runs).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ if group.rank() == 0:
 """
 
 
-def exchange_figures() -> dict[str, float]:
-    cmd = [*launch_command([])[:-2], "-c", RANK, str(REPS), str(BLOCKS)]  # python -c, not -m backend.cli
+def exchange_figures(reps: int, blocks: int) -> dict[str, float]:
+    cmd = [*launch_command([])[:-2], "-c", RANK, str(reps), str(blocks)]  # python -c, not -m backend.cli
     done = subprocess.run(
         cmd,
         cwd=REPO,
@@ -83,32 +83,34 @@ def exchange_figures() -> dict[str, float]:
     return json.loads(lines[-1])
 
 
-async def serve_figures(endpoint: str) -> dict:
+async def serve_figures(endpoint: str, tokens: int) -> dict:
     async with Wire(endpoint, timeout=300) as wire:
-        msgs = await wire.request("audit", "long", **audit_fields("long", max_tokens=LONG))
+        msgs = await wire.request("audit", "long", **audit_fields("long", max_tokens=tokens))
         if msgs[-1]["kind"] != "done":
             raise RuntimeError(f"the pair did not finish: {msgs[-1]}")
         return (await wire.ask("status", "s"))["status"]["engine"]["link"]
 
 
 def main() -> int:
+    quick = "--quick" in sys.argv[1:]  # 20 exchanges, 1 block, 30 tokens (what tests/bench runs)
+    reps, blocks, long = (20, 1, 30) if quick else (REPS, BLOCKS, LONG)
     print(
         f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    figures = exchange_figures()
+    figures = exchange_figures(reps, blocks)
     print(
-        f"a decode step's exchange under mlx.launch, median of {BLOCKS} blocks of {REPS}: "
+        f"a decode step's exchange under mlx.launch, median of {blocks} blocks of {reps}: "
         f"one collective {figures['one']:.0f} us, two collectives {figures['two']:.0f} us"
     )
     with tempfile.TemporaryDirectory(prefix="k3bench-") as tmp:
         model = make_tiny(Path(tmp) / "tiny")
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps([{"unit": "long", "turns": [" ".join(f"v{i} = a[{i}];" for i in range(400))]}]))
-        with launched(["--model", str(model), "--temp", "0", "--max-tokens", str(LONG), "--script", str(script)]) as p:
-            link = asyncio.run(serve_figures(p.endpoint))
+        with launched(["--model", str(model), "--temp", "0", "--max-tokens", str(long), "--script", str(script)]) as p:
+            link = asyncio.run(serve_figures(p.endpoint, long))
     print(
-        f"serve on the pair, one request of {LONG} tokens: {link['turns']} steps, {link['collectives']} collectives "
+        f"serve on the pair, one request of {long} tokens: {link['turns']} steps, {link['collectives']} collectives "
         f"({link['collectives'] / link['turns']:.2f} per step), {link['ms_per_turn']:.2f} ms per step in them"
     )
     print(f"load after: {os.getloadavg()[0]:.2f}")

@@ -71,7 +71,10 @@ def by_hand() -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="once (what tests/bench runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     runs: dict[str, list[tuple[float, float]]] = {"launcher": [], "manual": []}
     for _ in range(args.repeats):

@@ -107,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--compare", action="store_true", help="also audit with per-unit contexts (the peer)")
     parser.add_argument("--slice-lines", type=int, default=10_000, help="lines of sqlite3.c from line 150,001")
+    parser.add_argument("--quick", action="store_true", help="one small file of the corpus (what tests/bench runs)")
     args = parser.parse_args()
     layouts = ["shared", "own"] if args.compare else ["shared"]
     rows = []
@@ -114,7 +115,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         model = make_tiny(tmp / "tiny")
         tokenizer = load_tokenizer(str(model), trust_remote_code=True)
-        for path in [sqlite_slice(tmp, args.slice_lines), *FILES]:
+        for path in FILES[:1] if args.quick else [sqlite_slice(tmp, args.slice_lines), *FILES]:
             file_tokens, system = ideal(tokenizer, path)
             for layout in layouts:
                 with own_contexts(layout == "own"), serving(model, script=SCRIPT, args=["--max-tokens", "64"]) as d:

@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--raw", type=Path, help="keep py-spy's raw stacks here")
+    parser.add_argument("--quick", action="store_true", help="batch 2 x 32 tokens for 3 s (what tests/bench runs)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.tokens, args.seconds = 2, 32, 3.0
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     load = os.getloadavg()
     print(f"{args.server} at batch {args.batch} x {args.tokens} tokens on {args.checkpoint}; load {load[0]:.2f}")

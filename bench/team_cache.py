@@ -104,7 +104,10 @@ def main() -> int:
     parser.add_argument(
         "--edits", type=int, default=1, help="functions each person after the first has changed in their own checkout"
     )
+    parser.add_argument("--quick", action="store_true", help="two people, one file (what tests/bench runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.people, args.files = 2, 1
     print(
         f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
         f"load average {os.getloadavg()[0]:.1f} at start"
