@@ -132,7 +132,11 @@ def _gcc_read(outcome: Outcome, source: Path) -> list[Alert]:
         return []
     out = []
     for d in diagnostics if isinstance(diagnostics, list) else []:
-        if not isinstance(d, dict) or d.get("kind") != "warning" or not str(d.get("option", "")).startswith("-Wanalyzer"):
+        if (
+            not isinstance(d, dict)
+            or d.get("kind") != "warning"
+            or not str(d.get("option", "")).startswith("-Wanalyzer")
+        ):
             continue
         try:
             caret = d["locations"][0]["caret"]

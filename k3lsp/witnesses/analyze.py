@@ -27,15 +27,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3lsp.wire.cache import ResultCache
 from k3lsp.witnesses import flags as flag_rules
 from k3lsp.witnesses.adapters import ADAPTERS, Adapter
 from k3lsp.witnesses.alert import Alert
 from k3lsp.witnesses.child import Limits, Outcome, run
-from k3lsp.wire.cache import ResultCache
 
 log = logging.getLogger(__name__)
 
 MAX_ALERTS_PER_TOOL = 200  # per file: an analyzer that reports more is reporting noise
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def analyze(
     root: Path | None,
     names: Sequence[str],
     cache: ResultCache | None = None,
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Report:
     """Run the witnesses ``names`` over ``text`` (the content of ``path``) and return their alerts.
 

@@ -62,7 +62,7 @@ def environment(home: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C", "HOME": home, "TMPDIR": home}
 
 
-def run(argv: list[str], workdir: str, limits: Limits = Limits()) -> Outcome:
+def run(argv: list[str], workdir: str, limits: Limits) -> Outcome:
     """Run ``argv`` (``argv[0]`` an absolute path) in ``workdir`` within ``limits``; never raises for the tool's
     own failure (a crash, a time-out, a limit hit: the outcome says so)."""
     cpu = max(1, int(limits.seconds) + 1)
