@@ -81,6 +81,7 @@ def test_an_analyzer_past_its_time_bound_is_stopped(tmp_path, monkeypatch):
     slow.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Cppcheck 9.9'; exit 0; }\nexec /bin/sleep 60\n")
     slow.chmod(0o755)
     monkeypatch.setenv("PATH", str(slow.parent))
+    monkeypatch.setattr("sysconfig.get_path", lambda name: str(slow.parent))
     from k3lsp.witnesses.child import Limits
 
     report = analyze(tmp_path / "a.c", "int x;\n", tmp_path, ["cppcheck"], limits=Limits(seconds=1))
