@@ -41,7 +41,7 @@ def hostile(tmp_path: Path) -> tuple[Path, Path, Path]:
     plugin = root / "evil" / "plugin.so"
     c = root / "evil" / "plugin.c"
     c.write_text(
-        '#include <stdio.h>\nint plugin_is_GPL_compatible;\n__attribute__((constructor)) static void run(void)\n'
+        "#include <stdio.h>\nint plugin_is_GPL_compatible;\n__attribute__((constructor)) static void run(void)\n"
         f'{{ FILE *f = fopen("{marks}/plugin", "w"); if (f) fclose(f); }}\n'
     )
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(plugin), str(c)], check=True)
@@ -56,7 +56,9 @@ def hostile(tmp_path: Path) -> tuple[Path, Path, Path]:
         f"-specs={root}/evil/x.specs", f"@{root}/evil/more.rsp", "-include", f"{outside}/id_rsa",
         f"-I{outside}", "-DOK=1", "-c", "a.c", "-o", "/tmp/evil.o",
     ]  # fmt: skip
-    (root / "compile_commands.json").write_text(json.dumps([{"directory": str(root), "file": "a.c", "arguments": args}]))
+    (root / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(root), "file": "a.c", "arguments": args}])
+    )
     return root, outside, marks
 
 
