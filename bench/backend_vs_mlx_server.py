@@ -135,15 +135,13 @@ def start_mlx_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("mlx_lm.server did not start within 120 s")
 
 
-def mlx_one(url: str, fields: dict, specials: tuple[str, ...]) -> tuple[float, dict]:
-    messages = prompts.audit_messages(
-        path=fields["path"], unit=fields["unit"], code=fields["code"], context=fields["context"], specials=specials
-    )
-    # the daemon's default thinking effort, so both render the same prompt
+def chat(url: str, messages: list[dict], tokens: int, timeout: float = 120) -> tuple[float, dict]:
+    """One /v1/chat/completions of exactly ``tokens`` tokens (greedy, the end of message banned), with the audit
+    tools and the daemon's default thinking effort, so both servers render the same prompt; (latency, answer)."""
     body = {
         "messages": messages,
         "tools": prompts.AUDIT_TOOLS,
-        "max_tokens": TOKENS,
+        "max_tokens": tokens,
         "temperature": 0.0,
         "logit_bias": {str(EOS): -100.0},
         "chat_template_kwargs": {"thinking_effort": "low"},
@@ -152,9 +150,16 @@ def mlx_one(url: str, fields: dict, specials: tuple[str, ...]) -> tuple[float, d
         url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     tic = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=120) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         answer = json.loads(resp.read())
-    latency = time.perf_counter() - tic
+    return time.perf_counter() - tic, answer
+
+
+def mlx_one(url: str, fields: dict, specials: tuple[str, ...]) -> tuple[float, dict]:
+    messages = prompts.audit_messages(
+        path=fields["path"], unit=fields["unit"], code=fields["code"], context=fields["context"], specials=specials
+    )
+    latency, answer = chat(url, messages, TOKENS)
     if answer["usage"]["completion_tokens"] != TOKENS:
         raise RuntimeError(f"mlx_lm.server: unexpected usage {answer['usage']}")
     CACHED["mlx_lm.server"].append(answer["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0))

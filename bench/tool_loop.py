@@ -26,7 +26,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +36,7 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
-from bench.backend_vs_mlx_server import EOS, start_mlx_server  # noqa: E402
+from bench.backend_vs_mlx_server import chat, start_mlx_server  # noqa: E402
 from tests.support import kimi  # noqa: E402
 from tests.support.daemon import Wire, serving, stop  # noqa: E402
 
@@ -101,21 +100,9 @@ def theirs(url: str, specials, context: str, code: str, read: str, define: str, 
     ]  # fmt: skip
     usages, wall = [], 0.0
     for n, count in enumerate(counts):
-        body = {
-            "messages": messages,
-            "tools": prompts.AUDIT_TOOLS,
-            "max_tokens": count,
-            "temperature": 0.0,
-            "logit_bias": {str(EOS): -100.0},
-            "chat_template_kwargs": {"thinking_effort": "low"},
-        }
-        req = urllib.request.Request(
-            url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        tic = time.perf_counter()
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            usage = json.loads(resp.read())["usage"]
-        wall += time.perf_counter() - tic
+        latency, answer = chat(url, messages, count, timeout=600)
+        wall += latency
+        usage = answer["usage"]
         if usage["completion_tokens"] != count:
             raise RuntimeError(f"mlx_lm.server: round {n + 1} generated {usage['completion_tokens']}, not {count}")
         usages.append(usage)

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from k3lsp.wire.cache import ResultCache
 from k3lsp.witnesses.adapters import ADAPTERS
 from k3lsp.witnesses.analyze import analyze, find
-from k3lsp.wire.cache import ResultCache
 
 DOUBLE_FREE = """#include <stdlib.h>
 int f(void)
