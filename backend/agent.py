@@ -88,6 +88,9 @@ class AgentConfig:
             "how long the model thinks when a request does not say (default %(default)s)", choices=protocol.EFFORTS
         ),
     )
+    refute_tokens: int = field(
+        default=2048, metadata=flag("generated tokens the refutation turn may use, on top of the audit's budget")
+    )
     budgets: dict[str, int] = field(default_factory=lambda: dict(EFFORT_BUDGETS))
 
     def budget(self, effort: str, requested: int | None = None) -> int:
@@ -123,6 +126,12 @@ class Stats:
     thinking_effort: str = ""
     token_budget: int = 0
     finish_reason: str = "stop"
+    confirmed: int = 0  # findings the refutation turn confirmed
+    refuted: int = 0  # ... and refuted
+    alerts_confirmed: int = 0  # analyzer alerts the model confirmed (triage_alert)
+    alerts_refuted: int = 0
+    refute_finish: str = ""  # how the refutation turn ended ("" when there was none)
+    refute_tokens: int = 0  # tokens it generated (its own budget)
     turns: list[dict] = field(default_factory=list)  # per generation: what was prefilled, cached, generated
 
     def add_generation(self, stats: dict, finish: str, reasoning: int) -> None:
@@ -154,6 +163,43 @@ class Conversation:
     specials: tuple[str, ...]
     prompt: list[int] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)
+    alerts: list[dict] = field(default_factory=list)  # the analyzer alerts the model is asked to triage
+    refute_from: str | None = None  # the refutation turn's severity threshold; None: no refutation turn
+
+
+@dataclass
+class _AuditState:
+    """What one audit request has produced over all its rounds: the findings sent (numbered from 1 in this
+    order), the ids that may get a verdict, and the last generation's tokens (what a new turn appends to)."""
+
+    bounds: FindingBounds
+    alerts: list[dict]
+    sent: list[dict] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)  # the findings the refutation turn asked about
+    judged: set[tuple[str, str]] = field(default_factory=set)
+    last: list[int] = field(default_factory=list)
+
+    def verdict_of(self, call: prompts.ToolCall) -> dict | None:
+        """The ``verdict`` message fields for a triage_alert or verdict call; None when it is not valid."""
+        args = call.arguments
+        reason = args.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            return None
+        if call.name == "triage_alert":
+            on, ref, allowed = "alert", args.get("id"), ("confirmed", "refuted")
+            known = {a["id"] for a in self.alerts}
+        else:
+            on, ref, allowed = "finding", args.get("finding"), protocol.VERDICTS
+            ref = str(ref) if isinstance(ref, int) and not isinstance(ref, bool) else None
+            known = self.listed
+        if ref not in known or args.get("verdict") not in allowed or (on, ref) in self.judged:
+            return None
+        self.judged.add((on, ref))
+        out = {"on": on, "ref": ref, "verdict": args["verdict"], "reason": reason.strip()[:2000]}
+        cwe = args.get("cwe")
+        if on == "alert" and isinstance(cwe, int) and not isinstance(cwe, bool) and 0 < cwe <= 100_000:
+            out["cwe"] = cwe
+        return out
 
 
 @dataclass
@@ -219,22 +265,66 @@ class Agent:
             _locked, prompts.render, self.tokenizer, conv.messages, conv.tools, conv.effort
         )
         conv.prompt, conv.segments = rendered.tokens, rendered.segments
+        state = _AuditState(FindingBounds(), conv.alerts)  # one unit's findings and verdicts over all rounds
+        finish = await self._loop(conv, unit, budget, stats, prose, lines, allowed, state)
+        if finish == "stop" and conv.refute_from is not None:
+            await self._refute(conv, unit, stats, lines, allowed, state)
+        return finish
+
+    async def _refute(
+        self, conv: Conversation, unit: str, stats: Stats, lines: int, allowed: set[str], state: _AuditState
+    ) -> None:
+        """The refutation turn: one more user turn appended to the same conversation (only it is prefilled: the
+        prompt and generation before it are in the engine's continuation cache), asking the model to disprove
+        each finding at or above ``refute_from``, within a token budget of its own. How it ended is
+        ``refute_finish`` in the stats; it never makes the audit incomplete."""
+        limit = protocol.SEVERITIES.index(conv.refute_from)
+        listed = [(n, f) for n, f in enumerate(state.sent, 1) if protocol.SEVERITIES.index(f["severity"]) <= limit]
+        if not listed:
+            return
+        state.listed = {str(n) for n, _ in listed}
+        turn = prompts.refutation_message(listed, conv.specials)
+        conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, state.last, [turn])
+        conv.messages.append(turn)
+        spent = stats.generated_tokens
+        stats.refute_finish = await self._loop(
+            conv, unit, self.config.refute_tokens, stats, False, lines, allowed, state, spent=spent
+        )
+        stats.refute_tokens = stats.generated_tokens - spent
+
+    async def _loop(
+        self,
+        conv: Conversation,
+        unit: str,
+        budget: int,
+        stats: Stats,
+        prose: bool,
+        lines: int,
+        allowed: set[str],
+        state: _AuditState,
+        spent: int = 0,
+    ) -> str:
+        """Generations and tool rounds from ``conv.prompt`` until the model ends a turn without read-only calls;
+        ``budget`` counts the tokens generated since ``spent``."""
         markers = channels.Markers.of(self.tokenizer)
-        bounds = FindingBounds()  # one unit's findings over all rounds
         for n in range(self.config.max_tool_rounds + 1):
+            generation = stats.rounds  # the request's n-th generation (what a script's n-th turn forces)
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
-            await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
+            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, state.bounds, state.sent)
+            await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {generation + 1}")
             async with self.admit():  # a fair turn in the engine (backend/fairshare.py), for this generation only
-                gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
+                left = budget - (stats.generated_tokens - spent)
+                gen = await self._generate(conv, unit, generation, left, reader, findings, prose)
             reasoning = channels.reasoning_tokens(self.tokenizer, gen.tokens, initial)
             stats.add_generation(gen.stats, gen.finish, reasoning)
             self.tally.reasoning_tokens += reasoning
             self.tally.response_tokens += len(gen.tokens) - reasoning
             turn = prompts.read_turn(reader)
             await findings.sweep(turn.calls, turn.reasoning)
+            await self._verdicts(turn.calls, state, stats)
             conv.messages.append(prompts.assistant_message(turn.content, turn.calls, turn.reasoning))
+            state.last = gen.tokens
             self._count_invalid(turn, allowed, stats)
             if gen.finish != "stop":
                 return gen.finish
@@ -249,6 +339,23 @@ class Agent:
             conv.prompt = await asyncio.to_thread(_locked, _continued, self.tokenizer, conv, gen.tokens, tool_messages)
             conv.messages.extend(tool_messages)
         return "budget"
+
+    async def _verdicts(self, calls: list[prompts.ToolCall], state: _AuditState, stats: Stats) -> None:
+        """Send the model's verdicts of one turn: ``triage_alert`` on an alert of the request, ``verdict`` (in the
+        refutation turn) on a finding it lists; the first verdict on each wins, anything else is an invalid call."""
+        for call in calls:
+            if call.name not in prompts.VERDICT_TOOLS:
+                continue
+            verdict = state.verdict_of(call)
+            if verdict is None:
+                stats.invalid_tool_calls += 1
+                log.info("ignored an invalid %s call: %.200r", call.name, call.arguments)
+                continue
+            key = {"confirmed": "confirmed", "refuted": "refuted"}.get(verdict["verdict"])
+            if key is not None:
+                name = key if verdict["on"] == "finding" else f"alerts_{key}"
+                setattr(stats, name, getattr(stats, name) + 1)
+            await self.send("verdict", **verdict)
 
     @staticmethod
     def _count_invalid(turn: prompts.ParsedTurn, allowed: set[str], stats: Stats) -> None:
@@ -320,7 +427,7 @@ class Agent:
 
     async def _tool_result(self, call: prompts.ToolCall, allowed: set[str], stats: Stats) -> str:
         """The text the model gets back for one call of its turn."""
-        if call.name == "report_finding" and call.name in allowed:
+        if call.name in ("report_finding", *prompts.VERDICT_TOOLS) and call.name in allowed:
             return "recorded"
         if call.name not in READ_ONLY_TOOLS or call.name not in allowed:  # counted as invalid when parsed
             return f"error: there is no tool named {call.name!r}"
@@ -339,8 +446,11 @@ def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conv
     if kind == "explain":
         messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
         return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
-    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"))
-    return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials)
+    alerts = list(req.get("alerts") or [])
+    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"), alerts=alerts)
+    return Conversation(
+        messages, prompts.AUDIT_TOOLS, effort, specials, alerts=alerts, refute_from=req.get("refute_from")
+    )
 
 
 async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
@@ -359,6 +469,8 @@ async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
         h = hashlib.sha256(
             f"k3-seen-v1\0{budget}\0{config.temp!r}\0{config.top_p!r}\0{config.max_tool_rounds}\0".encode()
         )
+        if req.get("refute_from"):  # the refutation turn's threshold and budget change the answer too
+            h.update(f"refute\0{req['refute_from']}\0{config.refute_tokens}\0".encode())
         h.update(array.array("I", tokens).tobytes())
         out.append(h.hexdigest())
     return out
@@ -434,8 +546,11 @@ class FindingStream:
     reasoning written before it in the think channel.
     """
 
-    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
+    def __init__(
+        self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds, sent: list[dict] | None = None
+    ):
         self._send = send
+        self.sent = [] if sent is None else sent  # every finding sent for the request, in order
         self._stats = stats
         self._enabled = enabled
         self._lines = lines
@@ -470,7 +585,8 @@ class FindingStream:
                 self._stats.dropped_findings += 1
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
                 continue
-            finding.pop("reasoning", None)  # only the think channel says why, not the call's own arguments
+            for own in ("reasoning", "verdict", "witness"):  # set by the think channel and the editor, not the call
+                finding.pop(own, None)
             if reasoning.strip():
                 finding["reasoning"] = clip_reasoning(reasoning)
             why = self._bounds.admit(finding)
@@ -480,4 +596,5 @@ class FindingStream:
                     log.warning("dropping findings beyond the bounds of one unit: %s", why)
                 continue
             self._stats.findings += 1
+            self.sent.append(finding)
             await self._send("finding", finding=finding)

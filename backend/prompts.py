@@ -31,7 +31,7 @@ from mlx_lm.tool_parsers import kimi_k3
 from backend import channels
 from k3lsp.wire.protocol import EFFORTS
 
-PROMPT_VERSION = "k3lsp-audit-4"  # 4: find_references, and a path for every search tool
+PROMPT_VERSION = "k3lsp-audit-5"  # 5: analyzer alerts to triage (triage_alert), the refutation turn (verdict)
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
@@ -117,8 +117,33 @@ GREP = _tool(
     {"pattern": {"type": "string"}, "path": _UNDER},
     ["pattern"],
 )
+_REASON = {"type": "string", "maxLength": 2000, "description": "the evidence, with the lines it rests on"}
+TRIAGE_ALERT = _tool(
+    "triage_alert",
+    "Give your verdict on one static-analyzer alert listed with the unit: confirmed if the bug is real, refuted if "
+    "the analyzer is wrong here.",
+    {
+        "id": {"type": "string", "description": "the alert's id, e.g. A1"},
+        "verdict": {"type": "string", "enum": ["confirmed", "refuted"]},
+        "reason": _REASON,
+        "cwe": {"type": "integer", "minimum": 1, "description": "the CWE, when the alert has none or the wrong one"},
+    },
+    ["id", "verdict", "reason"],
+)
+VERDICT = _tool(
+    "verdict",
+    "Give your verdict on one of your findings after trying to disprove it.",
+    {
+        "finding": {"type": "integer", "minimum": 1, "description": "the finding's number, e.g. 1 for F1"},
+        "verdict": {"type": "string", "enum": ["confirmed", "refuted", "uncertain"]},
+        "reason": _REASON,
+    },
+    ["finding", "verdict", "reason"],
+)
 
-AUDIT_TOOLS = [REPORT_FINDING, READ_LINES, FIND_DEFINITION, FIND_REFERENCES, GREP]
+# One list for every audit turn (the refutation turn too), so every audit shares the system prompt's cache.
+AUDIT_TOOLS = [REPORT_FINDING, TRIAGE_ALERT, VERDICT, READ_LINES, FIND_DEFINITION, FIND_REFERENCES, GREP]
+VERDICT_TOOLS = ("triage_alert", "verdict")  # calls that record a verdict: answered "recorded", like report_finding
 EXPLAIN_TOOLS = [READ_LINES, FIND_DEFINITION]
 
 JOINER = "\u2060"  # word joiner: invisible, and no special token contains it
@@ -163,22 +188,59 @@ def _unit_text(path: str, unit: str, code: str, first_line: int | None) -> str:
     return f"Unit `{unit}` from {path}{where}, numbered from 1:\n```c\n{numbered(code)}\n```"
 
 
+def alerts_text(alerts: list[dict]) -> str:
+    """The analyzer alerts of a unit as claims for the model to check (lines relative to the unit, like its own)."""
+    if not alerts:
+        return ""
+    rows = [
+        f"{a['id']}: line {a['line']}, {a['tool']} {a['rule']}"
+        + (f" (CWE-{a['cwe']})" if a.get("cwe") else "")
+        + f": {a['message']}"
+        for a in alerts
+    ]
+    return (
+        "\nStatic analyzers reported these alerts in this unit. They are claims, often false: check each one "
+        "against the code and call triage_alert with its id, confirmed or refuted, and why.\n" + "\n".join(rows)
+    )
+
+
 def audit_messages(
-    *, path: str, unit: str, code: str, specials: tuple[str, ...], context: str = "", first_line: int | None = None
+    *,
+    path: str,
+    unit: str,
+    code: str,
+    specials: tuple[str, ...],
+    context: str = "",
+    first_line: int | None = None,
+    alerts: list[dict] | None = None,
 ) -> list[dict]:
-    """System | file context (if any) | unit: the conversation that starts the audit of one unit."""
+    """System | file context (if any) | unit (and its analyzer alerts): the conversation that starts the audit of
+    one unit."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     if context.strip():
         messages.append(_context_message(path, context, specials))
+    ask = "\nAudit this unit and report each vulnerability."
     messages.append(
         {
             "role": "user",
-            "content": defuse(
-                _unit_text(path, unit, code, first_line) + "\nAudit this unit and report each vulnerability.", specials
-            ),
+            "content": defuse(_unit_text(path, unit, code, first_line) + alerts_text(alerts or []) + ask, specials),
         }
     )
     return messages
+
+
+def refutation_message(findings: list[tuple[int, dict]], specials: tuple[str, ...]) -> dict:
+    """The refutation turn: the findings (numbered as reported, from 1) that the model must now try to disprove."""
+    rows = [
+        f"F{n}: lines {f['start_line']}-{f['end_line']}, CWE-{f['cwe']}, {f['severity']}: {f['title']}"
+        for n, f in findings
+    ]
+    text = (
+        "Now try to disprove each of these findings: look for the check, the caller or the invariant that makes it "
+        "impossible (read more code if you need to). Then call verdict once per finding: refuted if you found "
+        "what prevents it, confirmed if it holds, uncertain otherwise.\n" + "\n".join(rows)
+    )
+    return {"role": "user", "content": defuse(text, specials)}
 
 
 def explain_messages(

@@ -62,6 +62,7 @@ FILE_NAME = "store.sqlite3"
 ENV_PATH = "K3_BACKEND_STORE"
 MAX_REPLAYS = 3  # others' results whose tool calls one lookup asks again at most
 TOOL_ANSWERS = "tool_answers"  # in a stored result's stats: [[tool, args, answer hash], ...]; never sent
+VERDICTS = "verdicts"  # in a stored result's stats: the `verdict` messages it sent, replayed after its findings
 # Work that a stored answer did not cost: zeroed in its stats (what the stored audit cost stays in `stored`).
 SPENT = (
     "prompt_tokens",
@@ -124,15 +125,21 @@ class ResultStore:
             if hit is not None:
                 for finding in hit.findings:
                     await send("finding", finding=finding)
+                for verdict in hit.stats.get(VERDICTS) or []:
+                    if isinstance(verdict, dict):
+                        await send("verdict", **verdict)
                 self.answered += 1
                 return stored_stats(hit.stats, time.monotonic() - started)
         findings: list[dict] = []
+        verdicts: list[dict] = []
         answers: list[list] = []
 
         async def recording(kind: str, **fields: Any) -> None:
             await send(kind, **fields)  # sent first: a finding that could not go out was not given
             if kind == "finding":
                 findings.append(fields["finding"])
+            elif kind == "verdict":
+                verdicts.append(fields)
 
         async def asking(tool: str, args: dict) -> tuple[bool, str]:
             ok, result = await ask_tool(tool, args)
@@ -142,7 +149,8 @@ class ResultStore:
         stats = await run(recording, asking)
         if cut_short(stats) is None:
             try:
-                await asyncio.to_thread(self._cache.put, keys[0], mine, findings, stats | {TOOL_ANSWERS: answers})
+                kept = stats | {TOOL_ANSWERS: answers, VERDICTS: verdicts}
+                await asyncio.to_thread(self._cache.put, keys[0], mine, findings, kept)
                 self.kept += 1
             except (TypeError, ValueError) as exc:  # a tool call's arguments JSON cannot hold: not stored
                 log.warning("an audit result was not stored: %s", exc)
@@ -221,7 +229,7 @@ def _owner(user: str) -> str:
 def stored_stats(stats: dict, seconds: float) -> dict:
     """The stats of an answer from the store: nothing was generated for it; what the stored audit cost is kept
     under ``stored``; its tool answers stay in the store."""
-    out = {name: value for name, value in stats.items() if name != TOOL_ANSWERS}
+    out = {name: value for name, value in stats.items() if name not in (TOOL_ANSWERS, VERDICTS)}
     return (
         out
         | dict.fromkeys(SPENT, 0)

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,38 @@ class K3Backend:
 # --- mlx_lm.server -------------------------------------------------------------------------------------------
 
 
+def chat(
+    url: str, messages: list[dict], tokens: int, timeout: float = 600, on_reset: Callable[[], None] = lambda: None
+) -> tuple[float, dict]:
+    """One /v1/chat/completions of exactly ``tokens`` tokens (greedy, the end of message banned), with the audit
+    tools and the daemon's default thinking effort, so both servers render the same prompt; (latency, answer).
+
+    ThreadingHTTPServer listens with a queue of 5: when many clients reconnect at once (each request is its own
+    HTTP/1.0 connection), it drops some before reading them; those are sent again (``on_reset`` counts them)."""
+    body = {
+        "messages": messages,
+        "tools": prompts.AUDIT_TOOLS,
+        "max_tokens": tokens,
+        "temperature": 0.0,
+        "logit_bias": {str(EOS): -100.0},
+        "chat_template_kwargs": {"thinking_effort": "low"},  # the daemon's default effort: the same prompt
+    }
+    req = urllib.request.Request(
+        url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    tic = time.perf_counter()
+    for attempt in range(RESETS):
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                answer = json.loads(resp.read())
+            break
+        except (ConnectionResetError, http.client.RemoteDisconnected):
+            on_reset()
+            if attempt == RESETS - 1:
+                raise
+    return time.perf_counter() - tic, answer
+
+
 class MlxServer:
     name = SIDES[1]
 
@@ -211,37 +244,16 @@ class MlxServer:
             context=fields["context"],
             specials=self.specials,
         )
-        body = {
-            "messages": messages,
-            "tools": prompts.AUDIT_TOOLS,
-            "max_tokens": tokens,
-            "temperature": 0.0,
-            "logit_bias": {str(EOS): -100.0},
-            "chat_template_kwargs": {"thinking_effort": "low"},  # the daemon's default effort: the same prompt
-        }
-        req = urllib.request.Request(
-            self.url + "/v1/chat/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        tic = time.perf_counter()
-        for attempt in range(RESETS):
-            try:
-                with urllib.request.urlopen(req, timeout=600) as resp:
-                    usage = json.loads(resp.read())["usage"]
-                break
-            except (ConnectionResetError, http.client.RemoteDisconnected):
-                # ThreadingHTTPServer listens with a queue of 5: when many clients reconnect at once (each
-                # request is its own HTTP/1.0 connection), it drops some before reading them; send again.
-                self.resets += 1
-                if attempt == RESETS - 1:
-                    raise
-        latency = time.perf_counter() - tic
+        latency, answer = chat(self.url, messages, tokens, on_reset=self._reset)
+        usage = answer["usage"]
         if usage["completion_tokens"] != tokens:
             raise RuntimeError(f"mlx_lm.server: unexpected usage {usage}")
         self.served.prompt.append(usage["prompt_tokens"])
         self.served.cached.append(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0))
         return latency
+
+    def _reset(self) -> None:
+        self.resets += 1
 
     def measure(self, quota: Quota, tokens: int, units: Units) -> Run:
         latencies: list[float] = []

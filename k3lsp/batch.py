@@ -88,7 +88,9 @@ class Reported:
     trace: tuple[Step, ...] = ()
     fix: Edit | None = None
     reasoning: str = ""  # why the model flagged it (its reasoning before the report)
-    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment) or EXTERNAL (the baseline)
+    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment), EXTERNAL (the baseline), REFUTED
+    verdict: str | None = None  # the model's verdict on it (k3lsp.verdicts), and why
+    verdict_reason: str = ""
 
 
 @dataclass
@@ -303,6 +305,7 @@ def _row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Rep
     return Reported(
         _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
         f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
+        f.verdict.verdict if f.verdict else None, f.verdict.reason if f.verdict else "",
     )  # fmt: skip
 
 
@@ -320,6 +323,7 @@ def stats(report: BatchReport) -> dict:
         "findings": len(report.findings),
         "suppressed": sum(r.suppression == pipeline.IN_SOURCE for r in report.silenced),
         "baselined": sum(r.suppression == pipeline.EXTERNAL for r in report.silenced),
+        "refuted": sum(r.suppression == pipeline.REFUTED for r in report.silenced),
         "tokens": c.tokens,
         "incomplete": c.incomplete,
     }

@@ -57,7 +57,24 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(body[0] if len(body) == 1 else body, indent=2, sort_keys=True))
     else:
         print_status(backends)
+        print(_witness_line())
     return 0 if len(answered) == len(backends) else 2
+
+
+def _witnesses() -> dict[str, str]:
+    """Each known witness: the version found, or how to install it (docs/witnesses.md)."""
+    from k3lsp.witnesses.analyze import available
+
+    return {name: found if isinstance(found, str) else found.version for name, found in available().items()}
+
+
+def _witness_line() -> str:
+    return "witnesses: " + "; ".join(f"{name}: {state}" for name, state in _witnesses().items())
+
+
+def _list_witnesses(args: argparse.Namespace) -> int:
+    print(json.dumps(_witnesses(), indent=2) if args.json else _witness_line())
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -161,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon")
     _add_key_flags(status)
     status.set_defaults(run=_status)
+
+    witnesses = sub.add_parser("witnesses", help="list the static analyzers found here (the witnesses setting)")
+    witnesses.add_argument("--json", action="store_true", help="print JSON: name -> version, or the install hint")
+    witnesses.set_defaults(run=_list_witnesses)
 
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")

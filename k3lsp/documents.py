@@ -21,6 +21,8 @@ from lsprotocol import types as lsp
 from k3lsp import diffing, findings, pipeline, suppress
 from k3lsp.options import Options
 from k3lsp.units import Unit
+from k3lsp.witnesses import shown as witnessed
+from k3lsp.witnesses.alert import Alert
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,19 @@ class Silenced:
 
     suppressed: int = 0  # by a `k3-audit: ignore` comment in the source
     baselined: int = 0  # by the workspace baseline
+    refuted: int = 0  # by the model itself (its refutation turn, or its triage of an analyzer alert)
 
     def plus(self, why: str) -> Silenced:
         if why == pipeline.IN_SOURCE:
             return dataclasses.replace(self, suppressed=self.suppressed + 1)
+        if why == pipeline.REFUTED:
+            return dataclasses.replace(self, refuted=self.refuted + 1)
         return dataclasses.replace(self, baselined=self.baselined + 1)
 
     def __add__(self, other: Silenced) -> Silenced:
-        return Silenced(self.suppressed + other.suppressed, self.baselined + other.baselined)
+        return Silenced(
+            self.suppressed + other.suppressed, self.baselined + other.baselined, self.refuted + other.refuted
+        )
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class Document:
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
     published: int | None = None  # the result_id the client was last told about
     silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
+    alerts: list[Alert] = field(default_factory=list)  # the witnesses' alerts for its current text (file lines)
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
         notices = self.notices if notices is None else notices
@@ -152,13 +160,33 @@ def present(
     shown, silenced = [], Silenced()
     for unit in units:
         raws = results.get(unit.key, ())
-        for r, why in pipeline.screened(unit, raws, lines, view.options.min_severity, view.baseline):
+        screen = pipeline.screened(
+            unit, raws, lines, view.options.min_severity, view.baseline, view.options.show_refuted
+        )
+        for r, why in screen:
             if why is None:
                 diagnostic = findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information)
                 shown.append(Shown(r.finding, r.unit, r.fingerprint, diagnostic))
             else:
                 silenced = silenced.plus(why)
     return shown, silenced
+
+
+def alert_notices(
+    text: str, units: Sequence[Unit], results: dict[str, list[dict]], alerts: Sequence[Alert], view: View
+) -> tuple[list[Notice], Silenced]:
+    """The analyzers' alerts to show as their own (``k3lsp.witnesses.shown``: none a finding stands for), and how
+    many were silenced; they follow edits like the other notes."""
+    covered: witnessed.Covered = set()
+    for unit in units:
+        covered |= witnessed.covered_by(findings.accept(results.get(unit.key, ()), unit), unit)
+    out, silenced = [], Silenced()
+    for alert, unit, why in witnessed.screened(alerts, units, text.split("\n"), covered, view.baseline):
+        if why is None:
+            out.append(Notice(unit, witnessed.diagnostic(alert, unit, view.options.witness_severity)))
+        else:
+            silenced = silenced.plus(why)
+    return out, silenced
 
 
 def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:

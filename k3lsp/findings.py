@@ -61,6 +61,23 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The model's verdict on a finding (its refutation turn, or its triage of an analyzer's alert)."""
+
+    verdict: str  # confirmed | refuted | uncertain
+    reason: str
+
+
+@dataclass(frozen=True)
+class Witness:
+    """The analyzer alert a finding came from or was merged with."""
+
+    tool: str
+    rule: str
+    line: int  # 1-based, relative to the unit
+
+
+@dataclass(frozen=True)
 class Finding:
     cwe: int
     severity: str
@@ -72,6 +89,12 @@ class Finding:
     trace: tuple[TraceStep, ...] = ()
     fix: Fix | None = None
     reasoning: str = ""  # the model's reasoning before it reported the finding (its think channel), bounded
+    verdict: Verdict | None = None
+    witness: Witness | None = None
+
+    @property
+    def refuted(self) -> bool:
+        return self.verdict is not None and self.verdict.verdict == "refuted"
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
@@ -94,6 +117,10 @@ class Finding:
             }
         if self.reasoning:
             out["reasoning"] = self.reasoning
+        if self.verdict is not None:
+            out["verdict"] = {"verdict": self.verdict.verdict, "reason": self.verdict.reason}
+        if self.witness is not None:
+            out["witness"] = {"tool": self.witness.tool, "rule": self.witness.rule, "line": self.witness.line}
         return out
 
 
@@ -133,7 +160,17 @@ def validate(raw: Any, unit: Unit) -> Finding:
         trace=trace,
         fix=fix,
         reasoning=sanitize.text(d.get("reasoning", "")).strip(),
+        verdict=Verdict(d["verdict"]["verdict"], sanitize.text(d["verdict"]["reason"]).strip())
+        if "verdict" in d
+        else None,
+        witness=_witness(d.get("witness"), unit),
     )
+
+
+def _witness(raw: dict | None, unit: Unit) -> Witness | None:
+    if raw is None or raw["line"] > unit.line_count:
+        return None
+    return Witness(sanitize.line(raw["tool"]), sanitize.line(raw["rule"]), raw["line"])
 
 
 def accept(raws: Iterable[Any], unit: Unit) -> list[Finding]:
@@ -209,10 +246,14 @@ def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = Tru
         ]
     elif finding.trace:
         message += "".join(f"\n  line {unit.file_line(s.line) + 1}: {s.note}" for s in finding.trace)
+    if finding.witness is not None:
+        message += f"\n(also {finding.witness.tool} {finding.witness.rule})"
+    if finding.verdict is not None:
+        message += f"\n{finding.verdict.verdict} by the model: {finding.verdict.reason}"
     return lsp.Diagnostic(
         range=line_range(unit, finding.start_line, finding.end_line),
         message=message,
-        severity=_LSP_SEVERITY[finding.severity],
+        severity=lsp.DiagnosticSeverity.Hint if finding.refuted else _LSP_SEVERITY[finding.severity],
         code=f"CWE-{finding.cwe}",
         code_description=lsp.CodeDescription(href=cwe_url(finding.cwe)),
         source=SOURCE,
@@ -261,6 +302,12 @@ def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -
         parts.insert(0, f"**{esc(finding.title)}**" if md else finding.title)
         if finding.message:
             parts.append(esc(finding.message))
+    if finding.witness is not None:
+        said = f"{finding.witness.tool} {finding.witness.rule}"
+        parts.append(f"**Analyzer:** {esc(said)}" if md else f"Analyzer: {said}")
+    if finding.verdict is not None:
+        word = f"{finding.verdict.verdict.capitalize()} by the model"
+        parts.append(f"**{word}:** {esc(finding.verdict.reason)}" if md else f"{word}: {finding.verdict.reason}")
     if finding.reasoning:
         why = short_reasoning(finding.reasoning)
         parts.append(f"**Why this was flagged:** {esc(why)}" if md else f"Why this was flagged: {why}")

@@ -26,6 +26,7 @@ from typing import Any
 from k3lsp.client import default_endpoint
 from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
+from k3lsp.witnesses.adapters import ADAPTERS
 
 TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
 # auto: low for what the user waits on (audits on save and open, explain), high for workspace and batch audits
@@ -33,6 +34,7 @@ THINKING_EFFORTS = ("auto", *EFFORTS)
 DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
 DEFAULT_INCLUDE = ("**/*.c", "**/*.h")
 DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")
+WITNESS_SEVERITIES = ("error", "warning", "information", "hint")  # how analyzer alerts show before the model's word
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class Options:
     thinking_effort: str = "auto"
     max_workspace_files: int = 0  # a workspace audit's bound on files (open, then newest first); 0: every file
     kernel_macros: Macros = DEFAULT_MACROS  # what the splitter normalises: the built-in table plus kernelMacros
+    witnesses: tuple[str, ...] = ()  # analyzers run on save whose alerts are shown and triaged (docs/witnesses.md)
+    witness_severity: str = "warning"  # the diagnostic severity of an alert the model has not triaged
+    refute: bool = False  # a refutation turn after each audit, for the findings at or above refute_from
+    refute_from: str = "medium"
+    show_refuted: bool = False  # show refuted findings and alerts (as hints, the reason in the hover)
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -67,6 +74,14 @@ class Options:
         if self.thinking_effort != "auto":
             return self.thinking_effort
         return "high" if priority == "background" else "low"
+
+    def refute_sent(self) -> str | None:
+        """The ``refute_from`` an audit request carries: None when the refutation turn is off."""
+        return self.refute_from if self.refute else None
+
+    def variant(self) -> str:
+        """How the settings ask beyond the thinking effort, as results are filed (``ResultKey.digest``)."""
+        return f"refute={self.refute_from}" if self.refute else ""
 
     def audits_on_open(self) -> bool:
         return self.trigger == "open"
@@ -156,6 +171,17 @@ def _globs(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _witnesses(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of witness names")
+    unknown = [v for v in value if v not in ADAPTERS]
+    if unknown:
+        raise ValueError(f"unknown witness {unknown[0]!r} (known: {', '.join(ADAPTERS)})")
+    return tuple(dict.fromkeys(value))
+
+
 _PARSERS = {
     "endpoint": ("endpoint", _endpoints),
     "serverKey": ("server_key", _text),
@@ -169,6 +195,11 @@ _PARSERS = {
     "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
     "maxWorkspaceFiles": ("max_workspace_files", _count),
     "kernelMacros": ("kernel_macros", Macros.parse),
+    "witnesses": ("witnesses", _witnesses),
+    "witnessSeverity": ("witness_severity", _choice(WITNESS_SEVERITIES)),
+    "refute": ("refute", _flag),
+    "refuteFrom": ("refute_from", _choice(SEVERITIES)),
+    "showRefuted": ("show_refuted", _flag),
 }
 
 

@@ -52,6 +52,7 @@ class Reportable:
 
 
 IN_SOURCE, EXTERNAL = "inSource", "external"  # silenced by a `k3-audit: ignore` comment, by the baseline
+REFUTED = "refuted"  # hidden because the model refuted it (k3lsp.verdicts); shown again with showRefuted
 
 
 def screened(
@@ -60,17 +61,20 @@ def screened(
     lines: list[str],
     min_severity: str,
     baseline: suppress.Baseline | None = None,
+    show_refuted: bool = False,
 ) -> Iterator[tuple[Reportable, str | None]]:
     """The findings of one unit at or above ``min_severity``, in the order reported, each with how it is silenced
-    (:data:`IN_SOURCE`, :data:`EXTERNAL`, or None: reported): ``raws`` are its untrusted results, ``lines`` the
-    current lines of its file (where the inline comments are), ``baseline`` the workspace's accepted findings
-    (None: no baseline)."""
+    (:data:`IN_SOURCE`, :data:`EXTERNAL`, :data:`REFUTED` unless ``show_refuted``, or None: reported): ``raws``
+    are its untrusted results, ``lines`` the current lines of its file (where the inline comments are),
+    ``baseline`` the workspace's accepted findings (None: no baseline)."""
     for finding in findings.at_least(findings.accept(raws, unit), min_severity):
         found = Reportable(finding, unit, findings.fingerprint(finding, unit))
         if suppress.is_suppressed(lines, unit.file_line(finding.start_line), finding.cwe):
             yield found, IN_SOURCE
         elif baseline is not None and found.fingerprint in baseline:
             yield found, EXTERNAL
+        elif finding.refuted and not show_refuted:
+            yield found, REFUTED
         else:
             yield found, None
 
@@ -81,6 +85,8 @@ def reportable(
     lines: list[str],
     min_severity: str,
     baseline: suppress.Baseline | None = None,
+    show_refuted: bool = False,
 ) -> Iterator[Reportable]:
     """The findings of one unit to report: :func:`screened` without the silenced ones."""
-    return (found for found, silenced in screened(unit, raws, lines, min_severity, baseline) if silenced is None)
+    screen = screened(unit, raws, lines, min_severity, baseline, show_refuted)
+    return (found for found, silenced in screen if silenced is None)

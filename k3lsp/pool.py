@@ -66,6 +66,8 @@ class AuditRun:
     def __init__(self, pool: Pool, targets: Sequence[Target], priority: Priority, force: bool, fresh: bool):
         self.pool, self.targets, self.priority, self.force, self.fresh = pool, list(targets), priority, force, fresh
         self.effort = pool.options.effort(priority)
+        self.refute_from = pool.options.refute_sent()  # the refutation turn's threshold, None without one
+        self.variant = pool.options.variant()
         self.summary = Summary(units=len(self.targets))
         self.misses: list[Target] | None = None  # known after `lookup`
         self.on_progress: Progress | None = None
@@ -284,7 +286,8 @@ class Pool:
         keys = self.answer_keys()
         asked = next((c for c in self.usable() + self.connections if c.result_key is not None), None)
         limit = asked.welcome.max_prompt_tokens if asked is not None and asked.welcome is not None else None
-        return self.results.lookup(targets, keys, self.options.effort(priority), limit, force=force)
+        effort, variant = self.options.effort(priority), self.options.variant()
+        return self.results.lookup(targets, keys, effort, limit, force=force, variant=variant)
 
     def audit(
         self,
@@ -356,6 +359,7 @@ class Pool:
                 priority=run.priority,
                 effort=run.effort,
                 fresh=run.fresh,
+                refute_from=run.refute_from,
                 tools=lambda req: self.answers.answer(target.root, req),
                 on_progress=run.on_progress,
             )
@@ -379,7 +383,7 @@ class Pool:
     def _finished(self, conn: Connection, job: _Job, outcome: UnitResult | Failure) -> None:
         if isinstance(outcome, UnitResult):
             self.counters.audited_one(outcome)
-            self.results.keep(outcome, conn.result_key, job.run.effort)
+            self.results.keep(outcome, conn.result_key, job.run.effort, job.run.variant)
         elif outcome.code == ErrorCode.TOO_LONG:
             self.counters.refused += 1
             limit = conn.welcome.max_prompt_tokens if conn.welcome is not None else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from k3lsp import verdicts
 from k3lsp.client import BackendError, ToolHandler
 from k3lsp.connection import BackendUnavailable, Connection
 from k3lsp.replies import DoneStats
@@ -37,8 +38,11 @@ def concerns_daemon(code: str) -> bool:
     return kind_of(code) is not CodeKind.REQUEST
 
 
-def fields_for(target: Target, priority: Priority, effort: str, fresh: bool) -> dict:
+def fields_for(target: Target, priority: Priority, effort: str, fresh: bool, refute_from: str | None = None) -> dict:
     unit = target.unit
+    extra = ({"fresh": True} if fresh else {}) | ({"refute_from": refute_from} if refute_from else {})
+    if target.alerts:
+        extra["alerts"] = verdicts.alert_fields(target)
     return {
         "path": target.path,
         "unit": unit.name,
@@ -47,7 +51,7 @@ def fields_for(target: Target, priority: Priority, effort: str, fresh: bool) -> 
         "first_line": unit.start_line + 1,
         "priority": str(priority),
         "thinking_effort": effort,
-    } | ({"fresh": True} if fresh else {})
+    } | extra
 
 
 async def audit(
@@ -59,27 +63,33 @@ async def audit(
     fresh: bool,
     tools: ToolHandler,
     on_progress: Progress | None,
+    refute_from: str | None = None,
 ) -> UnitResult | Failure:
     """One attempt; raises Transient or BackendUnavailable as the module says."""
     unit = target.unit
     findings: list[dict] = []
+    judged: list[dict] = []
     bounds = FindingBounds()
     try:
-        stream = conn.stream("audit", fields_for(target, priority, effort, fresh), tools)
+        stream = conn.stream("audit", fields_for(target, priority, effort, fresh, refute_from), tools)
         async with contextlib.aclosing(stream) as messages:
             async for message in messages:
                 kind = message["kind"]
                 if kind == "finding":
-                    why = bounds.admit(message["finding"])
+                    finding = verdicts.from_daemon(message["finding"])
+                    why = bounds.admit(finding)
                     if why is None:
-                        findings.append(message["finding"])
+                        findings.append(finding)
                     elif bounds.dropped == 1:
                         log.warning("audit of %s: dropping what the daemon sends beyond: %s", unit.name, why)
+                elif kind == "verdict":
+                    judged.append(message)
                 elif kind == "progress" and on_progress is not None:
                     on_progress(unit, message)
                 elif kind == "done":
                     stats = DoneStats.of(message["stats"], bounds.dropped)
-                    return UnitResult(target, findings, stats, endpoint=conn.endpoint)
+                    merged = verdicts.applied(target, findings, judged)
+                    return UnitResult(target, merged, stats, endpoint=conn.endpoint)
                 elif kind == "cancelled":  # the daemon's decision, not ours (ours raises CancelledError here)
                     return Failure(target, ErrorCode.CANCELLED, "the audit daemon cancelled the audit")
                 elif kind == "error":

@@ -38,31 +38,44 @@ class Results:
         self._refused: dict[tuple, str] = {}  # (unit key, result key, prompt limit) -> the refusal
 
     def lookup(
-        self, targets: Sequence[Target], keys: Sequence[ResultKey], effort: str, limit: int | None, *, force: bool
+        self,
+        targets: Sequence[Target],
+        keys: Sequence[ResultKey],
+        effort: str,
+        limit: int | None,
+        *,
+        force: bool,
+        variant: str = "",
     ) -> Lookup:
         """Split targets into results the cache holds under ``keys`` (the daemon asked first, then the others
         whose results answer for it) at ``effort`` or higher, and targets to audit. ``force`` (a re-audit)
-        treats everything but a refusal as a miss; ``limit`` is the asked daemon's prompt limit."""
+        treats everything but a refusal as a miss; ``limit`` is the asked daemon's prompt limit; ``variant`` the way
+        of asking beyond the effort (``AuditRun.variant``). A unit is filed under ``Target.key``: its content and
+        the analyzer alerts it was sent with."""
         own = keys[0] if keys else None
-        digests = [] if force or own is None else [d for k in keys if k.same_answers(own) for d in k.answering(effort)]
+        digests = (
+            []
+            if force or own is None
+            else [d for k in keys if k.same_answers(own) for d in k.answering(effort, variant)]
+        )
         hits, misses = [], []
         for target in targets:
             refusal = self._refused.get((target.unit.key, own, limit))
             if refusal is not None:  # even when forced: it would be refused the same way
                 hits.append(UnitResult(target, [], DoneStats.of({}), refusal=refusal))
                 continue
-            row = next((r for d in digests if (r := self.cache.get(target.unit.key, d)) is not None), None)
+            row = next((r for d in digests if (r := self.cache.get(target.key, d)) is not None), None)
             if row is None:
                 misses.append(target)
             else:
                 hits.append(UnitResult(target, list(row.findings), DoneStats.of(row.stats)))
         return Lookup(hits, misses)
 
-    def keep(self, result: UnitResult, key: ResultKey | None, effort: str) -> None:
+    def keep(self, result: UnitResult, key: ResultKey | None, effort: str, variant: str = "") -> None:
         """File a daemon's complete answer under its key; a cut-short one, or one from the team store, is not."""
         if key is None or result.cut_short is not None or result.stats.from_store:
             return
-        self.cache.put(result.unit.key, key.digest(effort), result.findings, result.stats.raw)
+        self.cache.put(result.target.key, key.digest(effort, variant), result.findings, result.stats.raw)
 
     def refuse(self, target: Target, key: ResultKey | None, limit: int | None, why: str) -> None:
         """Remember that the daemon under ``key`` with this prompt limit refused this unit as too long."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from k3lsp.replies import DoneStats
 from k3lsp.units import Unit
 from k3lsp.wire import sanitize
+from k3lsp.wire.address import unit_key
+from k3lsp.witnesses.alert import Alert
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,14 @@ class Target:
     root: Path | None
     path: str
     unit: Unit
+    alerts: tuple[Alert, ...] = ()  # analyzer alerts on the unit's lines, for the model to triage (file lines)
+
+    @property
+    def key(self) -> str:
+        """What its result is filed under: the unit's content key, and the alerts it was sent with (if any)."""
+        if not self.alerts:
+            return self.unit.key
+        return unit_key(self.unit.key, repr([a.to_dict() for a in self.alerts]))
 
 
 @dataclass(frozen=True)

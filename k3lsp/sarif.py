@@ -144,8 +144,13 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
         "partialFingerprints": {FINGERPRINT_KEY: r.fingerprint},
         "properties": {"severity": r.severity, "security-severity": _SECURITY_SEVERITY[r.severity]},
     }
-    if r.suppression is not None:
+    if r.suppression == pipeline.REFUTED:  # SARIF has no kind for it: the model's verdict is external to the code
+        why = _message(f"refuted by the model: {r.verdict_reason}")["text"]
+        out["suppressions"] = [{"kind": pipeline.EXTERNAL, "status": "accepted", "justification": why}]
+    elif r.suppression is not None:
         out["suppressions"] = [{"kind": r.suppression, "justification": _JUSTIFICATION[r.suppression]}]
+    if r.verdict is not None:
+        out["properties"]["verdict"] = r.verdict
     if r.confidence is not None:
         out["properties"]["confidence"] = r.confidence
     if r.reasoning:

@@ -28,7 +28,7 @@ from pygls.uris import to_fs_path
 from k3lsp import actions, findings, options, progress, suppress, tasks, units, workspace
 from k3lsp.client import BackendClient, BackendError
 from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
-from k3lsp.documents import Document, Silenced, View, notices, present
+from k3lsp.documents import Document, Silenced, View, alert_notices, notices, present
 from k3lsp.pool import Pool
 from k3lsp.run import Target, describe
 from k3lsp.splitting import Splitter
@@ -36,6 +36,8 @@ from k3lsp.units import Unit
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import ConnState, Priority
+from k3lsp.witnesses import shown as witnessed
+from k3lsp.witnesses.analyze import analyze, available
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,15 @@ class FileReport:
     cancelled: bool = False  # a newer audit of the document superseded this one
 
 
+def witness_status(configured: tuple[str, ...]) -> dict[str, str]:
+    """Each known witness: its version, or why it is missing; those not in the ``witnesses`` setting say so."""
+    out = {}
+    for name, found in available().items():
+        state = found if isinstance(found, str) else found.version
+        out[name] = state if name in configured else f"off ({state})"
+    return out
+
+
 class Session:
     def __init__(
         self, ls: LanguageServer, cache: ResultCache | None = None, transport: TransportFactory = BackendClient
@@ -110,6 +121,7 @@ class Session:
         self._settings_read: asyncio.Future | None = None
         self._pending_errors: list[str] = []
         self._told: set[str] = set()  # the settings errors of the last read: each is shown once, not at every read
+        self._told_witness: set[tuple[str, str]] = set()  # a witness that cannot run is said once per reason
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = Splitter()
@@ -254,8 +266,10 @@ class Session:
         if text is None:
             return
         split = await self.split(text)
-        shown, doc.silenced = present(doc.uri, text, split, doc.results, self.view())
-        doc.show(shown, notices(split, doc.refusals))
+        shown, silenced = present(doc.uri, text, split, doc.results, self.view())
+        alerted, quiet = alert_notices(text, split, doc.results, doc.alerts, self.view())
+        doc.silenced = silenced + quiet
+        doc.show(shown, notices(split, doc.refusals) + alerted)
         self.publish(doc)
         self._state_changed(self.pool.state)  # the silenced counts in the status may have changed
 
@@ -359,7 +373,23 @@ class Session:
         text = await self.text(doc)
         if text is None or len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
             return None
-        return [Target(doc.root, doc.relpath, u) for u in await self.split(text)]
+        split = await self.split(text)
+        await self._witness(doc, text)
+        return [Target(doc.root, doc.relpath, u, witnessed.for_unit(doc.alerts, u)) for u in split]
+
+    async def _witness(self, doc: Document, text: str) -> None:
+        """Run the configured witnesses over the text (off the event loop; cached by content) and show their
+        alerts at once, whatever the daemons' state: the model's triage of them comes with its audit."""
+        if not self.options.witnesses:
+            doc.alerts = []
+            return
+        report = await asyncio.to_thread(analyze, doc.path, text, doc.root, self.options.witnesses, self.cache)
+        for ran in report.runs:
+            if ran.problem is not None and (ran.tool, ran.problem) not in self._told_witness:
+                self._told_witness.add((ran.tool, ran.problem))
+                self.message(f"witness {ran.tool}: {ran.problem}", lsp.MessageType.Warning)
+        doc.alerts = report.alerts
+        await self.republish(doc)
 
     def spawn(self, coro: Any, what: str) -> asyncio.Task:
         """A task the session owns: cancelled at shutdown, its failures logged as one line (``k3lsp.tasks``)."""
@@ -408,8 +438,11 @@ class Session:
         note = units.fallback_note(all_units)
         if note is not None:
             self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
+        await self._witness(doc, text)
         todo = [
-            Target(doc.root, doc.relpath, u) for u in all_units if line is None or u.start_line <= line <= u.end_line
+            Target(doc.root, doc.relpath, u, witnessed.for_unit(doc.alerts, u))
+            for u in all_units
+            if line is None or u.start_line <= line <= u.end_line
         ]
         forced = line is not None
         run = self.pool.audit(todo, priority=priority, force=forced, fresh=forced)
@@ -505,6 +538,7 @@ class Session:
         out["silenced"] = self.silenced()
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
+        out["witnesses"] = witness_status(self.options.witnesses)
         return out
 
     async def shutdown(self) -> None:

@@ -66,10 +66,11 @@ class ResultKey:
     prompt_version: str
     daemon: str
 
-    def digest(self, effort: str) -> str:
-        """The key as the cache stores it: a hash of every component, each length-prefixed (unambiguous)."""
+    def digest(self, effort: str, variant: str = "") -> str:
+        """The key as the cache stores it: a hash of every component, each length-prefixed (unambiguous).
+        ``variant`` names a way of asking beyond the effort (the refutation turn's threshold), "" for none."""
         h = hashlib.sha256(b"k3lsp-result-key-v2\0")
-        for part in (*astuple(self), effort):
+        for part in (*astuple(self), effort, *((variant,) if variant else ())):
             data = part.encode("utf-8", "surrogatepass")
             h.update(len(data).to_bytes(8, "big") + data)
         return h.hexdigest()
@@ -79,9 +80,9 @@ class ResultKey:
         user configured both, so each proved its identity; which one audited a unit does not change the answer)."""
         return (self.fingerprint, self.prompt_version) == (other.fingerprint, other.prompt_version)
 
-    def answering(self, effort: str) -> list[str]:
+    def answering(self, effort: str, variant: str = "") -> list[str]:
         """The keys whose results answer a request at ``effort``: its own first, then those of higher efforts."""
-        return [self.digest(e) for e in EFFORTS[EFFORTS.index(effort) :]]
+        return [self.digest(e, variant) for e in EFFORTS[EFFORTS.index(effort) :]]
 
 
 def for_welcome(welcome: dict, *, daemon: str | None) -> ResultKey | None:

@@ -24,6 +24,8 @@ MAX_TEXT_CHARS = 1024 * 1024  # one code unit, context or tool result
 MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than this
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
+VERDICTS = ("confirmed", "refuted", "uncertain")  # the model's word on an analyzer alert or on its own finding
+MAX_ALERTS_PER_UNIT = 32  # analyzer alerts one audit request may carry for the model to triage
 EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it answers; off = not at all
 DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
@@ -292,6 +294,10 @@ FINDING_SCHEMA: Schema = {
     "trace": (list_of(TRACE_STEP, 64), False),
     "fix": (FIX, False),
     "reasoning": (string(MAX_REASONING_CHARS), False),
+    # set by the editor, never taken from the model or the daemon: the model's verdict on the finding (the
+    # refutation turn, or its triage of the alert it came from), and the analyzer alert it came from or merged with
+    "verdict": (record({"verdict": (one_of(*VERDICTS), True), "reason": (string(2000), True)}), False),
+    "witness": (record({"tool": (string(64), True), "rule": (string(100), True), "line": (LINE, True)}), False),
 }
 _finding_record = record(FINDING_SCHEMA)
 
@@ -314,6 +320,17 @@ def validate_finding(value: Any) -> dict:
 
 TEXT = string()
 NAME = string(1024)
+# An analyzer alert for the model to triage (k3lsp.witnesses): ``line`` relative to the unit, like a finding's.
+ALERT = record(
+    {
+        "id": (string(16, nonempty=True), True),
+        "tool": (string(64, nonempty=True), True),
+        "rule": (string(100), True),
+        "cwe": (integer(1, 100_000), False),
+        "line": (LINE, True),
+        "message": (string(300), True),
+    }
+)
 
 TO_DAEMON: dict[str, Schema] = {
     "hello": {"client": (NAME, True), "version": (string(64), True)},
@@ -327,6 +344,8 @@ TO_DAEMON: dict[str, Schema] = {
         "max_tokens": (integer(1, 1_000_000), False),
         "thinking_effort": (one_of(*EFFORTS), False),
         "fresh": (boolean, False),  # audit again: no answer from the daemon's result store
+        "alerts": (list_of(ALERT, MAX_ALERTS_PER_UNIT), False),  # analyzer alerts in the unit, to triage
+        "refute_from": (one_of(*SEVERITIES), False),  # a refutation turn for the findings at or above this severity
     },
     "explain": {
         "path": (NAME, True),
@@ -367,6 +386,13 @@ TO_CLIENT: dict[str, Schema] = {
         "args": (free_map, True),
     },
     "text": {"text": (TEXT, True)},
+    "verdict": {  # the model's verdict on an alert of the request (``ref``: its id) or on a finding (its number)
+        "on": (one_of("alert", "finding"), True),
+        "ref": (string(16, nonempty=True), True),
+        "verdict": (one_of(*VERDICTS), True),
+        "reason": (string(2000), True),
+        "cwe": (integer(1, 100_000), False),
+    },
     "done": {"stats": (free_map, True)},
     "error": {"code": (string(64, nonempty=True), True), "message": (string(4000), True)},
     "cancelled": {},

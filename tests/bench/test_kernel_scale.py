@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.quick import quick_run
+
 CTAGS = shutil.which("ctags")
 UNIVERSAL = CTAGS is not None and b"Universal Ctags" in subprocess.run([CTAGS, "--version"], capture_output=True).stdout
 
@@ -19,15 +18,7 @@ UNIVERSAL = CTAGS is not None and b"Universal Ctags" in subprocess.run([CTAGS, "
 @pytest.fixture(scope="module")
 def quick() -> str:
     """The output of one quick run, shared by the tests of this module."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "kernel_scale.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return quick_run("kernel_scale.py", 300)
 
 
 def figure(out: str, name: str) -> float:

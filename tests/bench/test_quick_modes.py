@@ -6,18 +6,18 @@ tiny checkpoint (their daemons) or on the editor side alone."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.quick import quick_run
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py"))
 OWN_TESTS = {  # scripts whose quick mode has a test of its own, with more to check than a ratio line
     "backend_vs_mlx_server.py": "tests/backend/test_bench.py",
     "kernel_scale.py": "tests/bench/test_kernel_scale.py",
+    "tool_loop.py": "tests/bench/test_tool_loop.py",
 }
 PAIR = {"pair_exchange.py", "pair_link.py"}  # two ranks under mlx.launch
 FIGURES = {"step_profile.py": " us/token"}  # what a script prints that is not a ratio (a profile: where time goes)
@@ -38,16 +38,6 @@ def test_every_script_has_a_quick_mode():
 )
 def test_the_quick_mode_runs_and_prints_its_figures(name):
     pytest.importorskip("mlx")  # every one of them serves the tiny checkpoint
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / name), "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=os.environ | {"PYTHONPATH": str(REPO)},
-    )
-    if name == "step_profile.py" and "ptrace" in done.stderr.lower():  # py-spy may not attach to another process
-        pytest.skip(f"py-spy cannot attach here (ptrace not permitted): {done.stderr[-300:]}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = quick_run(name, timeout=900)
     figure = FIGURES.get(name, "ratio ")
-    assert any(figure in line for line in done.stdout.splitlines()), done.stdout
+    assert any(figure in line for line in out.splitlines()), out

@@ -27,7 +27,9 @@ UNIT = {"path": "drivers/x.c", "unit": "x_ioctl", "code": "int x(void)\n{\n}\n",
 EXAMPLES = {
     "to_daemon": {
         "hello": {"client": "k3lsp/0.1.0", "version": "0.1.0"},
-        "audit": UNIT | {"first_line": 10, "priority": "background", "max_tokens": 64},
+        "audit": UNIT
+        | {"first_line": 10, "priority": "background", "max_tokens": 64, "refute_from": "medium"}
+        | {"alerts": [{"id": "A1", "tool": "cppcheck", "rule": "nullPointer", "cwe": 476, "line": 2, "message": "m"}]},
         "explain": UNIT | {"finding": FINDING},
         "tool_result": {"call": "c1", "ok": True, "result": "line 1\nline 2"},
         "cancel": {},
@@ -47,6 +49,7 @@ EXAMPLES = {
         "finding": {"finding": FINDING},
         "tool_request": {"call": "c1", "tool": "read_lines", "args": {"path": "a.c", "start": 1, "end": 9}},
         "text": {"text": "The length"},
+        "verdict": {"on": "alert", "ref": "A1", "verdict": "refuted", "reason": "n is checked on line 2", "cwe": 476},
         "done": {"stats": {"prompt_tokens": 100, "cached_tokens": 80, "finish_reason": "stop"}},
         "error": {"code": "bad_request", "message": "kind: missing"},
         "cancelled": {},

@@ -146,6 +146,29 @@ local function check_clients(k3lsp)
   end
 end
 
+--- Which static analyzers (the `witnesses` setting) the server finds: `k3lsp witnesses --json`.
+local function check_witnesses(cmd, opts)
+  local rc, output, stdout = run(vim.list_extend(vim.deepcopy(cmd), { 'witnesses', '--json' }), SERVER_TIMEOUT_MS)
+  local ok, found = pcall(vim.json.decode, stdout or '')
+  if rc ~= 0 or not ok or type(found) ~= 'table' then
+    vim.health.warn('cannot list the witnesses: ' .. last_line(output or ''))
+    return
+  end
+  local wanted = {}
+  for _, name in ipairs(opts.witnesses or {}) do
+    wanted[name] = true
+  end
+  for name, state in pairs(found) do
+    if not state:match('^not found') then
+      vim.health.ok(('witness %s: %s%s'):format(name, state, wanted[name] and '' or ' (not in the witnesses setting)'))
+    elseif wanted[name] then
+      vim.health.warn(('witness %s is in the witnesses setting but %s'):format(name, state))
+    else
+      vim.health.info(('witness %s: %s'):format(name, state))
+    end
+  end
+end
+
 function M.check()
   local k3lsp = require('k3lsp')
   vim.health.start('k3lsp')
@@ -165,6 +188,9 @@ function M.check()
     vim.health.info('backend not checked: fix the key files first')
   else
     check_backend(k3lsp, cmd, opts)
+  end
+  if vim.fn.executable(cmd[1]) == 1 then
+    check_witnesses(cmd, opts)
   end
   check_clients(k3lsp)
 end
