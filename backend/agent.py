@@ -153,6 +153,7 @@ class Conversation:
     specials: tuple[str, ...]
     prompt: list[int] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)
+    review: bool = False  # the unit is under review (the request's `changes`): findings may say `introduced`
 
 
 @dataclass
@@ -223,7 +224,7 @@ class Agent:
         for n in range(self.config.max_tool_rounds + 1):
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds)
+            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, bounds, conv.review)
             await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {n + 1}")
             async with self.admit():  # a fair turn in the engine (backend/fairshare.py), for this generation only
                 gen = await self._generate(conv, unit, n, budget - stats.generated_tokens, reader, findings, prose)
@@ -335,17 +336,18 @@ def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conv
     if kind == "explain":
         messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
         return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
-    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"))
-    return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials)
+    changes = req.get("changes")
+    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"), changes=changes)
+    return Conversation(messages, prompts.AUDIT_TOOLS, effort, specials, review=changes is not None)
 
 
 async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
     """What the model is given for an ``audit`` message, as one hash per way to answer it: first at the request's
     own thinking effort and token budget, then at each higher effort with that effort's own budget (an audit
     that thought longer answers one that would think less). Each hash covers the rendered prompt (system
-    prompt, tools, path, unit name, first line, code, context, effort), the budget, the sampling and the
-    tool-round limit: everything but the tool results, which the result store checks call by call
-    (backend/store.py)."""
+    prompt, tools, path, unit name, first line, code, context, the changes of a unit under review, effort), the
+    budget, the sampling and the tool-round limit: everything but the tool results, which the result store
+    checks call by call (backend/store.py)."""
     effort = req.get("thinking_effort") or config.thinking_effort
     out = []
     for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
@@ -406,15 +408,17 @@ class FindingStream:
     the ``lines`` of the audited unit (``k3lsp.wire.bounds.fit_lines``, the editor's check too), is dropped with a
     log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
     full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
-    reasoning written before it in the think channel.
+    reasoning written before it in the think channel. ``introduced`` is kept only for a unit under ``review``:
+    without a change in view the model cannot know what introduced a bug.
     """
 
-    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds):
+    def __init__(self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds, review: bool):
         self._send = send
         self._stats = stats
         self._enabled = enabled
         self._lines = lines
         self._bounds = bounds
+        self._review = review
         self._seen: set[int] = set()
         self._closed = (0, 0)  # (sections closed, calls closed in the open one) when last parsed
 
@@ -446,6 +450,8 @@ class FindingStream:
                 log.info("dropped invalid finding from report_finding call %d: %s", call.index, exc)
                 continue
             finding.pop("reasoning", None)  # only the think channel says why, not the call's own arguments
+            if not self._review:
+                finding.pop("introduced", None)
             if reasoning.strip():
                 finding["reasoning"] = clip_reasoning(reasoning)
             why = self._bounds.admit(finding)

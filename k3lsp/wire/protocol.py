@@ -292,6 +292,7 @@ FINDING_SCHEMA: Schema = {
     "trace": (list_of(TRACE_STEP, 64), False),
     "fix": (FIX, False),
     "reasoning": (string(MAX_REASONING_CHARS), False),
+    "introduced": (boolean, False),  # under review: the model says the change introduced it
 }
 _finding_record = record(FINDING_SCHEMA)
 
@@ -314,6 +315,10 @@ def validate_finding(value: Any) -> dict:
 
 TEXT = string()
 NAME = string(1024)
+MAX_CHANGED_LINES = 100_000  # the changed lines of one unit under review (a unit is at most MAX_TEXT_CHARS)
+# A unit under review (`k3lsp review`): the lines of `code` the change added or modified (1-based, like findings),
+# and the function as it was before the change ("" when the change adds it).
+CHANGES = record({"lines": (list_of(LINE, MAX_CHANGED_LINES), True), "preimage": (TEXT, True)})
 
 TO_DAEMON: dict[str, Schema] = {
     "hello": {"client": (NAME, True), "version": (string(64), True)},
@@ -327,6 +332,7 @@ TO_DAEMON: dict[str, Schema] = {
         "max_tokens": (integer(1, 1_000_000), False),
         "thinking_effort": (one_of(*EFFORTS), False),
         "fresh": (boolean, False),  # audit again: no answer from the daemon's result store
+        "changes": (CHANGES, False),  # under review: what the change did to the unit
     },
     "explain": {
         "path": (NAME, True),
