@@ -72,6 +72,7 @@ class Finding:
     trace: tuple[TraceStep, ...] = ()
     fix: Fix | None = None
     reasoning: str = ""  # the model's reasoning before it reported the finding (its think channel), bounded
+    introduced: bool | None = None  # under review: whether the model says the change introduced it
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
@@ -94,6 +95,8 @@ class Finding:
             }
         if self.reasoning:
             out["reasoning"] = self.reasoning
+        if self.introduced is not None:
+            out["introduced"] = self.introduced
         return out
 
 
@@ -133,6 +136,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         trace=trace,
         fix=fix,
         reasoning=sanitize.text(d.get("reasoning", "")).strip(),
+        introduced=d.get("introduced"),
     )
 
 

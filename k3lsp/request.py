@@ -39,7 +39,7 @@ def concerns_daemon(code: str) -> bool:
 
 def fields_for(target: Target, priority: Priority, effort: str, fresh: bool) -> dict:
     unit = target.unit
-    return {
+    fields = {
         "path": target.path,
         "unit": unit.name,
         "code": unit.text,
@@ -48,6 +48,9 @@ def fields_for(target: Target, priority: Priority, effort: str, fresh: bool) -> 
         "priority": str(priority),
         "thinking_effort": effort,
     } | ({"fresh": True} if fresh else {})
+    if target.changes is not None:  # a unit under review (k3lsp.review)
+        fields["changes"] = target.changes.wire()
+    return fields
 
 
 async def audit(

@@ -1,7 +1,8 @@
 """The cache policy: which units the cache answers, what is kept, and which units are never sent again.
 
 The expensive thing is the model, so the core asks it as little as possible: a unit whose content address
-(``Unit.key``: text and context) was audited before under a result key that answers for the daemon asked
+(``Target.key``: text and context, and for a unit under review the change shown with it) was audited before
+under a result key that answers for the daemon asked
 (``k3lsp.wire.address.ResultKey``: its checkpoint, prompt version and identity; another configured daemon
 serving the same checkpoint and prompt version answers too; so does a higher thinking effort) is answered from
 the cache. Only complete audits are kept (``DoneStats.cut_short`` is None): one cut short is shown once and
@@ -47,11 +48,11 @@ class Results:
         digests = [] if force or own is None else [d for k in keys if k.same_answers(own) for d in k.answering(effort)]
         hits, misses = [], []
         for target in targets:
-            refusal = self._refused.get((target.unit.key, own, limit))
+            refusal = self._refused.get((target.key, own, limit))
             if refusal is not None:  # even when forced: it would be refused the same way
                 hits.append(UnitResult(target, [], DoneStats.of({}), refusal=refusal))
                 continue
-            row = next((r for d in digests if (r := self.cache.get(target.unit.key, d)) is not None), None)
+            row = next((r for d in digests if (r := self.cache.get(target.key, d)) is not None), None)
             if row is None:
                 misses.append(target)
             else:
@@ -62,8 +63,8 @@ class Results:
         """File a daemon's complete answer under its key; a cut-short one, or one from the team store, is not."""
         if key is None or result.cut_short is not None or result.stats.from_store:
             return
-        self.cache.put(result.unit.key, key.digest(effort), result.findings, result.stats.raw)
+        self.cache.put(result.target.key, key.digest(effort), result.findings, result.stats.raw)
 
     def refuse(self, target: Target, key: ResultKey | None, limit: int | None, why: str) -> None:
         """Remember that the daemon under ``key`` with this prompt limit refused this unit as too long."""
-        self._refused[(target.unit.key, key, limit)] = why
+        self._refused[(target.key, key, limit)] = why

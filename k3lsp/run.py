@@ -8,6 +8,7 @@ refused, failed or not audited is decided once, here and in the pool.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,14 +19,40 @@ from k3lsp.wire import sanitize
 
 
 @dataclass(frozen=True)
+class Changes:
+    """What a change under review did to a unit (``k3lsp.review``; the ``audit`` request's ``changes``): the unit's
+    lines it added or modified (1-based, like findings) and the function before it ("" when the change adds it)."""
+
+    lines: tuple[int, ...]
+    preimage: str
+
+    def wire(self) -> dict:
+        return {"lines": list(self.lines), "preimage": self.preimage}
+
+
+@dataclass(frozen=True)
 class Target:
     """One unit to audit and where it lives: ``path`` is what the model and its tools see (relative to
     ``root``); ``root`` confines the model's tools, and None gives it none (a file outside every workspace
-    folder, whose own folder may be the home directory)."""
+    folder, whose own folder may be the home directory). ``changes``: the unit is under review."""
 
     root: Path | None
     path: str
     unit: Unit
+    changes: Changes | None = None
+
+    @property
+    def key(self) -> str:
+        """What its result is filed under in the cache: the unit's content address, and for a unit under review
+        the change shown with it too (the model is asked another question: its answer never stands for the
+        unit's own audit, nor the other way round)."""
+        if self.changes is None:
+            return self.unit.key
+        h = hashlib.sha256(b"k3lsp-reviewed-unit-v1\0" + self.unit.key.encode())
+        for line in self.changes.lines:
+            h.update(line.to_bytes(4, "big"))
+        h.update(b"\0" + self.changes.preimage.encode("utf-8", "surrogatepass"))
+        return h.hexdigest()
 
 
 @dataclass(frozen=True)
