@@ -20,6 +20,7 @@ from lsprotocol import types as lsp
 
 from k3lsp import diffing, findings, pipeline, suppress
 from k3lsp.options import Options
+from k3lsp.scope import Changed
 from k3lsp.units import Unit
 
 
@@ -102,6 +103,7 @@ class Document:
     result_id: int = 0  # bumped whenever `shown` changes (pull diagnostics)
     published: int | None = None  # the result_id the client was last told about
     silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
+    changed: Changed | None = None  # scope changed: its lines the work tree changed (k3lsp.scope); None: scope all
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
         notices = self.notices if notices is None else notices

@@ -27,7 +27,8 @@ from k3lsp.client import default_endpoint
 from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
 
-TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
+TRIGGERS = ("save", "open", "manual")
+SCOPES = ("all", "changed")  # k3lsp.scope  # open = audit on open and on save
 # auto: low for what the user waits on (audits on save and open, explain), high for workspace and batch audits
 THINKING_EFFORTS = ("auto", *EFFORTS)
 DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
@@ -52,6 +53,8 @@ class Options:
     thinking_effort: str = "auto"
     max_workspace_files: int = 0  # a workspace audit's bound on files (open, then newest first); 0: every file
     kernel_macros: Macros = DEFAULT_MACROS  # what the splitter normalises: the built-in table plus kernelMacros
+    scope: str = "all"  # changed: audit and show only what the work tree changed since base_ref (k3lsp.scope)
+    base_ref: str = ""  # the base of scope changed; "": the merge-base with the branch's upstream, else HEAD
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -169,6 +172,8 @@ _PARSERS = {
     "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
     "maxWorkspaceFiles": ("max_workspace_files", _count),
     "kernelMacros": ("kernel_macros", Macros.parse),
+    "scope": ("scope", _choice(SCOPES)),
+    "baseRef": ("base_ref", _text),
 }
 
 

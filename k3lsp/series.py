@@ -125,4 +125,3 @@ def _applied(before: Snapshot, files: Sequence[FileChange]) -> dict[str, bytes |
             raise patches.PatchError(f"{change.old_path}: the patch changes it, but the base has no such file")
         out[change.new_path] = patches.apply(old, change)
     return out
-

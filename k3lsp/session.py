@@ -26,7 +26,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from k3lsp import actions, findings, options, progress, suppress, tasks, units, workspace
+from k3lsp import actions, findings, options, progress, scope, suppress, tasks, units, workspace
 from k3lsp.client import BackendClient, BackendError
 from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
 from k3lsp.documents import Document, Silenced, View, notices, present
@@ -198,7 +198,7 @@ class Session:
         """The status notification for the VS Code and Neovim status views (with how many findings of the open
         documents are silenced), and, for every client, one message when the daemons become unusable and one
         when they are back."""
-        payload = asdict(state) | self.silenced()
+        payload = asdict(state) | self.silenced() | {"scope": self.scope_note()}
         if payload != self._sent_state:  # queue bookkeeping calls this often: only changes are news
             self._sent_state = payload
             self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
@@ -248,9 +248,23 @@ class Session:
             return
         split = await self.split(text)
         shown, doc.silenced = present(doc.uri, text, split, doc.results, self.view())
+        doc.changed = await self.scoped(doc, text)
+        if doc.changed is not None:  # scope changed: only the findings on lines the work tree changed
+            shown = [s for s in shown if doc.changed.meets(s.diagnostic.range.start.line, s.diagnostic.range.end.line)]
         doc.show(shown, notices(split, doc.refusals))
         self.publish(doc)
         self._state_changed(self.pool.state)  # the silenced counts in the status may have changed
+
+    async def scoped(self, doc: Document, text: str) -> scope.Changed | None:
+        """With scope changed, the document's lines the work tree changed since the base (read off the event
+        loop); None with scope all."""
+        if self.options.scope != scope.CHANGED:
+            return None
+        o = self.options
+        return await asyncio.to_thread(scope.changed, doc.path, text, o.base_ref, o.max_file_bytes)
+
+    def scope_note(self) -> str:
+        return scope.describe(self.options.scope, [d.changed.base for d in self.docs.values() if d.changed])
 
     async def republish_all(self) -> None:
         for doc in list(self.docs.values()):
@@ -404,6 +418,9 @@ class Session:
         todo = [
             Target(doc.root, doc.relpath, u) for u in all_units if line is None or u.start_line <= line <= u.end_line
         ]
+        changed = await self.scoped(doc, text) if line is None else None
+        if changed is not None:  # scope changed: units untouched since the base are not sent
+            todo = [t for t in todo if changed.touches(t.unit)]
         forced = line is not None
         run = self.pool.audit(todo, priority=priority, force=forced, fresh=forced)
         done = 0
@@ -498,6 +515,7 @@ class Session:
         out["silenced"] = self.silenced()
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
+        out["scope"] = self.scope_note()
         return out
 
     async def shutdown(self) -> None:
