@@ -133,6 +133,16 @@ class Repository:
             (merges if len(commit.parents) > 1 else picked).append(_commit(commit))
         return picked, merges
 
+    def history(self, rev: str, limit: int) -> list[Commit]:
+        """Up to ``limit`` commits reachable from ``rev``, newest first, merges left out."""
+        out: list[Commit] = []
+        for c in self._repo.walk(self._peel(rev).id, SortMode.TOPOLOGICAL):
+            if len(out) == limit:
+                break
+            if len(c.parents) <= 1:
+                out.append(_commit(c))
+        return out
+
     def _peel(self, rev: str) -> pygit2.Commit:
         try:
             return self._repo.revparse_single(rev).peel(pygit2.Commit)

@@ -171,7 +171,7 @@ async def review_patches(
     baseline = suppress.Baseline.load(tools) if tools is not None else None
     if baseline is not None and baseline.error:
         report.errors.append(baseline.error)
-    reviews = [_plan(p, tools, repo.root, options) for p in patches]
+    reviews = [plan(p, tools, repo.root, options) for p in patches]
     if how.callers:
         await _find_callers(reviews, tools, repo.root, options, report)
     owners: dict[Target, list[PatchReview]] = {}  # a unit two patches leave the same is audited once
@@ -210,7 +210,7 @@ async def review_patches(
     return report
 
 
-def _plan(patch: Patch, tools: Path | None, root: Path, options: Options) -> PatchReview:
+def plan(patch: Patch, tools: Path | None, root: Path, options: Options) -> PatchReview:
     """The patch's C files and its changed units, each with its change."""
     review = PatchReview(patch)
     if patch.error:
