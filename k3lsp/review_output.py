@@ -205,11 +205,13 @@ def reply(review: PatchReview) -> str | None:
     placed: set[int] = set()
     for path, file in review.files.items():
         here = [f for f in review.findings if f.row.uri == path]
-        for hunk in file.hunks:
-            lines += [*_quote_hunk(path, file.old_path, hunk, here, placed), ""]
+        quoted = [q for hunk in file.hunks if (q := list(_quote_hunk(hunk, here, placed)))]
+        if quoted:
+            lines += [f"> --- a/{file.old_path}" if file.old_path else "> --- /dev/null", f"> +++ b/{path}"]
+            lines += [line for q in quoted for line in (*q, "")]
     rest = [f for f in review.findings if id(f) not in placed]
     if rest:
-        lines += ["Findings outside the hunks above (not introduced by this patch unless marked):", ""]
+        lines += ["Findings outside the quoted hunks:", ""]
         for f in rest:
             lines += _comment(f, where=True)
     text = "\n".join(sanitize.text(line).rstrip() for line in lines)
@@ -218,7 +220,7 @@ def reply(review: PatchReview) -> str | None:
     return text.strip("\n") + "\n"
 
 
-def _quote_hunk(path: str, old_path: str | None, hunk, here: list[ReviewFinding], placed: set[int]) -> Iterator[str]:
+def _quote_hunk(hunk, here: list[ReviewFinding], placed: set[int]) -> Iterator[str]:
     """The hunk quoted, each finding's comment under the last of its lines in the hunk; nothing when none is."""
     post = [line.target_line_no for line in hunk if line.target_line_no is not None]
     anchors: dict[int, list[ReviewFinding]] = {}
@@ -229,8 +231,6 @@ def _quote_hunk(path: str, old_path: str | None, hunk, here: list[ReviewFinding]
             placed.add(id(f))
     if not anchors:
         return
-    yield f"> --- a/{old_path or path}" if old_path else "> --- /dev/null"
-    yield f"> +++ b/{path}"
     counts = f"-{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length}"
     yield f"> @@ {counts} @@ {hunk.section_header}".rstrip()
     for line in hunk:
