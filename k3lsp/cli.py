@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -122,21 +121,14 @@ def _audit_run(args: argparse.Namespace) -> int:
         result = asyncio.run(run(on_progress))
     status = result.exit_status()
     batch.print_problems(result)
-    try:
-        with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
-            if fmt == "sarif":
-                from k3lsp.sarif import to_sarif
+    from k3lsp.sarif import to_sarif
 
-                json.dump(to_sarif(result, status), out, indent=2)
-                out.write("\n")
-            elif fmt == "json":
-                batch.print_json(result, out)
-            else:
-                batch.print_text(result, out)
-    except OSError as exc:
-        print(f"k3lsp audit: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
-        return batch.EXIT_ERROR
-    return status
+    formats = {
+        "sarif": terminal.json_to(lambda: to_sarif(result, status)),
+        "json": lambda out: batch.print_json(result, out),
+        "text": lambda out: batch.print_text(result, out),
+    }
+    return status if terminal.write_report(args.output, formats, fmt, "audit") else batch.EXIT_ERROR
 
 
 def _review(args: argparse.Namespace) -> int:

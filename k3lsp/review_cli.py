@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -67,18 +65,10 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
     report.warnings[:0] = warnings
     status = report.exit_status(args.fail_on)
     review_output.print_problems(report)
-    try:
-        with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
-            if fmt == "sarif":
-                json.dump(review_output.to_sarif(report, status, args.sarif_runs), out, indent=2)
-                out.write("\n")
-            elif fmt == "json":
-                review_output.print_json(report, out)
-            elif fmt == "email":
-                review_output.print_email(report, out)
-            else:
-                review_output.print_text(report, out)
-    except OSError as exc:
-        print(f"k3lsp review: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
-        return batch.EXIT_ERROR
-    return status
+    formats = {
+        "sarif": terminal.json_to(lambda: review_output.to_sarif(report, status, args.sarif_runs)),
+        "json": lambda out: review_output.print_json(report, out),
+        "email": lambda out: review_output.print_email(report, out),
+        "text": lambda out: review_output.print_text(report, out),
+    }
+    return status if terminal.write_report(args.output, formats, fmt, "review") else batch.EXIT_ERROR
