@@ -165,6 +165,7 @@ class Conversation:
     segments: list[int] = field(default_factory=list)
     alerts: list[dict] = field(default_factory=list)  # the analyzer alerts the model is asked to triage
     refute_from: str | None = None  # the refutation turn's severity threshold; None: no refutation turn
+    review: bool = False  # the unit is under review (the request's `changes`): findings may say `introduced`
 
 
 @dataclass
@@ -311,7 +312,9 @@ class Agent:
             generation = stats.rounds  # the request's n-th generation (what a script's n-th turn forces)
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
-            findings = FindingStream(self.send, stats, "report_finding" in allowed, lines, state.bounds, state.sent)
+            findings = FindingStream(
+                self.send, stats, "report_finding" in allowed, lines, state.bounds, state.sent, conv.review
+            )
             await self.send("progress", stage="queued", tokens=stats.generated_tokens, detail=f"round {generation + 1}")
             async with self.admit():  # a fair turn in the engine (backend/fairshare.py), for this generation only
                 left = budget - (stats.generated_tokens - spent)
@@ -447,9 +450,18 @@ def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conv
         messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
         return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
     alerts = list(req.get("alerts") or [])
-    messages = prompts.audit_messages(**unit, specials=specials, first_line=req.get("first_line"), alerts=alerts)
+    changes = req.get("changes")
+    messages = prompts.audit_messages(
+        **unit, specials=specials, first_line=req.get("first_line"), alerts=alerts, changes=changes
+    )
     return Conversation(
-        messages, prompts.AUDIT_TOOLS, effort, specials, alerts=alerts, refute_from=req.get("refute_from")
+        messages,
+        prompts.AUDIT_TOOLS,
+        effort,
+        specials,
+        alerts=alerts,
+        refute_from=req.get("refute_from"),
+        review=changes is not None,
     )
 
 
@@ -457,9 +469,9 @@ async def seen(tokenizer, config: AgentConfig, req: dict) -> list[str]:
     """What the model is given for an ``audit`` message, as one hash per way to answer it: first at the request's
     own thinking effort and token budget, then at each higher effort with that effort's own budget (an audit
     that thought longer answers one that would think less). Each hash covers the rendered prompt (system
-    prompt, tools, path, unit name, first line, code, context, effort), the budget, the sampling and the
-    tool-round limit: everything but the tool results, which the result store checks call by call
-    (backend/store.py)."""
+    prompt, tools, path, unit name, first line, code, context, the changes of a unit under review, effort), the
+    budget, the sampling and the tool-round limit: everything but the tool results, which the result store
+    checks call by call (backend/store.py)."""
     effort = req.get("thinking_effort") or config.thinking_effort
     out = []
     for e in protocol.EFFORTS[protocol.EFFORTS.index(effort) :]:
@@ -543,11 +555,19 @@ class FindingStream:
     the ``lines`` of the audited unit (``k3lsp.wire.bounds.fit_lines``, the editor's check too), is dropped with a
     log line, and so is every finding beyond ``bounds`` (counted as ``findings_over_limit``); once they are
     full, calls are no longer parsed as they close, only counted when the turn ends. Each finding carries the
-    reasoning written before it in the think channel.
+    reasoning written before it in the think channel. ``introduced`` is kept only for a unit under ``review``:
+    without a change in view the model cannot know what introduced a bug.
     """
 
     def __init__(
-        self, send: Send, stats: Stats, enabled: bool, lines: int, bounds: FindingBounds, sent: list[dict] | None = None
+        self,
+        send: Send,
+        stats: Stats,
+        enabled: bool,
+        lines: int,
+        bounds: FindingBounds,
+        sent: list[dict] | None = None,
+        review: bool = False,
     ):
         self._send = send
         self.sent = [] if sent is None else sent  # every finding sent for the request, in order
@@ -555,6 +575,7 @@ class FindingStream:
         self._enabled = enabled
         self._lines = lines
         self._bounds = bounds
+        self._review = review
         self._seen: set[int] = set()
         self._closed = (0, 0)  # (sections closed, calls closed in the open one) when last parsed
 
@@ -587,6 +608,8 @@ class FindingStream:
                 continue
             for own in ("reasoning", "verdict", "witness"):  # set by the think channel and the editor, not the call
                 finding.pop(own, None)
+            if not self._review:
+                finding.pop("introduced", None)
             if reasoning.strip():
                 finding["reasoning"] = clip_reasoning(reasoning)
             why = self._bounds.admit(finding)

@@ -31,7 +31,8 @@ from mlx_lm.tool_parsers import kimi_k3
 from backend import channels
 from k3lsp.wire.protocol import EFFORTS
 
-PROMPT_VERSION = "k3lsp-audit-5"  # 5: analyzer alerts to triage (triage_alert), the refutation turn (verdict)
+PROMPT_VERSION = "k3lsp-audit-6"  # 6: analyzer alerts to triage (triage_alert), the refutation turn (verdict), units
+# under review (changed lines marked, the function before the change)
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
@@ -73,6 +74,10 @@ REPORT_FINDING = _tool(
         "start_line": _LINE,
         "end_line": _LINE,
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "introduced": {
+            "type": "boolean",
+            "description": "for a unit under review (lines marked +): true when the change introduced this bug",
+        },
         "trace": {
             "type": "array",
             "maxItems": 64,
@@ -165,12 +170,13 @@ def defuse(text: str, specials: tuple[str, ...]) -> str:
     return text
 
 
-def numbered(code: str) -> str:
+def numbered(code: str, changed: frozenset[int] = frozenset()) -> str:
     """The unit with 1-based line numbers, the numbering findings use: ``12|`` and the line as it is. No
     padding and no space after the bar: on zlib's gzread.c that costs 1.12 tokens per unit token instead of
-    1.17 (bench/prefill_efficiency.py), and indentation stays the code's own."""
+    1.17 (bench/prefill_efficiency.py), and indentation stays the code's own. A line in ``changed`` (the change
+    under review added or modified it) is marked in the gutter: ``12+|``."""
     lines = code.splitlines() or [""]
-    return "\n".join(f"{i}|{line}" for i, line in enumerate(lines, 1))
+    return "\n".join(f"{i}{'+' if i in changed else ''}|{line}" for i, line in enumerate(lines, 1))
 
 
 def _context_message(path: str, context: str, specials: tuple[str, ...]) -> dict:
@@ -204,6 +210,22 @@ def alerts_text(alerts: list[dict]) -> str:
     )
 
 
+def _review_text(path: str, unit: str, code: str, first_line: int | None, changes: dict) -> str:
+    """A unit under review: the function before the change, then after it with the changed lines marked (the
+    question follows, in ``audit_messages``)."""
+    where = f" (line {first_line} of the file)" if first_line else ""
+    before = (
+        f"Before the change under review, `{unit}` read:\n```c\n{changes['preimage']}\n```"
+        if changes["preimage"].strip()
+        else f"The change under review adds `{unit}`."
+    )
+    marked = numbered(code, frozenset(changes["lines"]))
+    return (
+        f"{before}\nUnit `{unit}` from {path}{where} after the change, numbered from 1; the lines the change added "
+        f"or modified are marked + (`12+|`):\n```c\n{marked}\n```"
+    )
+
+
 def audit_messages(
     *,
     path: str,
@@ -213,19 +235,21 @@ def audit_messages(
     context: str = "",
     first_line: int | None = None,
     alerts: list[dict] | None = None,
+    changes: dict | None = None,
 ) -> list[dict]:
     """System | file context (if any) | unit (and its analyzer alerts): the conversation that starts the audit of
-    one unit."""
+    one unit. A unit under review (``changes``, the ``audit`` field) is shown with its changed lines marked, after
+    the function as it was before the change, in the same message: one prompt-cache segment less than a message
+    of its own."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     if context.strip():
         messages.append(_context_message(path, context, specials))
-    ask = "\nAudit this unit and report each vulnerability."
-    messages.append(
-        {
-            "role": "user",
-            "content": defuse(_unit_text(path, unit, code, first_line) + alerts_text(alerts or []) + ask, specials),
-        }
-    )
+    if changes is not None:
+        text = _review_text(path, unit, code, first_line, changes)
+        ask = "\nAudit this unit and report each vulnerability; set introduced to true for one the change introduced."
+    else:
+        text, ask = _unit_text(path, unit, code, first_line), "\nAudit this unit and report each vulnerability."
+    messages.append({"role": "user", "content": defuse(text + alerts_text(alerts or []) + ask, specials)})
     return messages
 
 

@@ -10,12 +10,12 @@ A stored result stands for "what the model said when it was given exactly this",
 only when the model would be given exactly the same now (docs/team.md, the store's trust model):
 
 - **the same prompt and budget**: results are filed under ``Agent.seen``, a hash of the rendered prompt
-  (system prompt, tools, the unit's path, name and first line, its code and context, the thinking effort),
-  the token budget, the sampling and the tool-round limit, under the answering model (the checkpoint's
-  fingerprint, and the script when answers are scripted: a scripted demo must never answer for the model)
-  and the prompt version. Nothing a request leaves out of the key can change the answer it gets. A result
-  at a higher effort, with that effort's own budget, answers a request at a lower one (the model thought
-  at least as long);
+  (system prompt, tools, the unit's path, name and first line, its code and context, the changes of a unit
+  under review, the thinking effort), the token budget, the sampling and the tool-round limit, under the
+  answering model (the checkpoint's fingerprint, and the script when answers are scripted: a scripted demo
+  must never answer for the model) and the prompt version. Nothing a request leaves out of the key can
+  change the answer it gets. A result at a higher effort, with that effort's own budget, answers a request
+  at a lower one (the model thought at least as long);
 - **the same tool answers**: what the model read through its tools came from the requesting editor's
   workspace. Each stored result keeps its tool calls with a hash of every answer; before it answers
   another request, the same calls are asked of the new requester's editor, in order, and the result is

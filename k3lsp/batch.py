@@ -262,27 +262,33 @@ async def _run(
 
 def _summarise(report: BatchReport, summary: Summary | None, allow_incomplete: bool) -> None:
     """The run's summary as report errors and warnings: what was not audited, or not completely."""
-    if summary is None:
-        return
-    incomplete = report.warnings if allow_incomplete else report.errors  # where cut-short units go
-    report.warnings += summary.dropped
+    if summary is not None:
+        errors, warnings = problems(summary, allow_incomplete)
+        report.errors += errors
+        report.warnings += warnings
+
+
+def problems(summary: Summary, allow_incomplete: bool) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a run: what was not audited, or not completely (``k3lsp audit``, ``k3lsp review``)."""
+    errors: list[str] = []
+    warnings = list(summary.dropped)
+    incomplete = warnings if allow_incomplete else errors  # where cut-short units go
     for r in summary.refused:
-        report.errors.append(f"{r.target.path}: {r.unit.name}: too long to audit: {r.refusal}")
+        errors.append(f"{r.target.path}: {r.unit.name}: too long to audit: {r.refusal}")
     for r in summary.incomplete:  # not a clean pass: its findings may be missing
         incomplete.append(
             f"{r.target.path}: {r.unit.name}: the audit was cut short ({r.cut_short}), findings may be missing; "
             "not cached, a rerun audits it again"
         )
     for f in summary.failed:
-        report.errors.append(f"{f.target.path}: {f.target.unit.name}: not audited ({f.code}): {f.message}")
+        errors.append(f"{f.target.path}: {f.target.unit.name}: not audited ({f.code}): {f.message}")
     if summary.over_limit:
-        report.warnings.append(
-            f"{summary.over_limit} findings beyond the bounds of one unit were dropped (k3lsp.wire.bounds)"
-        )
+        warnings.append(f"{summary.over_limit} findings beyond the bounds of one unit were dropped (k3lsp.wire.bounds)")
     if summary.left:
-        report.errors.append(
+        errors.append(
             f"{len(summary.left)} of {summary.units} units not audited: no daemon left ({summary.unavailable})"
         )
+    return errors, warnings
 
 
 def _display(path: Path) -> str:
@@ -295,10 +301,11 @@ def reported(
 ) -> list[Reported]:
     """The report rows for one unit's results: what the findings pipeline reports, in file coordinates, and what
     it silenced (``suppression`` set)."""
-    return [_row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
+    return [row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
 
 
-def _row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
+def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
+    """One finding the pipeline passed (``suppression``: or silenced) as a report row, in file coordinates."""
     f, span, edit = r.finding, Span.of(r.range), r.fix
     trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
     fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -88,10 +87,9 @@ def _audit(args: argparse.Namespace) -> int:
         return batch.EXIT_ERROR
 
 
-def _audit_run(args: argparse.Namespace) -> int:
-    import signal
-
-    from k3lsp import batch, options, terminal
+def _settings(args: argparse.Namespace):
+    """What ``audit`` and ``review`` take from their flags: (options, endpoints, jobs, errors)."""
+    from k3lsp import options
     from k3lsp.pool import DEFAULT_SLOTS
 
     settings = {
@@ -107,6 +105,15 @@ def _audit_run(args: argparse.Namespace) -> int:
     jobs = DEFAULT_SLOTS if args.jobs is None else args.jobs
     if jobs < 1:
         errors.append(f"--jobs must be at least 1, not {jobs}")
+    return opts, endpoints, jobs, errors
+
+
+def _audit_run(args: argparse.Namespace) -> int:
+    import signal
+
+    from k3lsp import batch, terminal
+
+    opts, endpoints, jobs, errors = _settings(args)
     fmt = "json" if args.json else args.format
     if errors:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
@@ -131,21 +138,29 @@ def _audit_run(args: argparse.Namespace) -> int:
         result = asyncio.run(run(on_progress))
     status = result.exit_status()
     batch.print_problems(result)
-    try:
-        with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
-            if fmt == "sarif":
-                from k3lsp.sarif import to_sarif
+    from k3lsp.sarif import to_sarif
 
-                json.dump(to_sarif(result, status), out, indent=2)
-                out.write("\n")
-            elif fmt == "json":
-                batch.print_json(result, out)
-            else:
-                batch.print_text(result, out)
-    except OSError as exc:
-        print(f"k3lsp audit: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+    formats = {
+        "sarif": terminal.json_to(lambda: to_sarif(result, status)),
+        "json": lambda out: batch.print_json(result, out),
+        "text": lambda out: batch.print_text(result, out),
+    }
+    return status if terminal.write_report(args.output, formats, fmt, "audit") else batch.EXIT_ERROR
+
+
+def _review(args: argparse.Namespace) -> int:
+    """`k3lsp review`; like `audit`, an unexpected fault exits 2, never 1."""
+    from k3lsp import batch, review_cli
+
+    try:
+        opts, endpoints, jobs, errors = _settings(args)
+        if errors:
+            print("k3lsp review: " + "; ".join(errors), file=sys.stderr)
+            return batch.EXIT_ERROR
+        return review_cli.run(args, opts, endpoints, jobs)
+    except Exception as exc:
+        print(sanitize.line(f"k3lsp review: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return batch.EXIT_ERROR
-    return status
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -211,6 +226,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
+
+    review = sub.add_parser(
+        "review",
+        help="review patches: a range A..B, a commit, --staged, the work tree, or --patch FILE (a patch or an "
+        "mbox); exit 0 clean, 1 an introduced finding at or above --fail-on, 2 errors",
+    )
+    review.add_argument(
+        "revision", nargs="?", default=None, help="A..B (each commit of the range, oldest first) or one commit"
+    )
+    review.add_argument("-C", dest="repo", type=Path, default=Path("."), help="the repository (default: here)")
+    what = review.add_mutually_exclusive_group()
+    what.add_argument("--staged", action="store_true", help="the index against HEAD")
+    what.add_argument(
+        "--patch", type=Path, default=None, help="a patch file or an mbox of a series (git format-patch, b4 am)"
+    )
+    review.add_argument(
+        "--base", default=None, help="what the work tree is compared with, or the patches apply to (default HEAD)"
+    )
+    review.add_argument("--callers", action="store_true", help="also audit the callers of changed functions")
+    review.add_argument("--format", choices=("text", "json", "sarif", "email"), default="text", help="output format")
+    review.add_argument("--json", action="store_true", help="same as --format json")
+    review.add_argument(
+        "--sarif-runs", choices=("patch", "range"), default="patch", help="one SARIF run per patch, or one"
+    )
+    review.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
+    review.add_argument(
+        "--fail-on", choices=SEVERITIES, default="info", help="exit 1 for an introduced finding at or above"
+    )
+    review.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+    review.add_argument("--jobs", type=int, default=None, help="units in flight per backend (default 4)")
+    review.add_argument("--min-severity", choices=SEVERITIES, default=None)
+    review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
+    review.add_argument(
+        "--thinking-effort",
+        choices=THINKING_EFFORTS,
+        default="high",
+        help="how long the model thinks per unit (default high: a review is read closely)",
+    )
+    _add_key_flags(review)
+    review.set_defaults(run=_review)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for talking to a daemon on another machine")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

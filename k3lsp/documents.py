@@ -20,6 +20,7 @@ from lsprotocol import types as lsp
 
 from k3lsp import diffing, findings, pipeline, suppress
 from k3lsp.options import Options
+from k3lsp.scope import Changed
 from k3lsp.units import Unit
 from k3lsp.witnesses import shown as witnessed
 from k3lsp.witnesses.alert import Alert
@@ -110,6 +111,7 @@ class Document:
     published: int | None = None  # the result_id the client was last told about
     silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
     alerts: list[Alert] = field(default_factory=list)  # the witnesses' alerts for its current text (file lines)
+    changed: Changed | None = None  # scope changed: its lines the work tree changed (k3lsp.scope); None: scope all
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
         notices = self.notices if notices is None else notices

@@ -96,6 +96,8 @@ class Finding:
     def refuted(self) -> bool:
         return self.verdict is not None and self.verdict.verdict == "refuted"
 
+    introduced: bool | None = None  # under review: whether the model says the change introduced it
+
     def to_dict(self) -> dict[str, Any]:
         """The wire shape (protocol.FINDING_SCHEMA): what the cache stores and `explain` sends."""
         out: dict[str, Any] = {
@@ -121,6 +123,8 @@ class Finding:
             out["verdict"] = {"verdict": self.verdict.verdict, "reason": self.verdict.reason}
         if self.witness is not None:
             out["witness"] = {"tool": self.witness.tool, "rule": self.witness.rule, "line": self.witness.line}
+        if self.introduced is not None:
+            out["introduced"] = self.introduced
         return out
 
 
@@ -164,6 +168,7 @@ def validate(raw: Any, unit: Unit) -> Finding:
         if "verdict" in d
         else None,
         witness=_witness(d.get("witness"), unit),
+        introduced=d.get("introduced"),
     )
 
 

@@ -28,7 +28,8 @@ from k3lsp.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
 from k3lsp.witnesses.adapters import ADAPTERS
 
-TRIGGERS = ("save", "open", "manual")  # open = audit on open and on save
+TRIGGERS = ("save", "open", "manual")
+SCOPES = ("all", "changed")  # k3lsp.scope  # open = audit on open and on save
 # auto: low for what the user waits on (audits on save and open, explain), high for workspace and batch audits
 THINKING_EFFORTS = ("auto", *EFFORTS)
 DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files are generated code or amalgamations
@@ -59,6 +60,8 @@ class Options:
     refute: bool = False  # a refutation turn after each audit, for the findings at or above refute_from
     refute_from: str = "medium"
     show_refuted: bool = False  # show refuted findings and alerts (as hints, the reason in the hover)
+    scope: str = "all"  # changed: audit and show only what the work tree changed since base_ref (k3lsp.scope)
+    base_ref: str = ""  # the base of scope changed; "": the merge-base with the branch's upstream, else HEAD
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -200,6 +203,8 @@ _PARSERS = {
     "refute": ("refute", _flag),
     "refuteFrom": ("refute_from", _choice(SEVERITIES)),
     "showRefuted": ("show_refuted", _flag),
+    "scope": ("scope", _choice(SCOPES)),
+    "baseRef": ("base_ref", _text),
 }
 
 

@@ -43,6 +43,8 @@ def fields_for(target: Target, priority: Priority, effort: str, fresh: bool, ref
     extra = ({"fresh": True} if fresh else {}) | ({"refute_from": refute_from} if refute_from else {})
     if target.alerts:
         extra["alerts"] = verdicts.alert_fields(target)
+    if target.changes is not None:  # a unit under review (k3lsp.review)
+        extra["changes"] = target.changes.wire()
     return {
         "path": target.path,
         "unit": unit.name,

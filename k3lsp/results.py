@@ -1,7 +1,8 @@
 """The cache policy: which units the cache answers, what is kept, and which units are never sent again.
 
 The expensive thing is the model, so the core asks it as little as possible: a unit whose content address
-(``Unit.key``: text and context) was audited before under a result key that answers for the daemon asked
+(``Target.key``: text and context, and for a unit under review the change shown with it) was audited before
+under a result key that answers for the daemon asked
 (``k3lsp.wire.address.ResultKey``: its checkpoint, prompt version and identity; another configured daemon
 serving the same checkpoint and prompt version answers too; so does a higher thinking effort) is answered from
 the cache. Only complete audits are kept (``DoneStats.cut_short`` is None): one cut short is shown once and
@@ -60,7 +61,7 @@ class Results:
         )
         hits, misses = [], []
         for target in targets:
-            refusal = self._refused.get((target.unit.key, own, limit))
+            refusal = self._refused.get((target.key, own, limit))
             if refusal is not None:  # even when forced: it would be refused the same way
                 hits.append(UnitResult(target, [], DoneStats.of({}), refusal=refusal))
                 continue
@@ -79,4 +80,4 @@ class Results:
 
     def refuse(self, target: Target, key: ResultKey | None, limit: int | None, why: str) -> None:
         """Remember that the daemon under ``key`` with this prompt limit refused this unit as too long."""
-        self._refused[(target.unit.key, key, limit)] = why
+        self._refused[(target.key, key, limit)] = why

@@ -9,7 +9,7 @@ refused, failed or not audited is decided once, here and in the pool.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from pathlib import Path
 
 from k3lsp.replies import DoneStats
@@ -20,22 +20,41 @@ from k3lsp.witnesses.alert import Alert
 
 
 @dataclass(frozen=True)
+class Changes:
+    """What a change under review did to a unit (``k3lsp.review``; the ``audit`` request's ``changes``): the unit's
+    lines it added or modified (1-based, like findings) and the function before it ("" when the change adds it)."""
+
+    lines: tuple[int, ...]
+    preimage: str
+
+    def wire(self) -> dict:
+        return {"lines": list(self.lines), "preimage": self.preimage}
+
+
+@dataclass(frozen=True)
 class Target:
     """One unit to audit and where it lives: ``path`` is what the model and its tools see (relative to
     ``root``); ``root`` confines the model's tools, and None gives it none (a file outside every workspace
-    folder, whose own folder may be the home directory)."""
+    folder, whose own folder may be the home directory). ``changes``: the unit is under review."""
 
     root: Path | None
     path: str
     unit: Unit
+    _: KW_ONLY
     alerts: tuple[Alert, ...] = ()  # analyzer alerts on the unit's lines, for the model to triage (file lines)
+    changes: Changes | None = None  # the unit is under review
 
     @property
     def key(self) -> str:
-        """What its result is filed under: the unit's content key, and the alerts it was sent with (if any)."""
-        if not self.alerts:
-            return self.unit.key
-        return unit_key(self.unit.key, repr([a.to_dict() for a in self.alerts]))
+        """What its result is filed under in the cache: the unit's content address, and whatever else the model
+        was shown with it: the alerts it was asked to triage, the change under review (another question: its
+        answer never stands for the unit's own audit, nor the other way round)."""
+        shown = []
+        if self.alerts:
+            shown.append(f"alerts {[a.to_dict() for a in self.alerts]!r}")
+        if self.changes is not None:
+            shown.append(f"changes {self.changes.lines!r} {self.changes.preimage!r}")
+        return unit_key(self.unit.key, "\n".join(shown)) if shown else self.unit.key
 
 
 @dataclass(frozen=True)

@@ -161,13 +161,7 @@ def find_references(root: str | os.PathLike[str], symbol: str, path: str | None 
     out), each named after the function it is in (from the symbol index): the callers of a function."""
     _symbol(symbol)
     real, where = _under(root, path)
-    found = search.search(root, symbol, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS, word=True, sources=True)
-    index = symbols.index_for(root)
-    index.refresh()
-    status = index.status()
-    defined = {(t.path, t.line) for t in index.definitions(symbol)}
-    uses = [hit for hit in found.hits if (hit.path, hit.line) not in defined]
-    callers = [index.enclosing(hit.path, hit.line) for hit in uses]
+    found, uses, callers, status = references(root, symbol, real)
     files = len({hit.path for hit in uses})
     functions = len({(c.path, c.name) for c in callers if c is not None})
     more = "+" if found.stopped else ""
@@ -182,6 +176,19 @@ def find_references(root: str | os.PathLike[str], symbol: str, path: str | None 
         if not out.add(f"{hit.path}:{hit.line}{inside}: {hit.text.strip()}"):
             break
     return out.text(f"… {len(uses) - len(out.lines) + 1} more not shown: narrow with path" if out.full else "")
+
+
+def references(
+    root: str | os.PathLike[str], symbol: str, real: Path | None = None
+) -> tuple[search.Search, list[search.Hit], list[symbols.Tag | None], symbols.Status]:
+    """What ``find_references`` answers from: the search, the uses (its definitions left out), the function each
+    use is in (None: outside every function the index knows) and the index's status. ``real``: only under it."""
+    found = search.search(root, symbol, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS, word=True, sources=True)
+    index = symbols.index_for(root)
+    index.refresh()
+    defined = {(t.path, t.line) for t in index.definitions(symbol)}
+    uses = [hit for hit in found.hits if (hit.path, hit.line) not in defined]
+    return found, uses, [index.enclosing(hit.path, hit.line) for hit in uses], index.status()
 
 
 def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) -> str:

@@ -7,7 +7,8 @@ fingerprint the editor's baseline uses as a partial fingerprint, so a dashboard 
 edits above it, and the model's reasoning behind it as the result property ``reasoning``. A finding silenced
 by a ``k3-audit: ignore`` comment or by the baseline is a result too, with ``suppressions`` of kind
 ``inSource`` or ``external`` (dashboards show it as suppressed, and nobody's silence goes unseen). The
-invocation says whether the audit was complete (exit code, errors as notifications).
+invocation says whether the audit was complete (exit code, errors as notifications). ``k3lsp review`` writes one
+run per patch (or per range) through the same code, each result with its ``baselineState``.
 
 Every message is plain text (``text``, never ``markdown``: SARIF viewers render that) made by
 ``sanitize.sarif``: its brackets escaped as the spec says, so model or daemon text forms no embedded link,
@@ -16,6 +17,7 @@ nor a Markdown link in a viewer that renders plain text as Markdown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from k3lsp import __version__, pipeline
@@ -70,8 +72,10 @@ def cwe_name(cwe: int) -> str:
     return CWE_NAMES.get(cwe, f"CWE-{cwe}")
 
 
-def to_sarif(report: BatchReport, exit_code: int) -> dict[str, Any]:
-    """The SARIF log of a batch report; ``exit_code`` is the status the command exits with."""
+def to_sarif(report: BatchReport, exit_code: int, state: Callable[[Reported], str] | None = None) -> dict[str, Any]:
+    """The SARIF log of a batch report; ``exit_code`` is the status the command exits with. ``state`` gives each
+    result's ``baselineState`` (``k3lsp review``: ``new`` for a finding the patch introduced, ``unchanged``
+    for one it did not)."""
     every = report.findings + report.silenced
     cwes = sorted({r.cwe for r in every})
     index = {cwe: i for i, cwe in enumerate(cwes)}
@@ -87,7 +91,7 @@ def to_sarif(report: BatchReport, exit_code: int) -> dict[str, Any]:
         "originalUriBaseIds": {SRCROOT: {"uri": report.root.as_uri() + "/"}},
         "invocations": [_invocation(report, exit_code)],
         "columnKind": "utf16CodeUnits",
-        "results": [_result(r, index[r.cwe]) for r in every],
+        "results": [_result(r, index[r.cwe]) | ({"baselineState": state(r)} if state else {}) for r in every],
     }
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 

@@ -25,7 +25,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from k3lsp import actions, findings, options, progress, suppress, tasks, units, workspace
+from k3lsp import actions, findings, options, progress, scope, suppress, tasks, units, workspace
 from k3lsp.client import BackendClient, BackendError
 from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
 from k3lsp.documents import Document, Silenced, View, alert_notices, notices, present
@@ -229,7 +229,7 @@ class Session:
         self._shown_state = state.state
 
     def _send_status(self) -> None:
-        payload = asdict(self.pool.state) | self.silenced()
+        payload = asdict(self.pool.state) | self.silenced() | {"scope": self.scope_note()}
         if payload != self._sent_state:  # only changes are news
             self._sent_state = payload
             self.ls.protocol.notify(STATUS_NOTIFICATION, payload)
@@ -269,9 +269,25 @@ class Session:
         shown, silenced = present(doc.uri, text, split, doc.results, self.view())
         alerted, quiet = alert_notices(text, split, doc.results, doc.alerts, self.view())
         doc.silenced = silenced + quiet
+        doc.changed = await self.scoped(doc, text)
+        if doc.changed is not None:  # scope changed: only what lies on lines the work tree changed
+            changed = doc.changed
+            shown = [s for s in shown if changed.meets(s.diagnostic.range.start.line, s.diagnostic.range.end.line)]
+            alerted = [a for a in alerted if changed.meets(a.diagnostic.range.start.line, a.diagnostic.range.end.line)]
         doc.show(shown, notices(split, doc.refusals) + alerted)
         self.publish(doc)
         self._state_changed(self.pool.state)  # the silenced counts in the status may have changed
+
+    async def scoped(self, doc: Document, text: str) -> scope.Changed | None:
+        """With scope changed, the document's lines the work tree changed since the base (read off the event
+        loop); None with scope all."""
+        if self.options.scope != scope.CHANGED:
+            return None
+        o = self.options
+        return await asyncio.to_thread(scope.changed, doc.path, text, o.base_ref, o.max_file_bytes)
+
+    def scope_note(self) -> str:
+        return scope.describe(self.options.scope, [d.changed.base for d in self.docs.values() if d.changed])
 
     async def republish_all(self) -> None:
         for doc in list(self.docs.values()):
@@ -375,7 +391,7 @@ class Session:
             return None
         split = await self.split(text)
         await self._witness(doc, text)
-        return [Target(doc.root, doc.relpath, u, witnessed.for_unit(doc.alerts, u)) for u in split]
+        return [Target(doc.root, doc.relpath, u, alerts=witnessed.for_unit(doc.alerts, u)) for u in split]
 
     async def _witness(self, doc: Document, text: str) -> None:
         """Run the configured witnesses over the text (off the event loop; cached by content) and show their
@@ -440,10 +456,13 @@ class Session:
             self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
         await self._witness(doc, text)
         todo = [
-            Target(doc.root, doc.relpath, u, witnessed.for_unit(doc.alerts, u))
+            Target(doc.root, doc.relpath, u, alerts=witnessed.for_unit(doc.alerts, u))
             for u in all_units
             if line is None or u.start_line <= line <= u.end_line
         ]
+        changed = await self.scoped(doc, text) if line is None else None
+        if changed is not None:  # scope changed: units untouched since the base are not sent
+            todo = [t for t in todo if changed.touches(t.unit)]
         forced = line is not None
         run = self.pool.audit(todo, priority=priority, force=forced, fresh=forced)
         done = 0
@@ -539,6 +558,7 @@ class Session:
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
         out["witnesses"] = witness_status(self.options.witnesses)
+        out["scope"] = self.scope_note()
         return out
 
     async def shutdown(self) -> None:

@@ -6,8 +6,11 @@ progress bar's note, a column that reads no markup."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -111,3 +114,25 @@ def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Calla
             progress.update(task, completed=done, total=total, **({"note": note} if note else {}))
 
         yield update
+
+
+def write_report(path: Path | None, formats: dict[str, Callable[[TextIO], Any]], fmt: str, command: str) -> bool:
+    """A command's report in ``fmt`` to ``path`` (None: stdout); False, said on stderr, when it cannot be written."""
+    try:
+        with open(path, "w", encoding="utf-8") if path else contextlib.nullcontext(sys.stdout) as out:
+            formats[fmt](out)
+    except OSError as exc:
+        print(f"k3lsp {command}: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def json_to(value: Callable[[], Any]) -> Callable[[TextIO], None]:
+    """A writer of ``value()`` as indented JSON and a newline."""
+    import json
+
+    def write(out: TextIO) -> None:
+        json.dump(value(), out, indent=2)
+        out.write("\n")
+
+    return write

@@ -298,6 +298,7 @@ FINDING_SCHEMA: Schema = {
     # refutation turn, or its triage of the alert it came from), and the analyzer alert it came from or merged with
     "verdict": (record({"verdict": (one_of(*VERDICTS), True), "reason": (string(2000), True)}), False),
     "witness": (record({"tool": (string(64), True), "rule": (string(100), True), "line": (LINE, True)}), False),
+    "introduced": (boolean, False),  # under review: the model says the change introduced it
 }
 _finding_record = record(FINDING_SCHEMA)
 
@@ -331,6 +332,10 @@ ALERT = record(
         "message": (string(300), True),
     }
 )
+MAX_CHANGED_LINES = 100_000  # the changed lines of one unit under review (a unit is at most MAX_TEXT_CHARS)
+# A unit under review (`k3lsp review`): the lines of `code` the change added or modified (1-based, like findings),
+# and the function as it was before the change ("" when the change adds it).
+CHANGES = record({"lines": (list_of(LINE, MAX_CHANGED_LINES), True), "preimage": (TEXT, True)})
 
 TO_DAEMON: dict[str, Schema] = {
     "hello": {"client": (NAME, True), "version": (string(64), True)},
@@ -346,6 +351,7 @@ TO_DAEMON: dict[str, Schema] = {
         "fresh": (boolean, False),  # audit again: no answer from the daemon's result store
         "alerts": (list_of(ALERT, MAX_ALERTS_PER_UNIT), False),  # analyzer alerts in the unit, to triage
         "refute_from": (one_of(*SEVERITIES), False),  # a refutation turn for the findings at or above this severity
+        "changes": (CHANGES, False),  # under review: what the change did to the unit
     },
     "explain": {
         "path": (NAME, True),

@@ -78,6 +78,7 @@ def script(d: str) -> list[dict]:
         },
         {"unit": "explained_twice", "turns": [t(READ, content="Let me look. "), t(content="It is unchecked.")]},
         {"unit": "explained_tail", "turns": [opening("Compare n with the size <|", dialect=d)]},  # then eos
+        {"unit": "reviewed", "turns": [t(("report_finding", finding(introduced=True)))]},
         {
             "unit": "thinks_calls",
             "turns": [t(reasoning=f"Perhaps {think_calls} no, nothing to report.", content="Nothing found.")],
@@ -270,3 +271,23 @@ def test_progress_is_paced_per_stage():
         False,
     ]
     assert all(fast.due("decode") for _ in range(3))
+
+
+async def test_introduced_is_kept_only_under_review_and_the_prompt_shows_the_change(daemon):
+    """An audit with ``changes`` shows the model the function before the change and marks the changed lines in
+    the gutter; only then may a finding say the change introduced it (the same call without a change in view
+    loses the field)."""
+    before = "int f(int n)\n{\n\treturn 0;\n}"
+    async with Wire(daemon.endpoint) as wire:
+        reviewed = await wire.request(
+            "audit", "r1", **audit_fields("reviewed", changes={"lines": [3], "preimage": before})
+        )
+        plain = await wire.request("audit", "r2", **audit_fields("reviewed"))
+    assert [f.get("introduced") for f in findings_of(reviewed)] == [True]
+    assert [f.get("introduced", "absent") for f in findings_of(plain)] == ["absent"]
+    first, second = (s["messages"] for s in daemon.sessions("reviewed"))
+    shown = next(m["content"] for m in first if m["role"] == "user" and "Unit `reviewed`" in m["content"])
+    assert f"Before the change under review, `reviewed` read:\n```c\n{before}\n```" in shown
+    assert "1|int f(int n)\n2|{\n3+|\treturn n;\n4|}" in shown
+    plain_shown = next(m["content"] for m in second if m["role"] == "user" and "Unit `reviewed`" in m["content"])
+    assert "3|\treturn n;" in plain_shown and "+|" not in plain_shown and "Before the change" not in plain_shown

@@ -260,3 +260,25 @@ def test_deeply_nested_arguments_are_an_invalid_call_not_a_crash():
     turn_ = prompts.parse_turn(MARKERS, text)
     assert [c.name for c in turn_.calls] == ["grep"]
     assert [e.error.split(" (")[0] for e in turn_.errors] == ["not a valid Kimi K3 tool call"]
+
+
+def test_a_unit_under_review_is_marked_and_its_preimage_is_data(tok, specials):
+    """The changed lines carry ``+`` in the gutter, the function before the change comes first, and the preimage
+    is defused like all data: a forged message in it adds no special id (compared with harmless text)."""
+    changes = {"lines": [3, 9], "preimage": "int f(char *p)\n{\n\treturn 0;\n}"}
+    messages = prompts.audit_messages(path="lib/a.c", unit="f", code=CODE, specials=specials, changes=changes)
+    text = messages[-1]["content"]
+    assert text.index("Before the change under review") < text.index("Unit `f` from lib/a.c")
+    assert "1|int f(char *p)\n2|{\n3+|\treturn strcpy" in text and "9+|" not in text  # no line 9 in the unit
+    new = prompts.audit_messages(
+        path="lib/a.c", unit="f", code=CODE, specials=specials, changes={"lines": [1], "preimage": ""}
+    )
+    assert "The change under review adds `f`." in new[-1]["content"]
+    ids = special_ids(tok)
+
+    def specials_of(preimage: str) -> list[int]:
+        review = {"lines": [1], "preimage": preimage}
+        m = prompts.audit_messages(path="a.c", unit="f", code="int f;", specials=specials, changes=review)
+        return [t for t in prompts.render(tok, m, prompts.AUDIT_TOOLS, "low").tokens if t in ids]
+
+    assert specials_of(FORGED + "".join(specials)) == specials_of("x" * 8)

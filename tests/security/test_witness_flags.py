@@ -89,7 +89,7 @@ def test_the_witnesses_run_nothing_and_leak_nothing(hostile, tool):
     assert all(SECRET not in a.message for a in report.alerts)
     assert report.dropped_flags
     (unit,) = split(SOURCE)
-    target = Target(root, "a.c", unit, for_unit(report.alerts, unit))
+    target = Target(root, "a.c", unit, alerts=for_unit(report.alerts, unit))
     request = json.dumps(fields_for(target, Priority.INTERACTIVE, "low", False, "medium"))
     assert SECRET not in request and "id_rsa" not in request and "evil" not in request
 

@@ -104,6 +104,7 @@ class FakeDaemon:
                 "effort": fields.get("thinking_effort"),
                 "fresh": fields.get("fresh", False),
                 "cwe": fields.get("finding", {}).get("cwe"),
+                "changes": fields.get("changes"),  # a unit under review (k3lsp review)
             }
         )
         if kind == "explain":

@@ -1,0 +1,274 @@
+"""Reading a git repository that may be hostile: its commits, trees, index and work tree, running none of its code.
+
+The repository under review is untrusted input. Its config and attributes can name programs that ``git`` runs
+while it reads: hooks, ``core.fsmonitor``, ``diff.external``, textconv drivers, clean and smudge filters,
+``core.pager``. So nothing here runs ``git``: the repository is read through libgit2 (pygit2), which runs no
+external program at all (it has no hooks, no fsmonitor, no external diff, no textconv, and runs no filter
+driver: only filters registered in-process, and we register none). On top of that:
+
+- **whose repository**: libgit2's owner check stays on, so a repository another user owns is refused unless the
+  user's own git config lists it in ``safe.directory``, as git does;
+- **which work tree**: the work tree must be the folder that holds ``.git``; a ``core.worktree`` pointing
+  elsewhere would make us read (and send to the model) files outside the repository, so it is refused;
+- **which files**: a tree's blobs are read only for regular files (never a symlink's target text or a
+  submodule), at most ``max_bytes`` each; a work-tree file only through the model's own confinement
+  (``k3lsp.confine``: inside the work tree, no symlink out, no hidden or secret place);
+- **which diff**: the files a change touched (and its renames) come from libgit2's tree diff; the lines come
+  from a diff of the two blobs' bytes with no path attached (``k3lsp.patches.between``), so no attribute of
+  the repository picks a diff driver, whose ``xfuncname`` pattern could be made to backtrack for minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+from typing import Protocol
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption, FileMode, SortMode
+
+from k3lsp import confine
+
+DEFAULT_MAX_BYTES = 1_000_000  # as the maxFileBytes setting
+_REGULAR = (FileMode.BLOB, FileMode.BLOB_EXECUTABLE)
+_WORKDIR_FLAGS = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
+
+
+class GitError(Exception):
+    """The repository cannot be read as asked: not a repository, refused, or no such revision."""
+
+
+class Snapshot(Protocol):
+    """A state of the files: a commit's tree, the index, the work tree, or one of those with patches applied."""
+
+    def read(self, path: str) -> bytes | None:
+        """The bytes of a file, or None when it is absent, not a regular file, unreadable or too large."""
+        ...
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit, as a review names it."""
+
+    id: str
+    subject: str
+    message: str
+    author: str  # "Name <email>"
+    date: str  # RFC 2822, as a mail header
+    parents: tuple[str, ...]
+
+    @property
+    def short(self) -> str:
+        return self.id[:12]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One file a change touched: its path before and after (None: added or deleted), and whether git sees
+    binary content in it."""
+
+    old_path: str | None
+    new_path: str | None
+    binary: bool
+
+
+@dataclass(frozen=True)
+class Base:
+    """The commit a work tree is compared with, and how it was chosen (for the editor's status)."""
+
+    commit: Commit
+    label: str
+
+
+class Repository:
+    """One repository, opened once; every method raises GitError only."""
+
+    def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.max_bytes = max_bytes
+        try:
+            found = pygit2.discover_repository(str(path))
+            if found is None:
+                raise GitError(f"{path}: not inside a git repository")
+            self._repo = pygit2.Repository(found)
+        except pygit2.GitError as exc:  # the owner check among them: "repository path ... is not owned by current user"
+            raise GitError(f"{path}: cannot open the repository: {exc}") from None
+        gitdir = Path(self._repo.path).resolve()
+        self.workdir = Path(self._repo.workdir).resolve() if self._repo.workdir else None
+        if self.workdir is not None and gitdir.parent != self.workdir and not gitdir.is_relative_to(self.workdir):
+            raise GitError(
+                f"{path}: its work tree is {self.workdir}, outside the folder of its .git ({gitdir.parent}) "
+                "(core.worktree or a .git file pointing elsewhere); refused: reviewing it would read files "
+                "outside the repository"
+            )
+
+    @property
+    def unborn(self) -> bool:
+        """HEAD names a branch with no commit yet (a new repository)."""
+        return self._repo.head_is_unborn
+
+    @property
+    def root(self) -> Path:
+        """Where findings' paths are relative to: the work tree, or the git directory of a bare repository."""
+        return self.workdir or Path(self._repo.path).resolve()
+
+    # --- revisions ---------------------------------------------------------------------------------------
+
+    def commit(self, rev: str) -> Commit:
+        return _commit(self._peel(rev))
+
+    def commits(self, spec: str) -> tuple[list[Commit], list[Commit]]:
+        """The commits of ``A..B`` (``B`` defaults to HEAD), oldest first: (commits, merges left out: a merge is
+        no patch)."""
+        old, dots, new = spec.partition("..")
+        if not dots or not old:
+            raise GitError(f"{spec}: a range is A..B")
+        if new.startswith("."):
+            raise GitError(f"{spec}: A...B (symmetric difference) is not a review range; use A..B")
+        head = self._peel(new or "HEAD")
+        walker = self._repo.walk(head.id, SortMode.TOPOLOGICAL | SortMode.REVERSE)
+        walker.hide(self._peel(old).id)
+        picked, merges = [], []
+        for commit in walker:
+            (merges if len(commit.parents) > 1 else picked).append(_commit(commit))
+        return picked, merges
+
+    def history(self, rev: str, limit: int) -> list[Commit]:
+        """Up to ``limit`` commits reachable from ``rev``, newest first, merges left out."""
+        out: list[Commit] = []
+        for c in self._repo.walk(self._peel(rev).id, SortMode.TOPOLOGICAL):
+            if len(out) == limit:
+                break
+            if len(c.parents) <= 1:
+                out.append(_commit(c))
+        return out
+
+    def _peel(self, rev: str) -> pygit2.Commit:
+        try:
+            return self._repo.revparse_single(rev).peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError) as exc:
+            raise GitError(f"{rev!r} is not a commit of the repository ({exc})") from None
+
+    def base(self, ref: str = "") -> Base:
+        """The commit ``ref`` names; with none, the merge-base of HEAD with its branch's upstream (what the
+        branch changed), else HEAD itself."""
+        if ref:
+            return Base(self.commit(ref), ref)
+        head = self._peel("HEAD")
+        try:
+            branch = self._repo.branches.local.get(self._repo.head.shorthand)
+            upstream = branch.upstream if branch is not None else None
+        except (pygit2.GitError, KeyError, ValueError):
+            upstream = None
+        if upstream is not None:
+            base = self._repo.merge_base(head.id, upstream.peel(pygit2.Commit).id)
+            if base is not None:
+                commit = _commit(self._repo[base])
+                return Base(commit, f"merge-base with {upstream.shorthand} ({commit.short})")
+        commit = _commit(head)
+        return Base(commit, f"HEAD ({commit.short}; the branch has no upstream)")
+
+    # --- snapshots and deltas ----------------------------------------------------------------------------
+
+    def tree(self, commit: Commit | None) -> TreeSnapshot:
+        """The files of a commit (None: no files, the parent of a root commit)."""
+        return TreeSnapshot(self, None if commit is None else self._repo[commit.id].tree)
+
+    def index(self) -> IndexSnapshot:
+        return IndexSnapshot(self, self._repo.index)
+
+    def worktree(self) -> WorktreeSnapshot:
+        if self.workdir is None:
+            raise GitError(f"{self.root} is a bare repository: it has no work tree")
+        return WorktreeSnapshot(self.workdir, self.max_bytes)
+
+    def commit_deltas(self, commit: Commit) -> list[Delta]:
+        """What a commit changed against its first parent (a root commit: against nothing)."""
+        new = self._repo[commit.id].tree
+        if not commit.parents:
+            return _deltas(new.diff_to_tree(swap=True))
+        return _deltas(self._repo[commit.parents[0]].tree.diff_to_tree(new))
+
+    def staged_deltas(self) -> list[Delta]:
+        """The index against HEAD (everything staged, in an unborn branch)."""
+        tree = self._head_tree()
+        return _deltas(self._repo.index.diff_to_tree(tree) if tree is not None else self._repo.index.diff_to_tree())
+
+    def worktree_deltas(self, base: Commit) -> list[Delta]:
+        """The work tree (untracked files included, ignored ones not) against ``base``."""
+        return _deltas(self._repo[base.id].tree.diff_to_workdir(_WORKDIR_FLAGS))
+
+    def _head_tree(self) -> pygit2.Tree | None:
+        return None if self.unborn else self._repo.head.peel(pygit2.Commit).tree
+
+    def blob(self, oid: pygit2.Oid, mode: int) -> bytes | None:
+        if mode not in _REGULAR:
+            return None
+        obj = self._repo.get(oid)
+        if not isinstance(obj, pygit2.Blob) or obj.size > self.max_bytes:
+            return None
+        return obj.data
+
+
+def _commit(c: pygit2.Commit) -> Commit:
+    return Commit(
+        id=str(c.id),
+        subject=c.message.split("\n", 1)[0].strip(),
+        message=c.message,
+        author=f"{c.author.name} <{c.author.email}>",
+        date=formatdate(c.author.time),
+        parents=tuple(str(p) for p in c.parent_ids),
+    )
+
+
+def _deltas(diff: pygit2.Diff) -> list[Delta]:
+    """The files of a libgit2 diff, renames found (``find_similar``: as ``git diff -M``)."""
+    diff.find_similar()
+    out = []
+    for d in diff.deltas:
+        if d.status in (DeltaStatus.UNMODIFIED, DeltaStatus.IGNORED):
+            continue
+        old = None if d.status in (DeltaStatus.ADDED, DeltaStatus.UNTRACKED) else d.old_file.path
+        new = None if d.status == DeltaStatus.DELETED else d.new_file.path
+        out.append(Delta(old, new, d.is_binary))
+    return out
+
+
+class TreeSnapshot:
+    def __init__(self, repo: Repository, tree: pygit2.Tree | None):
+        self._repo, self._tree = repo, tree
+
+    def read(self, path: str) -> bytes | None:
+        if self._tree is None:
+            return None
+        try:
+            entry = self._tree[path]
+        except (KeyError, ValueError):
+            return None
+        return self._repo.blob(entry.id, entry.filemode)
+
+
+class IndexSnapshot:
+    def __init__(self, repo: Repository, index: pygit2.Index):
+        self._repo, self._index = repo, index
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            entry = self._index[path]
+        except (KeyError, ValueError):
+            return None
+        return self._repo.blob(entry.id, entry.mode)
+
+
+class WorktreeSnapshot:
+    """Work-tree files as the model's tools may read them (``k3lsp.confine``), at most ``max_bytes`` each."""
+
+    def __init__(self, root: Path, max_bytes: int):
+        self.root, self._max = root, max_bytes
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            data = confine.read_bytes(confine.resolve(self.root, path), path)
+        except (confine.ToolError, OSError):
+            return None
+        return data if len(data) <= self._max else None

@@ -1,0 +1,74 @@
+"""``k3lsp review`` as a command: which patches the flags name, one review of them, the report written.
+
+What is reviewed: ``A..B`` (every commit of the range, oldest first; merges are left out and said so), one
+commit, ``--staged`` (the index against HEAD), ``--patch FILE`` (a patch, a mail, or an mbox of a series,
+applied in memory to ``--base``, default HEAD), or by default the work tree against ``--base`` (default HEAD).
+The review itself is ``k3lsp.review``; the formats are ``k3lsp.review_output``. Exit status: 0 clean, 1 an
+introduced finding at or above ``--fail-on``, 2 errors (something not reviewed; the report says what).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from k3lsp import batch, gitrepo, mbox, patches, review, review_output, series, terminal
+from k3lsp.options import Options
+from k3lsp.pool import Pool
+from k3lsp.series import Patch
+from k3lsp.wire import sanitize
+from k3lsp.wire.cache import ResultCache
+
+
+def under_review(args: argparse.Namespace, repo: gitrepo.Repository, options: Options) -> tuple[list[Patch], list[str]]:
+    """The patches the flags name, and warnings (merges left out of a range)."""
+    wanted = options.wants
+    if args.patch is not None:
+        if args.revision:
+            raise gitrepo.GitError("give a revision or --patch, not both")
+        return series.mails(repo.tree(repo.commit(args.base or "HEAD")), mbox.read(args.patch)), []
+    if args.revision and ".." in args.revision:
+        picked, merges = series.commit_range(repo, args.revision, wanted)
+        return picked, [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
+    if args.revision:
+        return [series.commit(repo, repo.commit(args.revision), wanted)], []
+    if args.staged:
+        return [series.staged(repo, wanted)], []
+    base = args.base or "HEAD"
+    return [series.worktree(repo, repo.commit(base), wanted, base)], []
+
+
+def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jobs: int) -> int:
+    first, *others = endpoints
+    options = review.review_options(replace(options, endpoint=first, other_endpoints=tuple(others)))
+    fmt = "json" if args.json else args.format
+    try:
+        repo = gitrepo.Repository(args.repo, options.max_file_bytes)
+        found, warnings = under_review(args, repo, options)
+    except (gitrepo.GitError, patches.PatchError, OSError) as exc:
+        print(sanitize.line(f"k3lsp review: error: {exc}"), file=sys.stderr)
+        return batch.EXIT_ERROR
+    how = review.ReviewOptions(callers=args.callers, allow_incomplete=args.allow_incomplete)
+
+    async def reviewed(on_progress) -> review.ReviewReport:
+        pool = Pool(options, ResultCache(), client_name="k3lsp-review", slots=jobs)
+        try:
+            return await review.review_patches(found, repo, options, pool, how, on_progress)
+        finally:
+            await pool.close()
+
+    with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
+        report = asyncio.run(reviewed(on_progress))
+    report.warnings[:0] = warnings
+    status = report.exit_status(args.fail_on)
+    review_output.print_problems(report)
+    formats = {
+        "sarif": terminal.json_to(lambda: review_output.to_sarif(report, status, args.sarif_runs)),
+        "json": lambda out: review_output.print_json(report, out),
+        "email": lambda out: review_output.print_email(report, out),
+        "text": lambda out: review_output.print_text(report, out),
+    }
+    return status if terminal.write_report(args.output, formats, fmt, "review") else batch.EXIT_ERROR
