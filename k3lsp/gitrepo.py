@@ -170,12 +170,12 @@ class Repository:
 
     # --- snapshots and deltas ----------------------------------------------------------------------------
 
-    def tree(self, commit: Commit | None) -> TreeSnapshot:
+    def tree(self, commit: Commit | None) -> BlobSnapshot:
         """The files of a commit (None: no files, the parent of a root commit)."""
-        return TreeSnapshot(self, None if commit is None else self._repo[commit.id].tree)
+        return BlobSnapshot(self, None if commit is None else self._repo[commit.id].tree)
 
-    def index(self) -> IndexSnapshot:
-        return IndexSnapshot(self, self._repo.index)
+    def index(self) -> BlobSnapshot:
+        return BlobSnapshot(self, self._repo.index)
 
     def worktree(self) -> WorktreeSnapshot:
         if self.workdir is None:
@@ -234,30 +234,22 @@ def _deltas(diff: pygit2.Diff) -> list[Delta]:
     return out
 
 
-class TreeSnapshot:
-    def __init__(self, repo: Repository, tree: pygit2.Tree | None):
-        self._repo, self._tree = repo, tree
+class BlobSnapshot:
+    """The files of a commit's tree or of the index, by path: their blobs, read through the repository's own
+    checks (regular files only, bounded). ``entries`` is a pygit2 Tree or Index (None: an empty tree)."""
+
+    def __init__(self, repo: Repository, entries: pygit2.Tree | pygit2.Index | None):
+        self._repo, self._entries = repo, entries
 
     def read(self, path: str) -> bytes | None:
-        if self._tree is None:
+        if self._entries is None:
             return None
         try:
-            entry = self._tree[path]
+            entry = self._entries[path]
         except (KeyError, ValueError):
             return None
-        return self._repo.blob(entry.id, entry.filemode)
-
-
-class IndexSnapshot:
-    def __init__(self, repo: Repository, index: pygit2.Index):
-        self._repo, self._index = repo, index
-
-    def read(self, path: str) -> bytes | None:
-        try:
-            entry = self._index[path]
-        except (KeyError, ValueError):
-            return None
-        return self._repo.blob(entry.id, entry.mode)
+        mode = entry.filemode if isinstance(entry, pygit2.Object) else entry.mode  # a tree entry, or an index one
+        return self._repo.blob(entry.id, mode)
 
 
 class WorktreeSnapshot:

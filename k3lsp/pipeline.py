@@ -78,15 +78,3 @@ def screened(
         else:
             yield found, None
 
-
-def reportable(
-    unit: Unit,
-    raws: Iterable[Any],
-    lines: list[str],
-    min_severity: str,
-    baseline: suppress.Baseline | None = None,
-    show_refuted: bool = False,
-) -> Iterator[Reportable]:
-    """The findings of one unit to report: :func:`screened` without the silenced ones."""
-    screen = screened(unit, raws, lines, min_severity, baseline, show_refuted)
-    return (found for found, silenced in screen if silenced is None)

@@ -62,29 +62,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    common = {"window": args.window, "trust_remote_code": args.trust_remote_code}  # both commands read them alike
     if args.fidelity_command == "record":
-        path = record.record(
-            args.model,
-            args.output,
-            traces=args.traces,
-            corpora=args.corpus,
-            window=args.window,
-            top_k=args.top_k,
-            chunk=args.chunk,
-            trust_remote_code=args.trust_remote_code,
-        )
+        sources = {"traces": args.traces, "corpora": args.corpus}
+        path = record.record(args.model, args.output, **sources, top_k=args.top_k, chunk=args.chunk, **common)
         if path is not None:
             print(f"wrote {path}")
         return 0
-    result = compare.compare(
-        args.model,
-        args.base,
-        window=args.window,
-        generate=args.generate,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        trust_remote_code=args.trust_remote_code,
-    )
+    generation = {"generate": args.generate, "max_tokens": args.max_tokens, "seed": args.seed}
+    result = compare.compare(args.model, args.base, **generation, **common)
     if result is not None:
         print(json.dumps(result, indent=1) if args.json else report.render(result))
         sys.stdout.flush()

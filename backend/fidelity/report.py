@@ -23,40 +23,34 @@ def _table(title: str, head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([title, line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def corpus_table(corpora: dict) -> str:
-    rows = [
-        [
-            name,
-            str(s["tokens"]),
-            _cell(s.get("ppl_ref"), ".3f"),
-            _cell(s.get("ppl_cand"), ".3f"),
-            _cell(s.get("ppl_ratio"), ".2f"),
-            _cell(s.get("kld_mean"), ".4g"),
-            _cell(s.get("top1_agreement"), ".1%"),
-        ]
-        for name, s in corpora.items()
+COLUMNS = {  # a report key -> (its heading, its format)
+    "ppl_ref": ("ppl ref", ".3f"),
+    "ppl_cand": ("ppl cand", ".3f"),
+    "ppl_ratio": ("ratio", ".2f"),
+    "kld_mean": ("mean KLD", ".4g"),
+    "kld_median": ("median KLD", ".4g"),
+    "top1_agreement": ("top-1", ".1%"),
+    "kld_under_0.01": ("KLD<0.01", ".1%"),
+}
+CORPUS_COLUMNS = ("ppl_ref", "ppl_cand", "ppl_ratio", "kld_mean", "top1_agreement")
+SPAN_COLUMNS = ("ppl_ref", "ppl_cand", "kld_mean", "kld_median", "top1_agreement", "kld_under_0.01")
+
+
+def _stats_table(title: str, first: str, rows: dict, columns: tuple[str, ...], names=None) -> str:
+    """One row per entry of ``rows``: its name, its token count, then ``columns`` (keys of COLUMNS)."""
+    body = [
+        [(names or {}).get(name, name), str(s["tokens"]), *(_cell(s.get(key), COLUMNS[key][1]) for key in columns)]
+        for name, s in rows.items()
     ]
-    return _table(
-        "Perplexity per corpus", ["corpus", "tokens", "ppl ref", "ppl cand", "ratio", "mean KLD", "top-1"], rows
-    )
+    return _table(title, [first, "tokens", *(COLUMNS[key][0] for key in columns)], body)
+
+
+def corpus_table(corpora: dict) -> str:
+    return _stats_table("Perplexity per corpus", "corpus", corpora, CORPUS_COLUMNS)
 
 
 def span_table(spans: dict) -> str:
-    rows = [
-        [
-            SPAN_TITLES.get(name, name),
-            str(s["tokens"]),
-            _cell(s.get("ppl_ref"), ".3f"),
-            _cell(s.get("ppl_cand"), ".3f"),
-            _cell(s.get("kld_mean"), ".4g"),
-            _cell(s.get("kld_median"), ".4g"),
-            _cell(s.get("top1_agreement"), ".1%"),
-            _cell(s.get("kld_under_0.01"), ".1%"),
-        ]
-        for name, s in spans.items()
-    ]
-    head = ["span", "tokens", "ppl ref", "ppl cand", "mean KLD", "median KLD", "top-1", "KLD<0.01"]
-    return _table("Divergence per span (trace windows)", head, rows)
+    return _stats_table("Divergence per span (trace windows)", "span", spans, SPAN_COLUMNS, SPAN_TITLES)
 
 
 def render(report: dict) -> str:

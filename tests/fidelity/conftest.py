@@ -43,7 +43,7 @@ SESSION = {
         {"role": "assistant", "content": "One finding."},
     ],
 }
-WINDOW = 2048  # the whole session: the scanner is checked on every token
+WINDOW = 4096  # the whole session (its tool schemas included): the scanner is checked on every token
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import pytest
 
 from backend.fidelity.compare import compare
 from backend.fidelity.store import Base
+from tests.fidelity.conftest import WINDOW
 from tests.support.pair import REPO, launch_command
 
 pytestmark = pytest.mark.pair  # two ranks, outside tests/pair
@@ -45,7 +46,7 @@ def test_a_base_recorded_by_two_ranks_matches_one_process(tiny_model, tiny_base,
             "--chunk",
             "96",
             "--window",
-            "2048",
+            str(WINDOW),
             "-o",
             str(out_path),
         ]

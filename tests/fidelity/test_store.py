@@ -9,6 +9,7 @@ import pytest
 
 from backend.fidelity.compare import compare
 from backend.fidelity.store import _TAIL, MAGIC, TRAILER, Base, BaseError
+from tests.fidelity.conftest import WINDOW
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_other_tokenizer_is_refused(tiny_model, tiny_base, tmp_path):
 
 
 def test_other_window_is_refused(tiny_model, tiny_base):
-    with pytest.raises(BaseError, match="recorded with --window 2048, not 1025"):
+    with pytest.raises(BaseError, match=f"recorded with --window {WINDOW}, not 1025"):
         compare(str(tiny_model), str(tiny_base), window=1025, trust_remote_code=True)
 
 
