@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
-from k3lsp.options import THINKING_EFFORTS
+from k3lsp.eval import command as eval_command
+from k3lsp.options import THINKING_EFFORTS, Options
 from k3lsp.wire import sanitize
 from k3lsp.wire.protocol import SEVERITIES
 
@@ -71,14 +72,12 @@ def _audit(args: argparse.Namespace) -> int:
         return batch.EXIT_ERROR
 
 
-def _audit_run(args: argparse.Namespace) -> int:
-    import signal
-
-    from k3lsp import batch, options, terminal
-    from k3lsp.pool import DEFAULT_SLOTS
+def _settings(args: argparse.Namespace) -> tuple[Options, list[str], list[str]]:
+    """The settings of a batch command's flags: (options, the endpoints given, errors)."""
+    from k3lsp import options
 
     settings = {
-        "minSeverity": args.min_severity,
+        "minSeverity": getattr(args, "min_severity", None),
         "thinkingEffort": args.thinking_effort,
         "serverKey": args.server_key and str(args.server_key),
         "clientKey": args.client_key and str(args.client_key),
@@ -87,6 +86,16 @@ def _audit_run(args: argparse.Namespace) -> int:
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
+    return opts, endpoints, errors
+
+
+def _audit_run(args: argparse.Namespace) -> int:
+    import signal
+
+    from k3lsp import batch, terminal
+    from k3lsp.pool import DEFAULT_SLOTS
+
+    opts, endpoints, errors = _settings(args)
     jobs = DEFAULT_SLOTS if args.jobs is None else args.jobs
     if jobs < 1:
         errors.append(f"--jobs must be at least 1, not {jobs}")
@@ -131,6 +140,17 @@ def _audit_run(args: argparse.Namespace) -> int:
     return status
 
 
+def _eval(args: argparse.Namespace) -> int:
+    """`k3lsp eval castle|fixes` (k3lsp/eval/command.py): every daemon given, background effort high unless told."""
+    from dataclasses import replace
+
+    from k3lsp.eval import command
+
+    opts, endpoints, errors = _settings(args)
+    first, *others = endpoints
+    return command.run(args, replace(opts, endpoint=first, other_endpoints=tuple(others)), errors)
+
+
 def _keys(args: argparse.Namespace) -> int:
     from k3lsp.wire import keys
 
@@ -148,6 +168,15 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-key", type=Path, help="this client's secret key file (k3lsp keys init)")
     parser.add_argument(
         "--insecure", action="store_true", help="allow a plain tcp:// endpoint, where nothing proves who the daemon is"
+    )
+
+
+def _add_effort_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--thinking-effort",
+        choices=THINKING_EFFORTS,
+        default=None,
+        help="how long the model thinks per unit (default auto: high, as for workspace audits)",
     )
 
 
@@ -182,14 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
         "error: the exit status says findings or clean",
     )
-    audit.add_argument(
-        "--thinking-effort",
-        choices=THINKING_EFFORTS,
-        default=None,
-        help="how long the model thinks per unit (default auto: high, as for workspace audits)",
-    )
+    _add_effort_flag(audit)
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
+
+    evaluate = sub.add_parser("eval", help="measure the audits: CASTLE-C250, or a project's Fixes: history")
+    modes = evaluate.add_subparsers(dest="eval_command", required=True)
+    castle = modes.add_parser("castle", help="score the audits on CASTLE-C250 as its authors score tools")
+    fixes = modes.add_parser("fixes", help="did the review of each commit a Fixes: tag names catch its bug?")
+    eval_command.add_arguments(castle, fixes)
+    for mode in (castle, fixes):
+        mode.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+        _add_effort_flag(mode)
+        _add_key_flags(mode)
+        mode.set_defaults(run=_eval)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for talking to a daemon on another machine")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -203,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports that record it
     if args.command is None:
         from k3lsp.server import serve_stdio
 
