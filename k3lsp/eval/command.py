@@ -169,15 +169,18 @@ def _fixes(args: argparse.Namespace, options) -> int:
         else:
             selection = history.candidates(args.repo, args.revisions or ["HEAD"])
         selection = history.sample(args.repo, selection, args.n, args.seed, options.wants)
-        located, unlocated = [], []
-        for case in selection.cases:
-            found = bugs.locate(args.repo, case, options.wants)
-            if isinstance(found, str):
-                unlocated.append({"fix": case.fix, "introducing": case.introducing, "why": found})
-            else:
-                located.append(found)
     except git.GitError as exc:
         raise _Refused(str(exc)) from exc
+    located, unlocated = [], []
+    for case in selection.cases:
+        try:
+            found = bugs.locate(args.repo, case, options.wants)
+        except git.GitError as exc:  # this case alone: the others are still measured
+            found = str(exc)
+        if isinstance(found, str):
+            unlocated.append({"fix": case.fix, "introducing": case.introducing, "why": found})
+        else:
+            located.append(found)
     reviewer = review.connected()
     if args.cases_only or reviewer is None:
         if not args.cases_only:

@@ -163,7 +163,7 @@ def _header(title: str, report: dict) -> list[str]:
     if first:
         limits = first.get("limits") or {}
         out.append(
-            f"- daemon: {_md(first.get('model'))} ({first.get('experts')} experts, {first.get('ranks')} ranks), "
+            f"- daemon: {_md(first.get('model'))} ({first.get('experts')} experts, {_ranks(first.get('ranks'))}), "
             f"fingerprint {_md(str(first.get('fingerprint', '-'))[:16])}, prompt version "
             f"{_md(limits.get('prompt_version', '-'))}; generated tokens per unit at each effort: "
             f"{_md(limits.get('effort_tokens', '-'))}"
@@ -172,6 +172,10 @@ def _header(title: str, report: dict) -> list[str]:
         out.append("- daemon: none answered")
     out.append(f"- k3lsp {report['k3lsp']}, started {report['started']}: {_md(' '.join(report['command']))}")
     return out
+
+
+def _ranks(n: object) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
 
 
 def _cost_cells(c: dict) -> list[str]:
@@ -247,11 +251,13 @@ def _paper_score(p: dict) -> dict:
 def _problems(report: dict) -> list[str]:
     out = []
     for c in report["configurations"]:
-        summary = c["summary"]
-        notes = [f"{summary['incomplete']} units cut short (findings may be missing)"] if summary["incomplete"] else []
-        notes += [f"{summary['resumed']} units taken from the run cache (--resume)"] if summary["resumed"] else []
-        notes += [f"{summary['refused']} units too long to audit"] if summary["refused"] else []
-        notes += c["errors"] + summary["dropped"]
+        summary = c.get("summary") or {}  # a fixes configuration has none: its reviews say what went wrong
+        notes = (
+            [f"{summary['incomplete']} units cut short (findings may be missing)"] if summary.get("incomplete") else []
+        )
+        notes += [f"{summary['resumed']} units taken from the run cache (--resume)"] if summary.get("resumed") else []
+        notes += [f"{summary['refused']} units too long to audit"] if summary.get("refused") else []
+        notes += c["errors"] + summary.get("dropped", [])
         if notes:
             out += ["", f"## Notes: {c['name']}", ""] + [f"- {_md(n)}" for n in notes]
     return out
@@ -294,7 +300,7 @@ def fixes_json(
                 "directories": {d: _rate_json(r) for d, r in o.directories.items()},
                 "cost": o.cost.to_json(),
                 "seconds": o.seconds,
-                "errors": [],
+                "errors": [f"{j.bug.case.introducing[:12]}: {p}" for j in o.judged for p in j.review.problems],
                 "cases": [
                     {
                         "fix": j.bug.case.fix,
@@ -365,6 +371,7 @@ def fixes_markdown(report: dict) -> str:
                 for d, r in c["directories"].items()
             ],
         )  # fmt: skip
+    out += _problems(report)
     out += ["", "## Cases", ""]
     out += _table(
         ("fix", "introducing", "bug lines", "add-only fix",

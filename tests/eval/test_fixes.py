@@ -160,6 +160,9 @@ async def test_a_review_with_problems_is_not_judged_and_one_that_raises_becomes_
     )
     assert (outcome.tally.rate.judged, outcome.tally.incomplete) == (0, 2)
     assert outcome.judged[1].review.problems == ("the review failed: RuntimeError: boom",)
+    notes = fixes_report(h, [put, count], outcome, tmp_path).split("## Notes: default")[1].split("##")[0]
+    assert f"`{h.count_bug[:12]}: the review failed: RuntimeError: boom`" in notes
+    assert f"`{h.put_bug[:12]}: 2 units not audited: no daemon left`" in notes
 
 
 def test_the_wilson_interval_at_known_points():
