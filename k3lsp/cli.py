@@ -144,11 +144,9 @@ def _eval(args: argparse.Namespace) -> int:
     """`k3lsp eval castle|fixes` (k3lsp/eval/command.py): every daemon given, background effort high unless told."""
     from dataclasses import replace
 
-    from k3lsp.eval import command
-
     opts, endpoints, errors = _settings(args)
     first, *others = endpoints
-    return command.run(args, replace(opts, endpoint=first, other_endpoints=tuple(others)), errors)
+    return eval_command.run(args, replace(opts, endpoint=first, other_endpoints=tuple(others)), errors)
 
 
 def _keys(args: argparse.Namespace) -> int:

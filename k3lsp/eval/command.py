@@ -92,20 +92,19 @@ def _measured(args: argparse.Namespace, work) -> object:
     import asyncio
     import signal
 
-    from k3lsp import terminal
-    from k3lsp.eval import running
+    from k3lsp import tasks, terminal
 
     async def main(on_progress):
         plan = _plan(args, on_progress)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, plan.stop.set)
-        return plan, await running.until_stopped(work(plan), plan.stop)
+        return plan, await tasks.until_stopped(work(plan), plan.stop)
 
     with terminal.progress_bar(sys.stderr.isatty(), "evaluating") as on_progress:
         try:
             return asyncio.run(main(on_progress))
-        except running.Interrupted:
+        except tasks.Interrupted:
             raise _Refused(
                 "interrupted: the units that finished are in the run cache; run it again with --resume to go on"
             ) from None

@@ -14,12 +14,10 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-from k3lsp import tasks
 from k3lsp.eval.matrix import Configuration
 from k3lsp.pool import DEFAULT_SLOTS, Pool
 from k3lsp.replies import Welcome
@@ -27,7 +25,6 @@ from k3lsp.run import Summary, Target, UnitResult, describe
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 
-T = TypeVar("T")
 OnProgress = Callable[[int, int, str], None]  # (units done, units in all, the daemon's latest note)
 
 
@@ -88,20 +85,3 @@ async def audit(p: Pool, targets: Sequence[Target], plan: Plan, done_before: int
         results.append(result)
         progress("")
     return Audited(results, run.summary, welcome_of(p), time.monotonic() - started)
-
-
-class Interrupted(Exception):
-    """The run was stopped (SIGINT/SIGTERM) before it ended; what was finished is in the run caches."""
-
-
-async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
-    """``work``'s value, or Interrupted as soon as ``stop`` is set (``work`` is then cancelled)."""
-    job, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([job, stopped], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        interrupted = not job.done()
-        await tasks.cancel(stopped, job if interrupted else None)
-    if interrupted:
-        raise Interrupted
-    return job.result()

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import time
 
 import pytest
 
-from k3lsp.wire.cache import FILE_NAME
+from k3lsp.wire.cache import FILE_NAME, ResultCache
+from tests.batch import corpus
 from tests.eval import castle_data as data
-from tests.support.batch import k3lsp
+from tests.support.batch import k3lsp, start_k3lsp
 from tests.support.daemon import Wire, serving
 
 ARGS = ["--max-tokens", "4000"]
@@ -135,3 +138,47 @@ def test_a_bad_dataset_or_matrix_is_refused_with_a_clear_error(oracle, tmp_path)
     assert done.returncode == 2 and "non-empty list 'tests'" in done.stderr
     done, _ = evaluate(oracle, tmp_path, "--matrix", "effort=medium")
     assert done.returncode == 2 and "--matrix effort: values are off, low, high, max, not medium" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def slow(tiny_model):
+    with serving(tiny_model, script=corpus.SLOW_SCRIPT) as d:
+        yield d
+
+
+def run_cache_entries(path) -> int:
+    if not path.exists():
+        return 0
+    cache = ResultCache(path)
+    try:
+        return cache.stats()["entries"]
+    finally:
+        cache.close()
+
+
+def test_an_interrupted_run_keeps_what_finished_and_resume_audits_only_the_rest(slow, tmp_path):
+    dataset = data.write(tmp_path / "castle.json", data.dataset())
+    out = tmp_path / "out"
+    args = ("eval", "castle", str(dataset), "--endpoint", slow.endpoint, "--out", str(out), "--jobs", "1")
+    proc = start_k3lsp(*args, cache=tmp_path / "c", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while run_cache_entries(out / "cache" / "default.sqlite3") < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 2 and "interrupted" in err and "--resume" in err
+    assert not (out / "report.json").exists()
+    kept = run_cache_entries(out / "cache" / "default.sqlite3")
+    assert 2 <= kept < UNITS
+    before = requests(slow)
+    done = k3lsp(*args, "--resume", cache=tmp_path / "c", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "report.json").read_text())["configurations"][0]["summary"]
+    assert (summary["resumed"], summary["audited"]) == (kept, UNITS - kept)
+    assert requests(slow) - before == UNITS - kept
