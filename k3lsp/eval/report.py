@@ -76,7 +76,12 @@ def _summary(audited: Audited) -> dict:
 
 
 def _errors(summary: dict) -> list[str]:
+    """What keeps a run from having audited every unit (exit status 2)."""
     out = list(summary["failed"])
+    if summary["refused"]:
+        out.append(
+            f"{summary['refused']} units too long to audit (the daemon refused them): their findings are missing"
+        )
     if summary["left"]:
         out.append(f"{summary['left']} of {summary['units']} units not audited: {summary['unavailable']}")
     return out
@@ -256,7 +261,6 @@ def _problems(report: dict) -> list[str]:
             [f"{summary['incomplete']} units cut short (findings may be missing)"] if summary.get("incomplete") else []
         )
         notes += [f"{summary['resumed']} units taken from the run cache (--resume)"] if summary.get("resumed") else []
-        notes += [f"{summary['refused']} units too long to audit"] if summary.get("refused") else []
         notes += c["errors"] + summary.get("dropped", [])
         if notes:
             out += ["", f"## Notes: {c['name']}", ""] + [f"- {_md(n)}" for n in notes]
