@@ -573,6 +573,7 @@ class Daemon:
             **fingerprint,
             "experts": info.experts,
             "ranks": info.ranks,
+            **({"random_weights": True} if info.random_weights else {}),
             "state": self.progress.state,
             **loading,
             "limits": {

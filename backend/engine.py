@@ -29,6 +29,7 @@ that entry, prefilling only the new tokens.
 import functools
 import hashlib
 import heapq
+import json
 import logging
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ from mlx_lm.utils import hf_repo_to_path
 from backend import dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
+from backend.loading import says_random_weights
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
 from backend.settings import flag
 from k3lsp.wire.protocol import ErrorCode
@@ -151,6 +153,10 @@ def local_checkpoint(model: str) -> Path:
     """The directory a ``--model`` names: itself, or the Hugging Face snapshot ``load`` downloaded."""
     path = Path(model)
     return path if path.exists() else hf_repo_to_path(model)
+
+
+def _config(model: str) -> dict:
+    return json.loads((local_checkpoint(model) / "config.json").read_text(encoding="utf-8"))
 
 
 @dataclass
@@ -264,6 +270,7 @@ class Engine:
         self.model_id = Path(args.model).name or args.model
         self.fingerprint = checkpoint_fingerprint(local_checkpoint(args.model))  # what results are cached under
         self.experts = int(getattr(text, "num_experts", None) or 0)
+        self.random_weights = says_random_weights(_config(args.model))  # the welcome says so (k3lsp eval)
         self.layers = int(text.num_hidden_layers)
         self.vocab_size = int(text.vocab_size)
         self.context_length = int(getattr(text, "max_position_embeddings", 0) or 0)

@@ -119,6 +119,7 @@ class ModelInfo:
     fingerprint: str
     experts: int
     ranks: int
+    random_weights: bool = False  # the checkpoint says it has random weights (backend/tiny.py): its findings are noise
 
     @classmethod
     def of(cls, model: str, ranks: int) -> ModelInfo:
@@ -131,7 +132,13 @@ class ModelInfo:
             return cls(model, "", 0, ranks)
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         text = config.get("text_config", config)
-        return cls(path.name or model, checkpoint_fingerprint(path), int(text.get("num_experts") or 0), ranks)
+        experts = int(text.get("num_experts") or 0)
+        return cls(path.name or model, checkpoint_fingerprint(path), experts, ranks, says_random_weights(config))
+
+
+def says_random_weights(config: dict) -> bool:
+    """Whether a checkpoint's ``config.json`` says its weights are random (``backend/tiny.py`` writes it)."""
+    return config.get("random_weights") is True
 
 
 def parts(model) -> Iterator[list[mx.array]]:

@@ -245,6 +245,7 @@ def tiny_config(*, experts: int = 8, layers: int = 4, hidden: int = BASE_HIDDEN)
     return {
         "model_type": "kimi_k3",
         "architectures": ["KimiK3ForCausalLM"],
+        "random_weights": True,  # the daemon's welcome says so: what it finds is noise (k3lsp eval's header)
         "eos_token_id": SPECIAL_TOKENS.index(EOS),
         "torch_dtype": "float32",
         "text_config": text,

@@ -243,20 +243,15 @@ async def _run(
                 report.silenced += [r for r in rows if r.suppression is not None]
             progress("")
 
-    work, stopped = asyncio.ensure_future(results()), asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait([work, stopped], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        interrupted = not work.done()
-        await tasks.cancel(stopped, work if interrupted else None)
-    if interrupted:
+        await tasks.until_stopped(results(), stop)
+    except tasks.Interrupted:
         done = run.summary.cached + run.summary.audited
         report.interrupted = True
         report.errors.append(
             f"interrupted: {done} of {total} units done; their results are cached, a rerun audits only the rest"
         )
         return None
-    work.result()
     return run.summary
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
+from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
 from k3lsp.wire import sanitize
 from k3lsp.wire.protocol import SEVERITIES
@@ -88,12 +89,13 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace):
-    """What ``audit`` and ``review`` take from their flags: (options, endpoints, jobs, errors)."""
+    """What a batch command (``audit``, ``review``, ``eval``) takes from its flags: (options, endpoints, jobs,
+    errors)."""
     from k3lsp import options
     from k3lsp.pool import DEFAULT_SLOTS
 
     settings = {
-        "minSeverity": args.min_severity,
+        "minSeverity": getattr(args, "min_severity", None),
         "thinkingEffort": args.thinking_effort,
         "serverKey": args.server_key and str(args.server_key),
         "clientKey": args.client_key and str(args.client_key),
@@ -102,7 +104,8 @@ def _settings(args: argparse.Namespace):
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
     errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
-    jobs = DEFAULT_SLOTS if args.jobs is None else args.jobs
+    jobs = getattr(args, "jobs", None)  # eval has no --jobs
+    jobs = DEFAULT_SLOTS if jobs is None else jobs
     if jobs < 1:
         errors.append(f"--jobs must be at least 1, not {jobs}")
     return opts, endpoints, jobs, errors
@@ -148,6 +151,15 @@ def _audit_run(args: argparse.Namespace) -> int:
     return status if terminal.write_report(args.output, formats, fmt, "audit") else batch.EXIT_ERROR
 
 
+def _eval(args: argparse.Namespace) -> int:
+    """`k3lsp eval castle|fixes` (k3lsp/eval/command.py): every daemon given, background effort high unless told."""
+    from dataclasses import replace
+
+    opts, endpoints, _, errors = _settings(args)
+    first, *others = endpoints
+    return eval_command.run(args, replace(opts, endpoint=first, other_endpoints=tuple(others)), errors)
+
+
 def _review(args: argparse.Namespace) -> int:
     """`k3lsp review`; like `audit`, an unexpected fault exits 2, never 1."""
     from k3lsp import batch, review_cli
@@ -173,6 +185,14 @@ def _keys(args: argparse.Namespace) -> int:
         print(f"k3lsp keys init: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _add_effort_flag(
+    parser: argparse.ArgumentParser,
+    default: str | None = None,
+    help: str = "how long the model thinks per unit (default auto: high, as for workspace audits)",
+) -> None:
+    parser.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=default, help=help)
 
 
 def _add_key_flags(parser: argparse.ArgumentParser) -> None:
@@ -218,12 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
         "error: the exit status says findings or clean",
     )
-    audit.add_argument(
-        "--thinking-effort",
-        choices=THINKING_EFFORTS,
-        default=None,
-        help="how long the model thinks per unit (default auto: high, as for workspace audits)",
-    )
+    _add_effort_flag(audit)
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
 
@@ -258,14 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--jobs", type=int, default=None, help="units in flight per backend (default 4)")
     review.add_argument("--min-severity", choices=SEVERITIES, default=None)
     review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
-    review.add_argument(
-        "--thinking-effort",
-        choices=THINKING_EFFORTS,
-        default="high",
-        help="how long the model thinks per unit (default high: a review is read closely)",
-    )
+    _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")
     _add_key_flags(review)
     review.set_defaults(run=_review)
+
+    evaluate = sub.add_parser("eval", help="measure the audits: CASTLE-C250, or a project's Fixes: history")
+    modes = evaluate.add_subparsers(dest="eval_command", required=True)
+    castle = modes.add_parser("castle", help="score the audits on CASTLE-C250 as its authors score tools")
+    fixes = modes.add_parser("fixes", help="did the review of each commit a Fixes: tag names catch its bug?")
+    eval_command.add_arguments(castle, fixes)
+    for mode in (castle, fixes):
+        mode.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+        _add_effort_flag(mode)
+        _add_key_flags(mode)
+        mode.set_defaults(run=_eval)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for talking to a daemon on another machine")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -279,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports that record it
     if args.command is None:
         from k3lsp.server import serve_stdio
 

@@ -77,4 +77,3 @@ def screened(
             yield found, REFUTED
         else:
             yield found, None
-

@@ -70,6 +70,7 @@ class Welcome:
     max_prompt_tokens: int | None  # a unit refused as too long is remembered under this limit
     loading: LoadProgress | None  # set while the daemon reads its model
     raw: dict = field(compare=False, repr=False)  # as received (already protocol-valid), for status displays
+    random_weights: bool = False  # the checkpoint says its weights are random: whatever it finds is noise
 
     @classmethod
     def of(cls, reply: dict) -> Welcome:
@@ -84,6 +85,7 @@ class Welcome:
             max_prompt_tokens=most if count(most) else None,
             loading=loading_of(reply),
             raw=reply,
+            random_weights=reply.get("random_weights") is True,
         )
 
     def serving(self) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 _running: set[asyncio.Task] = set()
+T = TypeVar("T")
 
 
 def background(
@@ -49,3 +50,21 @@ async def cancel(*tasks: asyncio.Task | None) -> None:
     for outcome in await asyncio.gather(*live, return_exceptions=True):
         if isinstance(outcome, Exception):
             log.debug("a task ended with %s while it was cancelled", outcome)
+
+
+class Interrupted(Exception):
+    """``until_stopped``: the stop event came first."""
+
+
+async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
+    """``work``'s value; Interrupted as soon as ``stop`` is set (``work`` is then cancelled and awaited): how a
+    batch front end ends early on SIGINT/SIGTERM, keeping what it finished."""
+    job, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([job, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted = not job.done()
+        await cancel(stopped, job if interrupted else None)
+    if interrupted:
+        raise Interrupted
+    return job.result()

@@ -375,6 +375,7 @@ TO_CLIENT: dict[str, Schema] = {
         "fingerprint": (string(128, nonempty=True), False),  # the served checkpoint (backend/fingerprint.py)
         "experts": (integer(0), True),
         "ranks": (integer(1), True),
+        "random_weights": (boolean, False),  # the checkpoint has random weights (the tiny one): its findings are noise
         "limits": (free_map, True),
         "state": (one_of(*DAEMON_STATES), False),  # loading: the model is being read; requests wait for it
         "loading": (free_map, False),  # while loading: stage, bytes_done, bytes_total, percent, eta_seconds

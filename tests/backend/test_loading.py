@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import mlx.core as mx
 import pytest
@@ -34,6 +35,13 @@ def test_parts_are_read_one_after_the_other_and_give_mlx_lms_model(tiny_model):
     prompt = mx.array([[1, 5, 9, 42, 77]])
     assert mx.array_equal(paced(prompt), whole(prompt))
     assert progress.bytes_done == progress.bytes_total == total and progress.stage == "tokenizer"
+
+
+def test_the_tiny_checkpoint_says_its_weights_are_random_and_a_trained_one_does_not(tiny_model):
+    config = json.loads((tiny_model / "config.json").read_text())
+    assert loading.ModelInfo.of(str(tiny_model), 1).random_weights  # so the welcome says so (k3lsp eval)
+    assert not loading.says_random_weights({k: v for k, v in config.items() if k != "random_weights"})
+    assert not loading.says_random_weights(config | {"random_weights": "yes"})
 
 
 def test_progress_words_and_estimate():
