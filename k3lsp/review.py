@@ -81,6 +81,8 @@ class ReviewOptions:
     callers: bool = False  # audit the callers of changed functions too, at background priority
     priority: Priority = Priority.INTERACTIVE  # of the patches' own units
     allow_incomplete: bool = False  # a unit cut short is a warning, not an error
+    force: bool = False  # skip the run cache (a re-review); ``Pool.audit``'s
+    fresh: bool = False  # ask the daemons not to answer from their caches either (an eval measures the model)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class ReviewReport:
     errors: list[str] = field(default_factory=list)  # something was not reviewed: exit status 2
     warnings: list[str] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
+    results: list[UnitResult] = field(default_factory=list)  # every unit result, cached ones too: the cost
 
     def exit_status(self, fail_on: str) -> int:
         """2 on errors (a patch or unit not reviewed), else 1 when a patch introduced a finding at or above
@@ -190,9 +193,10 @@ async def review_patches(
         nonlocal done
         if not targets:
             return
-        run = pool.audit(targets, priority=priority)
+        run = pool.audit(targets, priority=priority, force=how.force, fresh=how.fresh)
         async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
             done += 1
+            report.results.append(result)
             for owner in owners[result.target]:
                 _record(owner, result, options, baseline)
             progress("")

@@ -180,17 +180,11 @@ def _fixes(args: argparse.Namespace, options) -> int:
             unlocated.append({"fix": case.fix, "introducing": case.introducing, "why": found})
         else:
             located.append(found)
-    reviewer = review.connected()
-    if args.cases_only or reviewer is None:
-        if not args.cases_only:
-            raise _Refused(
-                "the review front end (k3lsp review) is not part of this build, so no commit can be reviewed; "
-                "--cases-only selects the cases and their bug lines without reviewing them"
-            )
+    if args.cases_only:
         plan, outcomes = _plan(args, None), []
     else:
         plan, outcomes = _measured(
-            args, lambda plan: fixes_run.run(args.repo, located, reviewer, configurations, plan, judging)
+            args, lambda plan: fixes_run.run(args.repo, located, review.connected(), configurations, plan, judging)
         )
     head = report.meta(["k3lsp", *args.argv], _plan_json(plan))
     revs = [str(args.list)] if args.list is not None else args.revisions

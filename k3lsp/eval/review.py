@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from k3lsp import gitrepo, review
 from k3lsp.pool import Pool
 from k3lsp.run import UnitResult
+from k3lsp.wire import sanitize
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,27 @@ class CommitReviewer(Protocol):
         ...
 
 
-def connected() -> CommitReviewer | None:
-    """The review front end, where this build has one. `k3lsp review` (issue 26) is not part of this branch yet:
-    until it is connected here, `k3lsp eval fixes` selects and locates its cases (``--cases-only``) and says the
-    review is missing instead of reviewing."""
-    return None
+class _Review:
+    """``k3lsp review``'s review of one commit (``k3lsp.review.review_commit``), in the eval's terms. The
+    configuration's settings are the pool's as the matrix made them: its thinking effort stays the eval's."""
+
+    async def review(self, pool: Pool, repo: Path, commit: str, *, force: bool, fresh: bool) -> CommitReview:
+        options = pool.options
+        try:
+            repository = gitrepo.Repository(repo, options.max_file_bytes)
+            how = review.ReviewOptions(force=force, fresh=fresh)
+            report = await review.review_commit(repository, commit, options, pool, how)
+        except (gitrepo.GitError, OSError) as exc:
+            return CommitReview((), (), (sanitize.line(f"{commit[:12]}: not reviewed: {exc}"),))
+        problems = [*report.errors, *(p.patch.error for p in report.patches if p.patch.error)]
+        introduced = tuple(
+            Introduced(f.row.uri, f.row.line, f.row.end_line, f.row.cwe, f.row.severity, f.row.title)
+            for p in report.patches
+            for f in p.introduced
+        )
+        return CommitReview(introduced, tuple(report.results), tuple(problems))
+
+
+def connected() -> CommitReviewer:
+    """The review front end the eval reviews with."""
+    return _Review()

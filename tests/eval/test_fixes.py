@@ -17,7 +17,9 @@ from k3lsp.eval.review import CommitReview, Introduced
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from tests.eval import history_repo as hr
+from tests.support import kimi
 from tests.support.batch import k3lsp
+from tests.support.daemon import serving
 
 WANTS = Options().wants
 
@@ -174,7 +176,7 @@ def test_the_wilson_interval_at_known_points():
     assert catching.wilson(0, 0) == (0.0, 1.0)
 
 
-def test_the_command_selects_and_locates_cases_and_says_the_review_is_missing(h, tmp_path):
+def test_the_command_selects_and_locates_cases_without_reviewing_them(h, tmp_path):
     out = tmp_path / "o"
     done = k3lsp(
         "eval", "fixes", "--repo", str(h.repo), "--cases-only", "--out", str(out), cache=tmp_path / "c", cwd=tmp_path
@@ -185,8 +187,40 @@ def test_the_command_selects_and_locates_cases_and_says_the_review_is_missing(h,
         (h.put_fix, h.put_bug), (h.name_fix, h.name_bug), (h.count_fix, h.count_bug)
     }  # fmt: skip
     assert report["selection"]["skipped"]["the introducing commit touches no C"] == 1
-    assert "## Cases" in done.stdout and h.put_fix[:12] in done.stdout
-    missing = k3lsp("eval", "fixes", "--repo", str(h.repo), "--out", str(out), cache=tmp_path / "c", cwd=tmp_path)
-    assert missing.returncode == 2 and "review front end" in missing.stderr
+    assert "## Cases" in done.stdout and h.put_fix[:12] in done.stdout and not report["configurations"]
     bad = k3lsp("eval", "fixes", "--repo", str(tmp_path), "--cases-only", cache=tmp_path / "c", cwd=tmp_path)
     assert bad.returncode == 2 and "git log" in bad.stderr
+
+
+def reported(line: int) -> list[dict]:
+    """A turn reporting one high CWE-787 finding on the unit's ``line``."""
+    finding = kimi.finding(cwe=787, severity="high", title="written past", start_line=line, end_line=line, trace=[])
+    return [kimi.turn(("report_finding", finding))]
+
+
+def test_the_command_reviews_each_introducing_commit_through_k3lsp_review_and_judges_it(h, tmp_path, tiny_model):
+    """The whole path: `k3lsp eval fixes` reviews each introducing commit with `k3lsp review`'s review (units of
+    the commit's post-image, audited with the change in view, through a real daemon) and judges what it
+    introduced. The scripted model flags buf_put's write and name_copy's strcpy (unit lines 3 and 4), and
+    nothing in count_up: two of three caught."""
+    script = [
+        {"unit": "buf_put", "turns": reported(3)},
+        {"unit": "name_copy", "turns": reported(4)},
+        {"unit": "*", "turns": [kimi.turn(content="no findings")]},
+    ]
+    out = tmp_path / "o"
+    with serving(tiny_model, script=script, args=["--max-tokens", "4000"]) as daemon:
+        done = k3lsp(
+            "eval", "fixes", "--repo", str(h.repo), "--endpoint", daemon.endpoint, "--out", str(out),
+            cache=tmp_path / "c", cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (configuration,) = json.loads((out / "report.json").read_text())["configurations"]
+    assert configuration["errors"] == []
+    caught = {c["introducing"]: c["caught"] for c in configuration["cases"]}
+    assert caught == {h.put_bug: True, h.name_bug: True, h.count_bug: False}
+    (put,) = [c for c in configuration["cases"] if c["introducing"] == h.put_bug]
+    (finding,) = put["catching"]
+    put_line = hr.line_of(hr.show(h.repo, h.put_bug, "net/core/buf.c"), "b->data[i] = v;")
+    assert (finding["path"], finding["start_line"], finding["cwe"]) == ("net/core/buf.c", put_line, 787)
+    assert configuration["catch"]["caught"] == 2 and configuration["cost"]["units"] >= 3
