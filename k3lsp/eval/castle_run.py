@@ -9,17 +9,21 @@ findings pipeline as the editor's (``k3lsp.pipeline``), each at its first line i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from k3lsp import pipeline, units
-from k3lsp.eval import castle_score, running
+from k3lsp.eval import castle_score, castle_witnesses, running
 from k3lsp.eval.castle import Dataset, Program
 from k3lsp.eval.castle_score import Reported, Score, TestResult
 from k3lsp.eval.cost import Cost
 from k3lsp.eval.matrix import Configuration
-from k3lsp.run import Target, UnitResult
+from k3lsp.options import Options
+from k3lsp.run import Summary, Target, UnitResult
+from k3lsp.witnesses import shown
+from k3lsp.witnesses.analyze import Report
 
 
 @dataclass(frozen=True)
@@ -40,15 +44,17 @@ class CastleOutcome:
     cost: Cost
     costs: dict[str, Cost]  # per test id
     audited: running.Audited
+    problems: list[str] = field(default_factory=list)  # beside the audit's own: analyzers that gave no answer
+    analyzers: dict[str, str] = field(default_factory=dict)  # the witnesses that ran: name -> its --version line
 
 
 def programs_as_targets(programs: Sequence[Program], directory: Path) -> dict[Target, Program]:
     """Write each program into a workspace of its own under ``directory`` and split it into units."""
     out: dict[Target, Program] = {}
     for program in programs:
-        root = directory / Path(program.name).stem
+        file = castle_witnesses.program_file(program, directory)
+        root = file.parent
         root.mkdir(parents=True, exist_ok=True)
-        file = root / program.name
         data = program.code.encode("utf-8", "surrogateescape")
         if not file.exists() or file.read_bytes() != data:
             file.write_bytes(data)
@@ -75,18 +81,57 @@ def findings_by_test(results: Sequence[UnitResult], by_target: dict[Target, Prog
 
 
 async def run(dataset: Dataset, configurations: Sequence[Configuration], plan: running.Plan) -> list[CastleOutcome]:
-    """Every configuration on the same units, one after the other (so each is timed alone)."""
-    by_target = programs_as_targets(dataset.programs(), plan.out / "programs")
-    targets = list(by_target)
+    """Every configuration on the same units, one after the other (so each is timed alone). A configuration with
+    witnesses sends each unit with the alerts on its lines (the analyzers run once per set of them)."""
+    directory = plan.out / "programs"
+    programs = dataset.programs()
+    plain = programs_as_targets(programs, directory)
+    witnessed: dict[tuple[str, ...], tuple[dict[str, str], dict[str, Report]]] = {}
     outcomes = []
     for i, configuration in enumerate(configurations):
+        names = configuration.options.witnesses
+        by_target, problems, versions = plain, [], {}
+        if names:
+            if names not in witnessed:
+                ran = dict(castle_witnesses.installed(names))
+                witnessed[names] = ran, await castle_witnesses.reports(programs, directory, names, plan)
+            versions, found = witnessed[names]
+            by_target = {
+                replace(t, alerts=shown.for_unit(found[p.test_id].alerts, t.unit)): p for t, p in plain.items()
+            }
+            problems = castle_witnesses.problems(found)
+        targets = list(by_target)
         async with running.pool(configuration, plan) as p:
             audited = await running.audit(p, targets, plan, i * len(targets), len(targets) * len(configurations))
-        found = findings_by_test(audited.results, by_target)
-        score, tests = castle_score.score(dataset, found)
+        score, tests = castle_score.score(dataset, findings_by_test(audited.results, by_target))
         per_test: dict[str, list[UnitResult]] = {}
         for r in audited.results:
             per_test.setdefault(by_target[r.target].test_id, []).append(r)
         costs = {test_id: Cost.of(rs) for test_id, rs in per_test.items()}
-        outcomes.append(CastleOutcome(configuration, score, tests, Cost.of(audited.results), costs, audited))
+        cost = Cost.of(audited.results)
+        outcomes.append(CastleOutcome(configuration, score, tests, cost, costs, audited, problems, versions))
+    return outcomes
+
+
+async def alone(dataset: Dataset, base: Options, names: Sequence[str], plan: running.Plan) -> list[CastleOutcome]:
+    """``--witnesses-only``: the analyzers without the model, one outcome each (named with its version), then
+    their union when more than one ran. ``names`` empty: every known analyzer that is installed."""
+    tools = castle_witnesses.installed(names)
+    programs = dataset.programs()
+    directory = plan.out / "programs"
+    programs_as_targets(programs, directory)
+    started = time.monotonic()
+    found = await castle_witnesses.reports(programs, directory, [t for t, _ in tools], plan)
+    audited = running.Audited([], Summary(), None, time.monotonic() - started)
+    problems = castle_witnesses.problems(found)
+    versions = dict(tools)
+    rows = [(t, f"{t} alone", {t: versions[t]}) for t in versions]
+    if len(tools) > 1:
+        rows.append((castle_witnesses.UNION, "union of " + ", ".join(versions), versions))
+    outcomes = []
+    for tool, name, used in rows:
+        score, tests = castle_score.score(dataset, castle_witnesses.by_tool(found, tool))
+        mine = [p for p in problems if tool == castle_witnesses.UNION or f": {tool}: " in p]
+        configuration = Configuration(name, {"witnesses": list(used)}, base)
+        outcomes.append(CastleOutcome(configuration, score, tests, Cost(), {}, audited, mine, used))
     return outcomes

@@ -10,6 +10,7 @@ This module imports only argparse at the top, so building the command line costs
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -23,6 +24,14 @@ def add_arguments(castle: argparse.ArgumentParser, fixes: argparse.ArgumentParse
     from k3lsp.wire.protocol import SEVERITIES
 
     castle.add_argument("dataset", type=Path, help="CASTLE-C250.json (or any dataset in its format)")
+    castle.add_argument(
+        "--witnesses-only",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="TOOL,TOOL",
+        help="score the analyzers alone, each and their union, asking no daemon (default: every one installed)",
+    )
     fixes.add_argument("--repo", type=Path, required=True, help="the git repository whose history is measured")
     fixes.add_argument("revisions", nargs="*", metavar="RANGE", help="where to look for fixes (git log; default HEAD)")
     fixes.add_argument("--list", type=Path, help="a file of fix commit ids, one a line (# comments), instead of RANGE")
@@ -137,14 +146,23 @@ def _publish(args: argparse.Namespace, out: Path, report: dict, markdown: str, d
 
 
 def _castle(args: argparse.Namespace, options) -> int:
-    from k3lsp.eval import castle, castle_run, charts, report
+    from k3lsp.eval import castle, castle_run, castle_witnesses, charts, report
 
     try:
         dataset = castle.load(args.dataset)
     except castle.DatasetError as exc:
         raise _Refused(str(exc)) from exc
-    configurations = _configurations(args, options)
-    plan, outcomes = _measured(args, lambda plan: castle_run.run(dataset, configurations, plan))
+    if args.witnesses_only is not None:
+        if args.matrix:
+            raise _Refused("--witnesses-only asks no daemon: it has no --matrix")
+        names = [n for n in args.witnesses_only.split(",") if n]
+        work = functools.partial(castle_run.alone, dataset, options, names)
+    else:
+        work = functools.partial(castle_run.run, dataset, _configurations(args, options))
+    try:
+        plan, outcomes = _measured(args, work)
+    except castle_witnesses.WitnessError as exc:
+        raise _Refused(str(exc)) from exc
     result = report.castle_json(dataset, outcomes, report.meta(["k3lsp", *args.argv], _plan_json(plan)))
     return _publish(args, plan.out, result, report.castle_markdown(result), charts.castle)
 
@@ -160,6 +178,8 @@ def _fixes(args: argparse.Namespace, options) -> int:
     if args.window < 0 or args.depth < 1:
         raise _Refused("--window must be 0 or more and --depth at least 1")
     configurations = _configurations(args, options)
+    if any(c.options.witnesses for c in configurations):
+        raise _Refused("a review sends no analyzer alerts yet: the witnesses axis is castle's")
     judging = Judging(args.window, args.min_severity, args.depth)
     try:
         if args.list is not None:

@@ -15,10 +15,19 @@ from typing import Any
 from k3lsp import options
 from k3lsp.options import Options
 from k3lsp.wire.protocol import EFFORTS
+from k3lsp.witnesses.adapters import ADAPTERS
 
 # axis -> value -> the settings that value sets
 AXES: dict[str, dict[str, dict[str, Any]]] = {
     "effort": {e: {"thinkingEffort": e} for e in EFFORTS},
+    # the analyzers' alerts sent with each unit for the model to triage (docs/witnesses.md): none, one, or all
+    "witnesses": {
+        "off": {"witnesses": []},
+        **{n: {"witnesses": [n]} for n in ADAPTERS},
+        "all": {"witnesses": [*ADAPTERS]},
+    },
+    # the refutation turn after each audit (docs/witnesses.md)
+    "refute": {"off": {"refute": False}, "on": {"refute": True}},
 }
 DEFAULT = "default"  # the name of the configuration without --matrix
 

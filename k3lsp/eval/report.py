@@ -106,7 +106,8 @@ def castle_json(dataset: Dataset, outcomes: Sequence[CastleOutcome], head: dict)
                 "cost": o.cost.to_json(),
                 "seconds": o.audited.seconds,
                 "summary": summary,
-                "errors": _errors(summary),
+                "errors": _errors(summary) + o.problems,
+                "analyzers": o.analyzers,
                 "tests": [
                     {
                         "id": r.test.id,
@@ -211,7 +212,7 @@ def castle_markdown(report: dict) -> str:
         f"one with no findings {report['no_findings']['score']}"
     )
     out += ["", "## The CASTLE table", ""]
-    rows = [(f"**k3lsp: {c['name']}**", "this run", c["score"]) for c in report["configurations"]] + [
+    rows = [(f"**k3lsp: {c['name']}**", _version(c), c["score"]) for c in report["configurations"]] + [
         (p["name"], p["version"], _paper_score(p)) for p in report["paper"]
     ]
     rows.sort(key=lambda r: -r[2]["score"])
@@ -246,6 +247,13 @@ def castle_markdown(report: dict) -> str:
     )  # fmt: skip
     out += _problems(report)
     return "\n".join(out) + "\n"
+
+
+def _version(configuration: dict) -> str:
+    """What ran, for the table's Version column: the analyzers' own versions when no daemon did."""
+    if configuration["daemon"] is None and configuration["analyzers"]:
+        return _md("; ".join(configuration["analyzers"].values()))
+    return "this run"
 
 
 def _paper_score(p: dict) -> dict:

@@ -50,3 +50,11 @@ def test_an_axis_whose_settings_the_options_refuse_is_a_clear_error():
     axes = {"broken": {"x": {"thinkingEffort": "turbo"}}}
     with pytest.raises(matrix.MatrixError, match="thinkingEffort"):
         matrix.configurations(Options(), ["broken=x"], axes)
+
+
+def test_the_witnesses_and_refute_axes_set_the_editors_settings():
+    off, cppcheck, every = matrix.configurations(Options(), ["witnesses=off,cppcheck,all"])
+    assert (off.options.witnesses, cppcheck.options.witnesses) == ((), ("cppcheck",))
+    assert every.options.witnesses == ("cppcheck", "clang", "gcc", "sparse", "coccinelle")
+    no, yes = matrix.configurations(Options(refute_from="high"), ["refute=off,on"])
+    assert (no.options.refute_sent(), yes.options.refute_sent()) == (None, "high")
