@@ -29,7 +29,7 @@ rids = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    e = Engine(EngineArgs(model=str(checkpoint.path), max_tokens=256, trust_remote_code=True))
+    e = Engine(EngineArgs(model=str(checkpoint.path), max_tokens=512, trust_remote_code=True))
     e.warmup()
     assert e.stats()["generations"] == 0 and not e.busy()  # warm-up leaves no trace
     return e
@@ -68,7 +68,7 @@ def test_forced_report_finding_round_trips(engine):
     answer = answer_tokens(
         tok, messages, prompts.AUDIT_TOOLS, "low", "", [{"name": "report_finding", "arguments": FINDING}]
     )
-    req = request(r.tokens, r.segments, forced=answer[:-1])
+    req = request(r.tokens, r.segments, forced=answer[:-1], max_tokens=len(answer))  # room for the answer alone
     engine.submit(req)
     out = drain(engine)[req.rid]
     assert out.finish == "stop"
