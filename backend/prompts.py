@@ -22,6 +22,7 @@ The model reports findings and asks for code by tool calls in the Kimi K3 format
 response. Reading never raises: text that is not a valid call becomes a `ToolCallError`.
 """
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,10 @@ from mlx_lm.tool_parsers import kimi_k3
 from backend import channels
 from k3lsp.wire.protocol import EFFORTS
 
-PROMPT_VERSION = "k3lsp-audit-6"  # 6: analyzer alerts to triage (triage_alert), the refutation turn (verdict), units
-# under review (changed lines marked, the function before the change)
+PROMPT_VERSION = "k3lsp-audit-7"  # 6: analyzer alerts to triage (triage_alert), the refutation turn (verdict), units
+# under review (changed lines marked, the function before the change); 7: a unit under review shows the diff of
+# the change rather than the whole function before it
+DIFF_CONTEXT = 2  # unchanged lines around each hunk of a reviewed unit's diff
 
 SYSTEM_PROMPT = (
     "You are a security auditor for C code. Find memory-safety, integer, concurrency, input-validation "
@@ -211,14 +214,21 @@ def alerts_text(alerts: list[dict]) -> str:
 
 
 def _review_text(path: str, unit: str, code: str, first_line: int | None, changes: dict) -> str:
-    """A unit under review: the function before the change, then after it with the changed lines marked (the
-    question follows, in ``audit_messages``)."""
+    """A unit under review: what the change did to it, then the unit after it with the changed lines marked (the
+    question follows, in ``audit_messages``). What it did is the diff of the function, as a reviewer reads a patch:
+    its hunks with ``DIFF_CONTEXT`` lines around them. The unit after the change is shown in full below it, so the
+    diff only has to carry the removed lines; for a function rewritten almost whole, the diff would be longer than
+    the function was, and the function before the change is shown instead."""
     where = f" (line {first_line} of the file)" if first_line else ""
-    before = (
-        f"Before the change under review, `{unit}` read:\n```c\n{changes['preimage']}\n```"
-        if changes["preimage"].strip()
-        else f"The change under review adds `{unit}`."
-    )
+    preimage = changes["preimage"]
+    if not preimage.strip():
+        before = f"The change under review adds `{unit}`."
+    else:
+        diff = list(difflib.unified_diff(preimage.split("\n"), code.split("\n"), n=DIFF_CONTEXT, lineterm=""))[2:]
+        if len(diff) < preimage.count("\n") + 1:
+            before = f"The change under review, as a diff of `{unit}`:\n```diff\n" + "\n".join(diff) + "\n```"
+        else:
+            before = f"Before the change under review, `{unit}` read:\n```c\n{preimage}\n```"
     marked = numbered(code, frozenset(changes["lines"]))
     return (
         f"{before}\nUnit `{unit}` from {path}{where} after the change, numbered from 1; the lines the change added "

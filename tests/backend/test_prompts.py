@@ -262,6 +262,26 @@ def test_deeply_nested_arguments_are_an_invalid_call_not_a_crash():
     assert [e.error.split(" (")[0] for e in turn_.errors] == ["not a valid Kimi K3 tool call"]
 
 
+def test_a_small_change_to_a_long_function_is_shown_as_its_diff(specials):
+    """A reviewer reads a patch, not the function twice: one changed line of a 40-line function is shown as its
+    hunk (two lines of context each side, the removed line and the added one), and the function after the change
+    in full with that line marked; a change to most of a short function shows the function as it was."""
+    body = [f"\tx += {i};" for i in range(40)]
+    before = "\n".join(["int f(int x)", "{", *body, "\treturn x;", "}"])
+    after = before.replace("\tx += 20;", "\tx -= 20;")
+    changes = {"lines": [23], "preimage": before}
+    text = prompts.audit_messages(path="a.c", unit="f", code=after, specials=specials, changes=changes)[-1]["content"]
+    hunk = "@@ -21,5 +21,5 @@\n \tx += 18;\n \tx += 19;\n-\tx += 20;\n+\tx -= 20;\n \tx += 21;\n \tx += 22;\n```"
+    assert "The change under review, as a diff of `f`:\n```diff\n" + hunk in text
+    assert "\tx += 5;" not in text.split("Unit `f`")[0]  # the rest of the old function is not repeated
+    assert "23+|\tx -= 20;" in text and "22|\tx += 19;" in text
+    rewritten = prompts.audit_messages(
+        path="a.c", unit="g", code="int g(void)\n{\n\treturn 2;\n}", specials=specials,
+        changes={"lines": [3], "preimage": "int g(void)\n{\n\treturn 1;\n}"},
+    )[-1]["content"]  # fmt: skip
+    assert "Before the change under review, `g` read:\n```c\nint g(void)\n{\n\treturn 1;\n}\n```" in rewritten
+
+
 def test_a_unit_under_review_is_marked_and_its_preimage_is_data(tok, specials):
     """The changed lines carry ``+`` in the gutter, the function before the change comes first, and the preimage
     is defused like all data: a forged message in it adds no special id (compared with harmless text)."""
