@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="same as --format json")
     audit.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
     audit.add_argument(
-        "--jobs", type=int, default=None, help="units in flight per backend (default 4: the daemon batches them)"
+        "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
     )
     audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
     audit.add_argument(
@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on", choices=SEVERITIES, default="info", help="exit 1 for an introduced finding at or above"
     )
     review.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
-    review.add_argument("--jobs", type=int, default=None, help="units in flight per backend (default 4)")
+    review.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
     review.add_argument("--min-severity", choices=SEVERITIES, default=None)
     review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
     _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")

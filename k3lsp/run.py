@@ -1,6 +1,6 @@
 """The values of the audit core: what a front end asks for (targets), gets back per unit, and gets at the end.
 
-Every front end (the language server, ``k3lsp audit``, and the review, eval and witness front ends to come)
+Every front end (the language server, ``k3lsp audit``, ``k3lsp review``, ``k3lsp eval``)
 hands the pool (``k3lsp.pool``) a list of :class:`Target` and reads :class:`UnitResult` values as they become
 known, then one :class:`Summary`. What it shows, and how, is its own business; what counts as cached, complete,
 refused, failed or not audited is decided once, here and in the pool.

@@ -10,7 +10,7 @@ first line says what it covered (files searched and how long, the index's size a
 the deadline or the output limit): never a bare "not found" after an incomplete search. Every answer is cut to
 `MAX_RESULT_CHARS` / `MAX_RESULT_LINES`. A refusal is an ordinary result text (`run_tool` returns ok=False),
 which the model reads and can act on; no exception escapes to the server. A file outside every workspace folder
-gets no tools at all (``Auditor._tool``).
+gets no tools at all (``answers.ToolAnswerer.answer``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ SEARCH_SECONDS = (
     3.0  # searches stop here, and a lookup waits no longer for the index: the model waits, and so does the audit
 )
 GREP_SECONDS = SEARCH_SECONDS + 3.0  # the pure-Python search's child is killed here (one line can backtrack forever)
-TOOL_SECONDS = GREP_SECONDS + 2.0  # the auditor's bound on any tool call: answered with a refusal after this
+TOOL_SECONDS = GREP_SECONDS + 2.0  # the tool answerer's bound on any tool call: answered with a refusal after this
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 

@@ -17,8 +17,8 @@ The indexer is, in order:
 - without ctags, the project's own splitter (``units.parse``) in a child process, with the same output.
 
 A lookup never waits longer than the tool's deadline: while the first build runs it answers from the files
-indexed so far and says so. ``warm`` starts the build early (the auditor calls it when an audit starts);
-``SymbolIndex.ready`` lets a coroutine await a build.
+indexed so far and says so. ``warm`` starts the build early (``answers.ToolAnswerer.prepare`` calls it when the
+pool starts a unit, once per refresh period); ``SymbolIndex.ready`` lets a coroutine await a build.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ result table both keep (``cache``), the private socket and the key files (``loca
 sanitiser for text on its way to a person or a log (``sanitize``), and child Python processes that import
 nothing from the current directory (``isolated``).
 
-This package imports nothing else of ``k3lsp``, and it is the only part of ``k3lsp`` that ``backend`` imports;
+This package imports nothing else of ``k3lsp``, and it is the only part of ``k3lsp`` that ``backend`` imports
+(with the package root, for ``__version__``);
 import-linter holds both rules (``[tool.importlinter]`` in pyproject.toml, run by ``.ci/run``).
 """

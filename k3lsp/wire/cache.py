@@ -1,4 +1,5 @@
-"""Content-addressed audit results in sqlite, shared by the editor, `k3lsp audit` and restarts.
+"""Content-addressed audit results in sqlite: the editor's and the batch tools' cache, and the daemon's team result
+store (``backend/store.py``) on the same table.
 
 An audit of one unit costs seconds to minutes on the Mac pair (docs/architecture.md); the
 same unit text and context, audited by the same model with the same prompt, gives the same answer
