@@ -75,18 +75,24 @@ class AuditRun:
         self._outcomes: asyncio.Queue[UnitResult | Failure | Target] = asyncio.Queue()
 
     async def lookup(self) -> list[UnitResult]:
-        """The cached results, under what is known of the daemons now (never waiting for one); then the one
-        connection check, and a second lookup if it taught us another result key. Once per run."""
+        """The cached results and the one connection check, once per run. With a daemon connected, the cache
+        answers first and the check comes only for the misses. With none, the check comes first: a key
+        remembered from an earlier welcome answers a run only once the hello confirms it (a daemon that now
+        serves another checkpoint under the same name must not be answered for by the old one's results), or
+        when no daemon answers at all (its results are the best there is, and say they are cached)."""
         if self.misses is not None:
             return []
         pool = self.pool
         pool.counters.units += len(self.targets)
+        checked = not pool.usable()
+        if checked:
+            self._usable = await pool.reach()
         keys = pool.answer_keys()
         found = pool.lookup(self.targets, self.priority, force=self.force)
         hits = self._counted(found.hits)
-        if found.misses:
+        if found.misses and not checked:
             self._usable = await pool.reach()
-            if pool.answer_keys() != keys:  # the hello named another checkpoint: its results, not the remembered
+            if pool.answer_keys() != keys:  # the hello named another checkpoint: its results, not the old ones
                 found = pool.lookup(found.misses, self.priority, force=self.force)
                 hits += self._counted(found.hits)
         self.misses = found.misses

@@ -54,11 +54,24 @@ def pytest_report_header() -> str | None:
     return None
 
 
+def worker_group(item: pytest.Item) -> str:
+    """Which tests pytest-xdist runs in one worker, one after the other (``--dist loadgroup``): a file's, so its
+    module fixtures (daemons among them) start once; every pair test file's together, since two pairs of ranks
+    on two cores at once miss their own timeouts; both VS Code test files', which build one directory."""
+    path = item.path.relative_to(REPO / "tests")
+    if path.parts[0] in TIERS["pair"]:
+        return "pair"
+    return "vscode" if path.parts[0] in TIERS["editors"] and "vscode" in path.name else path.as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``daemon``: the daemon's own tests, and every test whose fixtures build a tiny checkpoint (that is,
     need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories; ``logic``:
-    tests on the fake auditor; ``fuzz``: hypothesis tests."""
+    tests on the daemon's fake (tests/support/fake_daemon.py); ``fuzz``: hypothesis tests. Then the xdist
+    groups, the pair tests first: they are the longest group, and a worker takes groups in this order."""
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(worker_group(item)))
         directory = item.path.relative_to(REPO / "tests").parts[0]
         for marker, directories in TIERS.items():
             if directory in directories:
@@ -69,6 +82,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("logic")
         if is_hypothesis_test(getattr(item, "obj", None)):
             item.add_marker("fuzz")
+    items.sort(key=lambda item: worker_group(item) != "pair")
 
 
 LOST = ("exception was never retrieved", "Task was destroyed but it is pending")

@@ -94,8 +94,8 @@ async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings
     with caplog.at_level(logging.WARNING, logger="k3lsp.request"):
         (result,), pool, store = await asyncio.wait_for(audit_with(findings, tmp_path), 120)
     assert len(result.findings) == kept
-    assert result.over_limit == len(findings) - kept + 3  # the daemon's own count and ours
-    assert pool.counters.over_limit == result.over_limit
+    assert result.stats.over_limit == len(findings) - kept + 3  # the daemon's own count and ours
+    assert pool.counters.over_limit == result.stats.over_limit
     assert "dropping what the daemon sends beyond" in caplog.text
     row = store.get(UNIT.key, pool.connections[0].result_key.digest("low"))
     assert row is not None and len(json.dumps(row.findings)) <= bounds.MAX_RESULT_BYTES
@@ -119,7 +119,7 @@ async def test_the_batch_report_stays_bounded_and_says_what_was_dropped(tmp_path
         )
     assert code == 1, err
     assert len(json.loads(out)["findings"]) == bounds.MAX_FINDINGS_PER_UNIT and len(out) < 200_000
-    assert f"f.c: f: {20_000 - bounds.MAX_FINDINGS_PER_UNIT + 3} findings beyond the bounds" in err
+    assert f"{20_000 - bounds.MAX_FINDINGS_PER_UNIT + 3} findings beyond the bounds of one unit were dropped" in err
 
 
 def test_the_cache_evicts_the_least_recently_used_beyond_its_bound(tmp_path, monkeypatch, caplog):

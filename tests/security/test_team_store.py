@@ -57,7 +57,7 @@ def daemon_args(team: Keyring) -> list[str]:
     message (by default the daemon's view may be a second old, and the revoked key's audit would be answered)."""
     return [
         "--max-tokens",
-        "400",
+        "1000",
         "--server-key",
         str(team.server_secret),
         "--authorized-keys",
