@@ -31,7 +31,7 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import units  # noqa: E402
-from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
+from k3lsp.client import ClientOptions, DaemonClient  # noqa: E402
 from k3lsp.options import Options  # noqa: E402
 from k3lsp.replies import Welcome  # noqa: E402
 from k3lsp.wire import cache  # noqa: E402
@@ -48,7 +48,7 @@ async def _result_key(endpoint: str) -> str:
     """The key the server's cached results are filed under for this daemon (as k3lsp.connection files them),
     at the effort of an audit on save."""
     options = ClientOptions(endpoint=endpoint)
-    async with BackendClient(options) as client:
+    async with DaemonClient(options) as client:
         welcome = Welcome.of(client.welcome)
     assert welcome.fingerprint, "the daemon names no checkpoint fingerprint"
     key = ResultKey(welcome.fingerprint, welcome.prompt_version, client.daemon_identity)

@@ -45,7 +45,7 @@ from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from k3lsp import batch, units  # noqa: E402
-from k3lsp.client import BackendClient, ClientOptions  # noqa: E402
+from k3lsp.client import ClientOptions, DaemonClient  # noqa: E402
 from k3lsp.options import Options  # noqa: E402
 from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
@@ -77,7 +77,7 @@ def own_contexts(enabled: bool) -> Iterator[None]:
 
 
 async def engine_counters(endpoint: str) -> tuple[int, int]:
-    async with BackendClient(ClientOptions(endpoint=endpoint)) as client:
+    async with DaemonClient(ClientOptions(endpoint=endpoint)) as client:
         engine = (await client.status())["engine"]
     return engine.get("prompt_tokens", 0), engine.get("cached_tokens", 0)  # none before the first step
 

@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from k3lsp.client import BackendClient, BackendError, ClientOptions, default_endpoint
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
 from k3lsp.wire import sanitize
@@ -26,9 +26,9 @@ def _endpoints(args: argparse.Namespace) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from k3lsp.terminal import BackendStatus, print_status
+    from k3lsp.terminal import DaemonStatus, print_status
 
-    async def ask(endpoint: str) -> BackendStatus:
+    async def ask(endpoint: str) -> DaemonStatus:
         options = ClientOptions(
             endpoint=endpoint,
             connect_timeout=args.timeout,
@@ -37,12 +37,12 @@ def _status(args: argparse.Namespace) -> int:
             insecure=args.insecure,
         )
         try:
-            async with BackendClient(options) as client:
-                return BackendStatus(endpoint, client.welcome, await client.status(args.timeout))
-        except BackendError as exc:
-            return BackendStatus(endpoint, error=str(exc))
+            async with DaemonClient(options) as client:
+                return DaemonStatus(endpoint, client.welcome, await client.status(args.timeout))
+        except DaemonError as exc:
+            return DaemonStatus(endpoint, error=str(exc))
 
-    async def ask_all() -> list[BackendStatus]:
+    async def ask_all() -> list[DaemonStatus]:
         return list(await asyncio.gather(*(ask(e) for e in _endpoints(args))))
 
     backends = asyncio.run(ask_all())

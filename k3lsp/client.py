@@ -1,10 +1,10 @@
 """The editor side's connection to one audit daemon: an asyncio DEALER with multiplexed, cancellable requests.
 
-One :class:`BackendClient` per daemon (a DEALER connected to two daemons would round-robin a request and
+One :class:`DaemonClient` per daemon (a DEALER connected to two daemons would round-robin a request and
 its cancel to different machines). A reader task routes every incoming message by its request id to
 that request's queue, so many audits stream at once over one socket. Liveness is checked with the
 application ``ping`` (ZMTP heartbeats only prove that libzmq is alive, not the daemon's event loop);
-when the daemon goes away, open requests fail with :class:`BackendError` within the liveness timeout
+when the daemon goes away, open requests fail with :class:`DaemonError` within the liveness timeout
 instead of hanging, and ZeroMQ reconnects by itself, so the next request works as soon as the daemon
 is back.
 
@@ -51,7 +51,7 @@ def _retrieved(future: asyncio.Future) -> None:
         future.exception()
 
 
-class BackendError(CodedError):
+class DaemonError(CodedError):
     """The daemon could not serve a request. ``code`` says why, for programs: one of :class:`ErrorCode` (the one
     list of codes, each with its kind; docs/protocol.md explains them), either the client's own, for what
     happened on this side, or the daemon's ``error`` code. The message says it for people."""
@@ -75,7 +75,7 @@ class ClientOptions:
 ToolHandler = Callable[[dict], Awaitable[tuple[bool, str]]]
 
 
-class BackendClient:
+class DaemonClient:
     """A DEALER to one daemon; safe to use from many tasks of one event loop."""
 
     def __init__(self, options: ClientOptions | None = None, context: zmq.asyncio.Context | None = None):
@@ -88,7 +88,7 @@ class BackendClient:
         self._ids = itertools.count(1)
         self._prefix = os.urandom(4).hex()
         self._last_heard = 0.0
-        self._handshake_error: BackendError | None = None
+        self._handshake_error: DaemonError | None = None
         self._monitor: asyncio.Task | None = None
         self.welcome: dict | None = None
         self._curve: tuple[bytes, bytes, bytes] | None = None  # (server public, our public, our secret)
@@ -124,7 +124,7 @@ class BackendClient:
 
     def identify(self) -> str:
         """Who the daemon must be (``daemon_identity``), from the settings alone: nothing is sent, and this works
-        while the daemon is down (the editor files and finds results under it). Raises BackendError with code
+        while the daemon is down (the editor files and finds results under it). Raises DaemonError with code
         ``keys`` or ``insecure`` when the settings name no daemon that can be trusted."""
         if self.daemon_identity is None:
             self.daemon_identity = self._curve_identity() or self._check_plain()
@@ -136,7 +136,7 @@ class BackendClient:
         if not (opts.server_key or opts.client_key):
             return None
         if not (opts.server_key and opts.client_key):
-            raise BackendError(
+            raise DaemonError(
                 ErrorCode.KEYS,
                 "CurveZMQ needs both serverKey (the daemon's public key) and clientKey (this client's secret key file)",
             )
@@ -144,20 +144,20 @@ class BackendClient:
             server = keys.load_public(opts.server_key)
             self._curve = (server, *keys.load_secret(opts.client_key))
         except keys.KeyFileError as exc:
-            raise BackendError(ErrorCode.KEYS, str(exc)) from exc
+            raise DaemonError(ErrorCode.KEYS, str(exc)) from exc
         return f"curve:{server.decode()}"
 
     def _check_plain(self) -> str:
-        """The daemon identity of a plain endpoint, or BackendError('insecure') when there is none to trust."""
+        """The daemon identity of a plain endpoint, or DaemonError('insecure') when there is none to trust."""
         endpoint = self.options.endpoint
         if endpoint.startswith("ipc://"):
             try:
                 return f"ipc:{local.private_socket(endpoint)}"
             except local.LocalSocketError as exc:
-                raise BackendError(ErrorCode.INSECURE, f"not connecting to {exc}") from None
+                raise DaemonError(ErrorCode.INSECURE, f"not connecting to {exc}") from None
         if self.options.insecure:
             return f"insecure:{endpoint}"
-        raise BackendError(
+        raise DaemonError(
             ErrorCode.INSECURE,
             f"not sending code to {endpoint}: on plain tcp any user of this machine could be the one answering; "
             "use the daemon's default ipc socket, set serverKey/clientKey, or set insecure if you trust every "
@@ -168,16 +168,16 @@ class BackendClient:
         """Turn libzmq's silent refusals into reasons: a refused client otherwise just waits forever."""
         endpoint = self.options.endpoint
         reasons = {
-            zmq.EVENT_HANDSHAKE_FAILED_AUTH: BackendError(
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH: DaemonError(
                 ErrorCode.UNAUTHORIZED,
                 f"the audit daemon at {endpoint} refused this client's key: add the public half "
                 f"of {self.options.client_key} to the daemon's authorized keys",
             ),
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: BackendError(
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: DaemonError(
                 ErrorCode.SERVER_KEY,
                 f"the handshake with {endpoint} failed: the configured server key does not match the daemon's key",
             ),
-            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: BackendError(
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: DaemonError(
                 ErrorCode.SECURITY_MISMATCH,
                 f"the audit daemon at {endpoint} and this client disagree on encryption: "
                 "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
@@ -197,7 +197,7 @@ class BackendClient:
             monitor.close(linger=0)
 
     async def connect(self) -> dict:
-        """Open the socket and say hello; returns the daemon's ``welcome`` or raises BackendError."""
+        """Open the socket and say hello; returns the daemon's ``welcome`` or raises DaemonError."""
         if self._sock is None:
             self._sock = self._open()
             self._reader = asyncio.create_task(self._read_loop(), name="k3lsp-client-reader")
@@ -206,11 +206,11 @@ class BackendClient:
             "hello", self.options.connect_timeout, client=self.options.client_name, version=__version__
         )
         if reply["kind"] != "welcome":
-            raise BackendError(
+            raise DaemonError(
                 reply.get("code", ErrorCode.PROTOCOL), reply.get("message", f"unexpected {reply['kind']}")
             )
         if reply["protocol"] != protocol.VERSION:
-            raise BackendError(
+            raise DaemonError(
                 ErrorCode.VERSION,
                 f"the daemon speaks protocol {reply['protocol']}, this client "
                 f"{protocol.VERSION}: upgrade the older side",
@@ -242,7 +242,7 @@ class BackendClient:
             self._sock.close(linger=0)
         self._sock = self._reader = self._watchdog = self._monitor = None
 
-    async def __aenter__(self) -> BackendClient:
+    async def __aenter__(self) -> DaemonClient:
         await self.connect()
         return self
 
@@ -255,14 +255,14 @@ class BackendClient:
         return f"{self._prefix}-{next(self._ids)}"
 
     async def send(self, kind: str, msg_id: str, **fields: Any) -> None:
-        """Send one message; BackendError('unreachable') if the daemon takes nothing within the connect timeout.
+        """Send one message; DaemonError('unreachable') if the daemon takes nothing within the connect timeout.
 
         With ``IMMEDIATE`` set, libzmq queues a message only to a completed connection, so a daemon that is not
         there makes the socket unwritable: wait (bounded) until it can take the message, then hand it over
         without blocking. (A send that is cancelled on a timeout instead leaves pyzmq's own future behind,
         which fails later with nobody to see it.)"""
         if self._sock is None:
-            raise BackendError(ErrorCode.DOWN, "not connected")
+            raise DaemonError(ErrorCode.DOWN, "not connected")
         frame = protocol.encode(protocol.make(kind, msg_id, **fields))
         timeout = self.options.connect_timeout
         try:
@@ -272,7 +272,7 @@ class BackendClient:
         except zmq.Again:  # the connection went between the poll and the send
             writable = 0
         if not writable:
-            raise self._handshake_error or BackendError(
+            raise self._handshake_error or DaemonError(
                 ErrorCode.UNREACHABLE,
                 f"the audit daemon at {self.options.endpoint} is not reachable "
                 f"(nothing took a message within {timeout:g} s)",
@@ -313,7 +313,7 @@ class BackendClient:
             await asyncio.sleep(opts.liveness_interval)
             if not self._busy():
                 continue
-            with contextlib.suppress(BackendError):
+            with contextlib.suppress(DaemonError):
                 await self._one("ping", opts.liveness_interval, prefix="ping-")
             if loop.time() - self._last_heard > opts.liveness_timeout:
                 self._fail_all(ErrorCode.DOWN, f"the audit daemon at {opts.endpoint} stopped answering")
@@ -341,7 +341,7 @@ class BackendClient:
             await self.send(kind, msg_id, **fields)
             return await asyncio.wait_for(queue.get(), timeout)
         except TimeoutError as exc:
-            raise self._handshake_error or BackendError(
+            raise self._handshake_error or DaemonError(
                 ErrorCode.UNREACHABLE,
                 f"the audit daemon at {self.options.endpoint} did not answer within {timeout:g} s",
             ) from exc
@@ -354,13 +354,13 @@ class BackendClient:
         start = loop.time()
         reply = await self._one("ping", timeout)
         if reply["kind"] != "pong":
-            raise BackendError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no pong"))
+            raise DaemonError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no pong"))
         return loop.time() - start
 
     async def status(self, timeout: float = 5.0) -> dict:
         reply = await self._one("status", timeout)
         if reply["kind"] != "status":
-            raise BackendError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no status"))
+            raise DaemonError(reply.get("code", ErrorCode.PROTOCOL), reply.get("message", "no status"))
         return reply["status"]
 
     # --- streaming requests ------------------------------------------------------------------------------

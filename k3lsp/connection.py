@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from k3lsp import tasks
-from k3lsp.client import BackendClient, BackendError, ClientOptions, ToolHandler
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError, ToolHandler
 from k3lsp.options import Options
 from k3lsp.replies import LoadProgress, Welcome, loading_of
 from k3lsp.wire import sanitize
@@ -44,12 +44,12 @@ LOAD_POLL = 1.0  # seconds between status questions to a daemon that is loading 
 CONNECT_TIMEOUT = 3.0  # seconds for a hello: a daemon that is up answers in milliseconds
 
 
-class BackendUnavailable(CodedError):
+class DaemonUnavailable(CodedError):
     """The daemon cannot be used right now (``code``: a transient or set-up :class:`ErrorCode`)."""
 
 
 class Transport(Protocol):
-    """What a connection needs of the socket to its daemon: :class:`~k3lsp.client.BackendClient`, or the
+    """What a connection needs of the socket to its daemon: :class:`~k3lsp.client.DaemonClient`, or the
     fake daemon of the logic tests (tests/support/fake_daemon.py)."""
 
     options: ClientOptions
@@ -70,7 +70,7 @@ TransportFactory = Callable[[ClientOptions], Transport]
 
 
 @dataclass(frozen=True)
-class BackendState:
+class DaemonState:
     """The ``k3lsp/status`` notification's payload (docs/lsp.md)."""
 
     state: ConnState
@@ -103,7 +103,7 @@ class Connection:
         self,
         options: ClientOptions,
         cache: ResultCache,
-        transport: TransportFactory = BackendClient,
+        transport: TransportFactory = DaemonClient,
         on_change: Callable[[], None] = lambda: None,
     ):
         self.options = options
@@ -126,8 +126,8 @@ class Connection:
     def state(self) -> ConnState:
         return self._state
 
-    def status_line(self, queued: int = 0) -> BackendState:
-        return BackendState(self._state, queued, self.running, self._message, self._percent)
+    def status_line(self, queued: int = 0) -> DaemonState:
+        return DaemonState(self._state, queued, self.running, self._message, self._percent)
 
     def _set(self, state: ConnState, message: str, percent: int | None = None) -> None:
         if state is not self._state:
@@ -145,7 +145,7 @@ class Connection:
         """The key of the last welcome this identity gave, before any hello (none for untrusted settings)."""
         try:
             identity = self._transport.identify()
-        except BackendError:
+        except DaemonError:
             return  # the first hello says why, as the state
         served = self.cache.recall(identity)
         if served is not None:
@@ -169,7 +169,7 @@ class Connection:
 
     async def ensure(self, fresh: bool = False) -> Welcome:
         """The daemon's welcome, saying hello if it has not answered since its last failure; one hello at a time
-        however many wait. Raises BackendUnavailable (the state says why).
+        however many wait. Raises DaemonUnavailable (the state says why).
 
         ``fresh``: a hello already on its way when this was asked may have been sent before the daemon came back
         (it waits out the connect timeout for a socket that only now listens): when it fails, one more hello is
@@ -180,20 +180,20 @@ class Connection:
             return await asyncio.shield(self._start_hello())
         try:
             return await asyncio.shield(self._hello)
-        except BackendUnavailable:
+        except DaemonUnavailable:
             if not fresh:
                 raise
         return await self.ensure()
 
     def _start_hello(self) -> asyncio.Task:
-        self._hello = tasks.background(self._say_hello(), f"the hello to {self.endpoint}", BackendUnavailable)
+        self._hello = tasks.background(self._say_hello(), f"the hello to {self.endpoint}", DaemonUnavailable)
         return self._hello
 
     async def _say_hello(self) -> Welcome:
         self._set(ConnState.CONNECTING, f"connecting to {self.endpoint}")
         try:
             reply = await self._transport.connect()
-        except BackendError as exc:
+        except DaemonError as exc:
             raise self.failed(exc.code, str(exc)) from exc
         except Exception as exc:  # a fault of ours must not leave the state at "connecting" for ever
             log.exception("the hello to %s failed", self.endpoint)
@@ -213,13 +213,13 @@ class Connection:
             self._set(ConnState.CONNECTED, welcome.serving())
         return welcome
 
-    def failed(self, code: str, message: str) -> BackendUnavailable:
+    def failed(self, code: str, message: str) -> DaemonUnavailable:
         """The daemon cannot serve us (``code`` concerns the whole daemon): the state its code names, and the
         error to raise. The welcome and result key are kept: cached results stay shown."""
         where = "" if self.endpoint in message else f" at {self.endpoint}"
         text = message if message.startswith("k3 audit backend") else f"k3 audit backend{where}: {message}"
         self._set(state_for(code), text)
-        return BackendUnavailable(code, sanitize.line(text))
+        return DaemonUnavailable(code, sanitize.line(text))
 
     # --- a daemon that is loading its model --------------------------------------------------------------
 
@@ -235,7 +235,7 @@ class Connection:
             await asyncio.sleep(LOAD_POLL)
             try:
                 reply = await self._transport.status(self.options.connect_timeout)
-            except BackendError as exc:
+            except DaemonError as exc:
                 self.failed(exc.code, str(exc))
                 return
             if self._state is not ConnState.LOADING:  # a request found the daemon gone meanwhile
@@ -245,7 +245,7 @@ class Connection:
                 self._set(ConnState.LOADING, progress.describe(), progress.percent)
                 continue
             self._state = ConnState.DISCONNECTED  # loaded: a fresh hello, whose welcome describes the model served
-            with contextlib.suppress(BackendUnavailable):  # the state says it
+            with contextlib.suppress(DaemonUnavailable):  # the state says it
                 await self.ensure()
             return
 
@@ -256,5 +256,5 @@ class Connection:
         return self._transport.stream(kind, fields, tools=tools)
 
     async def daemon_status(self, timeout: float) -> dict:
-        """The daemon's own status, sanitised; raises BackendError."""
+        """The daemon's own status, sanitised; raises DaemonError."""
         return sanitize.data(await self._transport.status(timeout))

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 
 from k3lsp import request, tasks
 from k3lsp.answers import OnTool, ToolAnswerer
-from k3lsp.client import BackendClient, BackendError
-from k3lsp.connection import BackendState, BackendUnavailable, Connection, TransportFactory, client_options
+from k3lsp.client import DaemonClient, DaemonError
+from k3lsp.connection import Connection, DaemonState, DaemonUnavailable, TransportFactory, client_options
 from k3lsp.options import Options
 from k3lsp.replies import DoneStats
 from k3lsp.results import Lookup, Results
@@ -139,7 +139,7 @@ class AuditRun:
             self.summary.unavailable = why
         self._outcomes.put_nowait(job.target if outcome is None else outcome)
 
-    def noted(self, endpoint: str, why: BackendUnavailable, live: list[str]) -> None:
+    def noted(self, endpoint: str, why: DaemonUnavailable, live: list[str]) -> None:
         """A daemon failed while this run had work on it."""
         takes = f"; its units go to {', '.join(live)}" if live else ""
         note = sanitize.line(f"{why}{takes}")
@@ -179,10 +179,10 @@ class Pool:
         options: Options,
         cache: ResultCache,
         *,
-        transport: TransportFactory = BackendClient,
+        transport: TransportFactory = DaemonClient,
         client_name: str = "k3lsp",
         slots: int = DEFAULT_SLOTS,
-        on_state: Callable[[BackendState], None] | None = None,
+        on_state: Callable[[DaemonState], None] | None = None,
         on_tool: OnTool | None = None,
     ):
         if slots < 1:
@@ -208,18 +208,18 @@ class Pool:
     # --- state -------------------------------------------------------------------------------------------
 
     @property
-    def state(self) -> BackendState:
+    def state(self) -> DaemonState:
         """Connected while any daemon is; otherwise the first daemon's state. Queued: the jobs no daemon has
         taken yet; running: the requests in flight."""
         queued, running = len(self._queue), sum(c.running for c in self.connections)
         up = [c for c in self.connections if c.state is ConnState.CONNECTED]
         if len(self.connections) == 1 or not up:
             first = self.connections[0].status_line(queued)
-            return BackendState(first.state, queued, running, first.message, first.percent)
+            return DaemonState(first.state, queued, running, first.message, first.percent)
         down = len(self.connections) - len(up)
         note = f"; {down} of {len(self.connections)} daemons unreachable" if down else ""
         lines = [c.status_line().message for c in up]
-        return BackendState(ConnState.CONNECTED, queued, running, "; ".join(lines) + note)
+        return DaemonState(ConnState.CONNECTED, queued, running, "; ".join(lines) + note)
 
     def _notify(self) -> None:
         if self._on_state is not None:
@@ -265,7 +265,7 @@ class Pool:
         idle = [c for c in self.connections if not c.state.usable]
         if len(idle) < len(self.connections):
             for conn in idle:
-                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)
+                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", DaemonUnavailable)
         else:
             await asyncio.gather(*(c.ensure(fresh=True) for c in idle), return_exceptions=True)
         return self.usable()
@@ -377,7 +377,7 @@ class Pool:
                 self._again(job, str(exc), later=RETRY_DELAYS[min(job.attempts, ATTEMPTS) - 1])
             else:
                 self._failed_over(conn, job, conn.failed(exc.code, str(exc)))
-        except BackendUnavailable as exc:  # the connection says it failed: another daemon may take the job
+        except DaemonUnavailable as exc:  # the connection says it failed: another daemon may take the job
             self._failed_over(conn, job, exc)
         else:
             self._finished(conn, job, outcome)
@@ -399,7 +399,7 @@ class Pool:
             self.counters.failed += 1
         self._end(job, outcome)
 
-    def _failed_over(self, conn: Connection, job: _Job, exc: BackendUnavailable) -> None:
+    def _failed_over(self, conn: Connection, job: _Job, exc: DaemonUnavailable) -> None:
         """The job's daemon failed: the job goes back to the queue, for a daemon that is up (or the revival)."""
         job.run.noted(conn.endpoint, exc, [c.endpoint for c in self.usable()])
         self._again(job, str(exc))
@@ -429,10 +429,10 @@ class Pool:
 
     async def explain(self, target: Target, finding: dict) -> AsyncIterator[str]:
         """The model's explanation of one finding, streamed; on the first usable daemon, or the next when one
-        fails before it says a word. Raises BackendUnavailable or BackendError."""
+        fails before it says a word. Raises DaemonUnavailable or DaemonError."""
         reachable = await self.reach()
         if not reachable:
-            raise BackendUnavailable(ErrorCode.DOWN, self.why_unusable())
+            raise DaemonUnavailable(ErrorCode.DOWN, self.why_unusable())
         fields = explain_fields(target, finding, self.options.effort(Priority.INTERACTIVE))
         for i, conn in enumerate(reachable):
             said = False
@@ -441,7 +441,7 @@ class Pool:
                     said = True
                     yield piece
                 return
-            except BackendUnavailable:
+            except DaemonUnavailable:
                 if said or i == len(reachable) - 1:
                     raise
 
@@ -460,12 +460,12 @@ class Pool:
         connected = self.usable()
         if not connected:
             for conn in self.connections:
-                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", BackendUnavailable)
+                tasks.background(conn.ensure(), f"the hello to {conn.endpoint}", DaemonUnavailable)
             out["backend"], out["error"] = None, self.why_unusable()
             return sanitize.data(out)
         try:
             out["backend"] = await connected[0].daemon_status(STATUS_WAIT)
-        except BackendError as exc:
+        except DaemonError as exc:
             out["backend"], out["error"] = None, str(exc)
         return sanitize.data(out)
 
@@ -488,7 +488,7 @@ async def _explanation(conn: Connection, fields: dict, tools) -> AsyncIterator[s
         try:
             async for message in _raising(conn, messages):
                 yield message
-        except BackendError as exc:
+        except DaemonError as exc:
             if request.concerns_daemon(exc.code):
                 raise conn.failed(exc.code, str(exc)) from exc
             raise
@@ -500,6 +500,6 @@ async def _raising(conn: Connection, messages: AsyncIterator[dict]) -> AsyncIter
         if message["kind"] == "text":
             yield message["text"]
         elif message["kind"] == "error":
-            raise BackendError(message["code"], message["message"])
+            raise DaemonError(message["code"], message["message"])
         elif message["kind"] == "cancelled":  # the daemon's decision, not our task's cancellation
-            raise BackendError(ErrorCode.CANCELLED, "the audit daemon cancelled the explanation")
+            raise DaemonError(ErrorCode.CANCELLED, "the audit daemon cancelled the explanation")

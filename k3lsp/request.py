@@ -7,7 +7,7 @@ to the front end, and the model's tool calls are answered. How it ends decides w
 
 - ``done``: a :class:`~k3lsp.run.UnitResult` (complete or cut short);
 - ``error`` with a transient code: :class:`Transient`, retried later by the pool (bounded);
-- an error that concerns the whole daemon (a set-up code): ``Connection.failed`` and BackendUnavailable;
+- an error that concerns the whole daemon (a set-up code): ``Connection.failed`` and DaemonUnavailable;
 - ``too_long``: a refusal, remembered by the pool; any other request-level code (and ``cancelled`` from the
   daemon): a :class:`~k3lsp.run.Failure` of this unit only, never retried.
 """
@@ -18,8 +18,8 @@ import contextlib
 import logging
 
 from k3lsp import verdicts
-from k3lsp.client import BackendError, ToolHandler
-from k3lsp.connection import BackendUnavailable, Connection
+from k3lsp.client import DaemonError, ToolHandler
+from k3lsp.connection import Connection, DaemonUnavailable
 from k3lsp.replies import DoneStats
 from k3lsp.run import Failure, Progress, Target, UnitResult
 from k3lsp.wire import protocol, sanitize
@@ -29,7 +29,7 @@ from k3lsp.wire.protocol import CodeKind, ErrorCode, Priority, kind_of
 log = logging.getLogger(__name__)
 
 
-class Transient(BackendUnavailable):
+class Transient(DaemonUnavailable):
     """One attempt failed for a reason worth another, later attempt (``code`` of kind transient)."""
 
 
@@ -67,7 +67,7 @@ async def audit(
     on_progress: Progress | None,
     refute_from: str | None = None,
 ) -> UnitResult | Failure:
-    """One attempt; raises Transient or BackendUnavailable as the module says."""
+    """One attempt; raises Transient or DaemonUnavailable as the module says."""
     unit = target.unit
     findings: list[dict] = []
     judged: list[dict] = []
@@ -96,7 +96,7 @@ async def audit(
                     return Failure(target, ErrorCode.CANCELLED, "the audit daemon cancelled the audit")
                 elif kind == "error":
                     return _failed(conn, target, message["code"], message["message"])
-    except BackendError as exc:
+    except DaemonError as exc:
         return _failed(conn, target, exc.code, str(exc))
     except protocol.ProtocolError as exc:  # this unit cannot be sent (over the frame limit): it alone fails
         return Failure(target, ErrorCode.PROTOCOL, str(exc))
@@ -104,7 +104,7 @@ async def audit(
 
 
 def _failed(conn: Connection, target: Target, code: str, message: str) -> Failure:
-    """A transient reason raises Transient, a set-up one BackendUnavailable; any other fails this unit only."""
+    """A transient reason raises Transient, a set-up one DaemonUnavailable; any other fails this unit only."""
     if kind_of(code) is CodeKind.TRANSIENT:
         raise Transient(code, sanitize.line(message))
     if concerns_daemon(code):

@@ -14,7 +14,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from k3lsp import __version__, actions
-from k3lsp.client import BackendClient
+from k3lsp.client import DaemonClient
 from k3lsp.connection import TransportFactory
 from k3lsp.session import Session
 from k3lsp.wire import sanitize
@@ -35,7 +35,7 @@ class Utf16Protocol(LanguageServerProtocol):
         return (yield from super().lsp_initialize(params))
 
 
-def create(transport: TransportFactory = BackendClient) -> LanguageServer:
+def create(transport: TransportFactory = DaemonClient) -> LanguageServer:
     """A language server with its session; ``transport`` is the socket to each daemon of the ``endpoint``
     setting (the LSP logic tests give a fake daemon: everything else is the real audit core)."""
     server = LanguageServer(
@@ -134,7 +134,7 @@ def _not_a_late_cancel(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Cancel notification for unknown message id")
 
 
-def serve_stdio(transport: TransportFactory = BackendClient) -> None:
+def serve_stdio(transport: TransportFactory = DaemonClient) -> None:
     """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO

@@ -26,8 +26,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from k3lsp import actions, findings, options, progress, scope, suppress, tasks, units, workspace
-from k3lsp.client import BackendClient, BackendError
-from k3lsp.connection import BackendState, BackendUnavailable, TransportFactory
+from k3lsp.client import DaemonClient, DaemonError
+from k3lsp.connection import DaemonState, DaemonUnavailable, TransportFactory
 from k3lsp.documents import Document, Silenced, View, alert_notices, notices, present
 from k3lsp.pool import Pool
 from k3lsp.run import Target, describe
@@ -95,7 +95,7 @@ def witness_status(configured: tuple[str, ...]) -> dict[str, str]:
 
 class Session:
     def __init__(
-        self, ls: LanguageServer, cache: ResultCache | None = None, transport: TransportFactory = BackendClient
+        self, ls: LanguageServer, cache: ResultCache | None = None, transport: TransportFactory = DaemonClient
     ):
         self.ls = ls
         self.options = options.Options()
@@ -207,7 +207,7 @@ class Session:
         """How many findings of the open documents are silenced: by comments in the source, by the baseline."""
         return asdict(sum((doc.silenced for doc in self.docs.values()), Silenced()))
 
-    def _state_changed(self, state: BackendState) -> None:
+    def _state_changed(self, state: DaemonState) -> None:
         """The status notification for the VS Code and Neovim status views (with how many findings of the open
         documents are silenced), and, for every client, one message when the daemons become unusable and one
         when they are back."""
@@ -525,7 +525,7 @@ class Session:
                 async for piece in self.pool.explain(target, shown.finding.to_dict()):
                     parts.append(piece)
                     report(0, f"{len(''.join(parts))} characters")
-            except (BackendUnavailable, BackendError) as exc:
+            except (DaemonUnavailable, DaemonError) as exc:
                 self.message(f"{why}Cannot explain the finding: {exc}", lsp.MessageType.Error)
                 return None
         answer = why + (sanitize.text("".join(parts)).strip() or "(the model gave no explanation)")

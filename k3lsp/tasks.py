@@ -24,7 +24,7 @@ def background(
     coro: Coroutine[Any, Any, Any], what: str, expected: type[BaseException] | tuple[type[BaseException], ...] = ()
 ) -> asyncio.Task:
     """Start ``coro`` as a task; ``what`` names it in the log line if it fails (``"the hello to ipc://..."``).
-    ``expected``: exceptions that are an outcome, not a failure (a hello's BackendUnavailable, which the waiters
+    ``expected``: exceptions that are an outcome, not a failure (a hello's DaemonUnavailable, which the waiters
     get and the connection state already says), retrieved without a log line."""
     task = asyncio.ensure_future(coro)
     _running.add(task)

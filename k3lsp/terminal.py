@@ -21,7 +21,7 @@ from k3lsp.wire import sanitize
 
 
 @dataclass(frozen=True)
-class BackendStatus:
+class DaemonStatus:
     """What `k3lsp status` learnt from one endpoint: its welcome and status, or why it could not ask."""
 
     endpoint: str
@@ -76,7 +76,7 @@ _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
 ]
 
 
-def print_status(backends: Sequence[BackendStatus], console: Console | None = None) -> None:
+def print_status(backends: Sequence[DaemonStatus], console: Console | None = None) -> None:
     """One column per endpoint, one row per figure; an endpoint that did not answer shows its error."""
     table = Table(title="k3 audit backends" if len(backends) > 1 else "k3 audit backend")
     table.add_column("", style="bold")

@@ -17,7 +17,7 @@ is shown again only when all of these match:
 - the thinking effort the audit request was sent with (a result at a higher effort answers a request at a
   lower one: the model thought at least as long);
 - the daemon's identity, as the client established it before sending anything
-  (``BackendClient.daemon_identity``: its CurveZMQ server key, its private ipc socket, or an insecure
+  (``DaemonClient.daemon_identity``: its CurveZMQ server key, its private ipc socket, or an insecure
   endpoint): results of one daemon are never shown as another's.
 
 A daemon whose welcome names no fingerprint, or whose identity is unknown, has no key: its results are shown

@@ -70,7 +70,7 @@ _SCHEMA = (
     # What each daemon served when it last answered (address.ResultKey without the effort): its results can be
     # found at once after a restart, before (or without) a new hello.
     """CREATE TABLE IF NOT EXISTS daemons (
-    identity TEXT PRIMARY KEY,  -- BackendClient.daemon_identity
+    identity TEXT PRIMARY KEY,  -- DaemonClient.daemon_identity
     fingerprint TEXT NOT NULL,
     prompt_version TEXT NOT NULL,
     seen REAL NOT NULL          -- unix time of the welcome

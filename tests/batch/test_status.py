@@ -74,7 +74,7 @@ def test_a_loading_daemon_is_shown_as_loading_with_its_percentage():
     """What `k3lsp status` prints for a daemon's status while it reads its model (the map serve sends then)."""
     from rich.console import Console
 
-    from k3lsp.terminal import BackendStatus, print_status
+    from k3lsp.terminal import DaemonStatus, print_status
 
     status = {
         "model": "Kimi-K3-Audit-451E",
@@ -91,7 +91,7 @@ def test_a_loading_daemon_is_shown_as_loading_with_its_percentage():
         },
     }
     console = Console(record=True, width=120)
-    print_status([BackendStatus("tcp://mac-a:5555", {"model": "Kimi-K3-Audit-451E"}, status)], console)
+    print_status([DaemonStatus("tcp://mac-a:5555", {"model": "Kimi-K3-Audit-451E"}, status)], console)
     text = console.export_text()
     assert any(
         line.lstrip("│ ").startswith("state") and "backend loading (42 %, about 85 s left)" in line

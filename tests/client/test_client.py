@@ -1,4 +1,4 @@
-"""BackendClient against a real ROUTER on loopback playing a scripted daemon (the real one is in tests/backend)."""
+"""DaemonClient against a real ROUTER on loopback playing a scripted daemon (the real one is in tests/backend)."""
 
 import asyncio
 import socket
@@ -6,7 +6,7 @@ import socket
 import pytest
 import zmq
 
-from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError
 from tests.support.peer import WELCOME, peer, reply
 
 
@@ -32,7 +32,7 @@ async def test_concurrent_streams_are_routed_by_id_and_tools_answered():
     async def tools(request):
         return True, f"lines of {request['args']['path']}"
 
-    async with peer(basic) as endpoint, BackendClient(ClientOptions(endpoint=endpoint)) as client:
+    async with peer(basic) as endpoint, DaemonClient(ClientOptions(endpoint=endpoint)) as client:
         assert client.welcome["experts"] == 8
 
         async def run(unit):
@@ -50,8 +50,8 @@ async def test_unreachable_daemon_is_a_clear_error():
     with socket.socket() as probe:  # closed synchronously (a zmq socket's listener lingers in its I/O thread,
         probe.bind(("127.0.0.1", 0))  # and a handshake with it failed as "server_key" now and then)
         port = probe.getsockname()[1]
-    client = BackendClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5, insecure=True))
-    with pytest.raises(BackendError) as err:
+    client = DaemonClient(ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", connect_timeout=0.5, insecure=True))
+    with pytest.raises(DaemonError) as err:
         await asyncio.wait_for(client.connect(), 5)
     await client.close()
     assert err.value.code == "unreachable"
@@ -63,8 +63,8 @@ async def test_version_mismatch_is_named():
         await reply(sock, ident, "welcome", msg["id"], **(WELCOME | {"protocol": 0}))
 
     async with peer(old) as endpoint:
-        client = BackendClient(ClientOptions(endpoint=endpoint))
-        with pytest.raises(BackendError) as err:
+        client = DaemonClient(ClientOptions(endpoint=endpoint))
+        with pytest.raises(DaemonError) as err:
             await asyncio.wait_for(client.connect(), 5)
         await client.close()
     assert err.value.code == "version"
@@ -81,7 +81,7 @@ async def test_daemon_that_goes_silent_fails_open_requests():
     opts = ClientOptions(liveness_interval=0.2, liveness_timeout=0.6)
     async with peer(goes_silent) as endpoint:
         opts.endpoint = endpoint
-        async with BackendClient(opts) as client:
+        async with DaemonClient(opts) as client:
             messages = [m async for m in client.stream("audit", AUDIT | {"unit": "f"})]
     assert messages[-1]["kind"] == "error" and messages[-1]["code"] == "down"
 
@@ -93,7 +93,7 @@ async def test_leaving_a_stream_early_cancels_it_on_the_daemon():
         seen.append(msg["kind"])
         await basic(sock, ident, msg)
 
-    async with peer(record) as endpoint, BackendClient(ClientOptions(endpoint=endpoint)) as client:
+    async with peer(record) as endpoint, DaemonClient(ClientOptions(endpoint=endpoint)) as client:
         gen = client.stream("audit", AUDIT | {"unit": "second"})
         first = await asyncio.wait_for(anext(gen), 5)
         await gen.aclose()
@@ -113,7 +113,7 @@ async def test_close_does_not_raise_when_a_background_task_died():
     opts = ClientOptions(liveness_interval=0.1, liveness_timeout=60)
     async with peer(welcome_only) as endpoint:
         opts.endpoint = endpoint
-        client = BackendClient(opts)
+        client = DaemonClient(opts)
         await asyncio.wait_for(client.connect(), 5)
         request = asyncio.ensure_future(anext(client.stream("audit", AUDIT | {"unit": "f"})))  # an open request
         for _ in range(100):  # until the request is sent (bounded)

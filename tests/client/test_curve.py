@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from backend.auth import Security, secure_router
-from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError
 from k3lsp.wire import keys, protocol
 
 
@@ -63,7 +63,7 @@ async def curve_daemon(keyring):
 
 
 async def connect(endpoint, server_key=None, client_key=None):
-    client = BackendClient(
+    client = DaemonClient(
         ClientOptions(
             endpoint=endpoint,
             server_key=server_key,
@@ -101,7 +101,7 @@ async def test_authorised_client_works_and_is_identified(keyring):
 )
 async def test_refusals_are_told_apart_while_the_good_client_keeps_working(keyring, server, client, code):
     async with curve_daemon(keyring) as (endpoint, _, _):
-        with pytest.raises(BackendError) as err:
+        with pytest.raises(DaemonError) as err:
             await connect(endpoint, server and keyring[server][0], client and keyring[client][1])
         assert err.value.code == code
         assert endpoint in str(err.value)
@@ -110,7 +110,7 @@ async def test_refusals_are_told_apart_while_the_good_client_keeps_working(keyri
 
 async def test_allow_list_reloads_without_restart(keyring):
     async with curve_daemon(keyring) as (endpoint, _, curve):
-        with pytest.raises(BackendError):
+        with pytest.raises(DaemonError):
             await connect(endpoint, keyring["server"][0], keyring["bad"][1])
         (keyring["allowed"] / "bad.key").write_bytes(keyring["bad"][0].read_bytes())
         assert (await connect(endpoint, keyring["server"][0], keyring["bad"][1]))["kind"] == "welcome"

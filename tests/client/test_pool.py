@@ -9,7 +9,7 @@ import pytest
 
 from k3lsp import pool as pool_module
 from k3lsp import units
-from k3lsp.client import BackendError
+from k3lsp.client import DaemonError
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.run import Target
@@ -54,7 +54,7 @@ async def test_a_cancelled_explanation_is_a_daemon_error_not_our_cancellation(tm
     async with peer(answering("cancelled")) as endpoint:
         pool = new_pool(endpoint, tmp_path)
         try:
-            with pytest.raises(BackendError) as err:
+            with pytest.raises(DaemonError) as err:
                 await asyncio.wait_for(anext(pool.explain(Target(tmp_path, "a.c", UNIT), FINDING)), 10)
         finally:
             await pool.close()

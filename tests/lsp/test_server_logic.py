@@ -11,7 +11,7 @@ import inspect
 import pytest
 from lsprotocol import types as lsp
 
-from k3lsp.client import BackendClient
+from k3lsp.client import DaemonClient
 from k3lsp.connection import Transport
 from tests.lsp import scripted
 from tests.support.fake_daemon import FakeDaemon
@@ -42,7 +42,7 @@ def test_the_fake_daemon_has_what_a_connection_asks_of_the_client(member):
     """The fake cannot drift from the real client: each method of ``Transport`` has the same parameters (names,
     kinds, defaults) and is the same kind of callable (coroutine, async generator) in both."""
     wanted = getattr(Transport, member)
-    fake, real = getattr(FakeDaemon, member), getattr(BackendClient, member)
+    fake, real = getattr(FakeDaemon, member), getattr(DaemonClient, member)
     assert _shape(fake) == _shape(real) == _shape(wanted), member
     for kind in (inspect.iscoroutinefunction, inspect.isasyncgenfunction):
         assert kind(fake) == kind(real), (member, kind.__name__)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.client import BackendClient, ClientOptions
+from k3lsp.client import ClientOptions, DaemonClient
 from k3lsp.wire import keys
 from tests.support import kimi
 from tests.support.daemon import Wire, serving
@@ -83,8 +83,8 @@ class Keyring:
             **kw,
         )
 
-    def client(self, endpoint: str, name: str, **kw) -> BackendClient:
-        return BackendClient(self.options(endpoint, name, **kw))
+    def client(self, endpoint: str, name: str, **kw) -> DaemonClient:
+        return DaemonClient(self.options(endpoint, name, **kw))
 
     def authorize(self, name: str) -> None:
         shutil.copy(self.clients[name][0], self.authorized / f"{name}.key")

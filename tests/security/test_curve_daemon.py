@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError
 from tests.support.daemon import audit_fields
 
 REFUSAL_BOUND = 20  # seconds: a refused client is told why within this (the client's connect timeout is 3 s)
 
 
-async def collect(client: BackendClient, unit: str, **extra) -> list[dict]:
+async def collect(client: DaemonClient, unit: str, **extra) -> list[dict]:
     return [m async for m in client.stream("audit", audit_fields(unit, **extra))]
 
 
@@ -45,9 +45,9 @@ async def test_refused_clients_are_told_why_while_the_authorised_one_keeps_worki
             options = keyring.options(
                 curve_daemon.endpoint, client, server=keyring.other_server_public if server else None
             )
-        refused = BackendClient(options)
+        refused = DaemonClient(options)
         try:
-            with pytest.raises(BackendError) as err:
+            with pytest.raises(DaemonError) as err:
                 await asyncio.wait_for(refused.connect(), REFUSAL_BOUND)
         finally:
             await refused.close()
@@ -62,7 +62,7 @@ async def test_refused_clients_are_told_why_while_the_authorised_one_keeps_worki
 
 async def test_a_revoked_key_is_refused_from_the_next_message_and_reload_needs_no_restart(curve_daemon, keyring):
     endpoint = curve_daemon.endpoint
-    with pytest.raises(BackendError) as err:  # "late" is not in authorized/ yet
+    with pytest.raises(DaemonError) as err:  # "late" is not in authorized/ yet
         async with keyring.client(endpoint, "late"):
             pass
     assert err.value.code == "unauthorized"
@@ -82,7 +82,7 @@ async def test_a_revoked_key_is_refused_from_the_next_message_and_reload_needs_n
         status_probe = await late.ask("status", "s2")
         assert status_probe["kind"] == "error" and status_probe["code"] == "unauthorized"
 
-    with pytest.raises(BackendError) as err:  # a new connection is refused at the handshake
+    with pytest.raises(DaemonError) as err:  # a new connection is refused at the handshake
         async with keyring.client(endpoint, "late"):
             pass
     assert err.value.code == "unauthorized"

@@ -26,7 +26,7 @@ import zmq
 
 from backend import launch
 from k3lsp import options
-from k3lsp.client import BackendClient, BackendError, ClientOptions
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError
 from k3lsp.wire import local, protocol
 from tests.security.conftest import LONG, script
 from tests.support.daemon import REPO, Wire, audit_fields, module_daemon
@@ -202,8 +202,8 @@ async def test_a_daemon_of_another_user_gets_nothing_from_the_client(shared_tmp,
     await asyncio.sleep(1.0)  # the fake daemon is listening
     refusals = {}
     for endpoint in (ipc, tcp):
-        client = BackendClient(ClientOptions(endpoint=endpoint, connect_timeout=2.0))
-        with pytest.raises(BackendError) as err:
+        client = DaemonClient(ClientOptions(endpoint=endpoint, connect_timeout=2.0))
+        with pytest.raises(DaemonError) as err:
             await client.connect()
         await client.close()
         refusals[endpoint] = err.value

@@ -3,7 +3,7 @@
 A scripted ROUTER plays the daemon, so every finish reason and every welcome can be chosen: an audit cut
 short (`deadline`, `length`, `loop`, `budget`) must not become a lasting "0 findings", and a daemon whose
 checkpoint differs (same directory name, other weights), whose prompt version differs, or who sits at
-another socket or behind another server key (``BackendClient.daemon_identity``) must not be answered from
+another socket or behind another server key (``DaemonClient.daemon_identity``) must not be answered from
 the first one's results.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from k3lsp import units
-from k3lsp.connection import BackendUnavailable
+from k3lsp.connection import DaemonUnavailable
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.wire.cache import ResultCache
@@ -137,7 +137,7 @@ async def test_a_revoked_key_gets_nothing_from_the_store(team_daemon, team, tmp_
         carol.close()
     later = auditor(team_daemon.endpoint, team, "carol", tmp_path)  # a new connection is refused at the handshake
     try:
-        with pytest.raises(BackendUnavailable) as err:
+        with pytest.raises(DaemonUnavailable) as err:
             await asyncio.wait_for(later.connections[0].ensure(), TIMEOUT)
         assert err.value.code == "unauthorized"
     finally:

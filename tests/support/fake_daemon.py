@@ -19,7 +19,7 @@ back)::
      "explain": ["pieces", ...] | {"error": "..."}}
 
 Units not named have no findings. The fake records what it was asked (``calls``, in the daemon's own status:
-the ``backend`` part of ``k3lsp.status``). It has the public surface of ``k3lsp.client.BackendClient`` that
+the ``backend`` part of ``k3lsp.status``). It has the public surface of ``k3lsp.client.DaemonClient`` that
 ``k3lsp.connection.Transport`` names, which tests/lsp/test_server_logic.py checks.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3lsp.client import BackendError, ClientOptions, ToolHandler
+from k3lsp.client import ClientOptions, DaemonError, ToolHandler
 from k3lsp.connection import TransportFactory
 from k3lsp.wire import protocol
 
@@ -66,11 +66,11 @@ class FakeDaemon:
         return json.loads(self.script.read_text())
 
     def _answering(self) -> dict:
-        """The script now; BackendError with its code when the script says the daemon is not there."""
+        """The script now; DaemonError with its code when the script says the daemon is not there."""
         script = self._read()
         code = script.get("state", "connected")
         if code != "connected":
-            raise BackendError(code, f"the k3 audit daemon at {self.options.endpoint} is not reachable ({code})")
+            raise DaemonError(code, f"the k3 audit daemon at {self.options.endpoint} is not reachable ({code})")
         return script
 
     def identify(self) -> str:
@@ -123,7 +123,7 @@ class FakeDaemon:
             await asyncio.Event().wait()  # until the request is cancelled
         if spec.get("fail"):
             self.script.write_text(json.dumps(script | {"state": spec["fail"]}))
-            raise BackendError(spec["fail"], f"the k3 audit daemon at {self.options.endpoint} stopped answering")
+            raise DaemonError(spec["fail"], f"the k3 audit daemon at {self.options.endpoint} stopped answering")
         if "refusal" in spec:
             yield {"kind": "error", "code": "too_long", "message": spec["refusal"]}
             return

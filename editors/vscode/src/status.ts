@@ -7,12 +7,12 @@
 
 export const STATUS_NOTIFICATION = "k3lsp/status";
 
-export const BACKEND_STATES = ["disconnected", "connecting", "loading", "connected", "down", "unauthorized"] as const;
-export type BackendState = (typeof BACKEND_STATES)[number];
+export const DAEMON_STATES = ["disconnected", "connecting", "loading", "connected", "down", "unauthorized"] as const;
+export type DaemonState = (typeof DAEMON_STATES)[number];
 
 /** Params of the `k3lsp/status` notification. */
-export interface BackendStatus {
-  state: BackendState;
+export interface DaemonStatus {
+  state: DaemonState;
   queued: number;
   running: number;
   message?: string;
@@ -37,12 +37,12 @@ function isCount(value: unknown): value is number {
 }
 
 /** Validates the notification params; a server bug must not show nonsense like "NaN queued". */
-export function parseStatus(params: unknown): BackendStatus {
+export function parseStatus(params: unknown): DaemonStatus {
   if (typeof params !== "object" || params === null) {
     throw new Error(`k3lsp/status: expected an object, got ${JSON.stringify(params)}`);
   }
   const p = params as Record<string, unknown>;
-  if (!BACKEND_STATES.includes(p.state as BackendState)) {
+  if (!DAEMON_STATES.includes(p.state as DaemonState)) {
     throw new Error(`k3lsp/status: unknown state ${JSON.stringify(p.state)}`);
   }
   if (!isCount(p.queued) || !isCount(p.running)) {
@@ -55,7 +55,7 @@ export function parseStatus(params: unknown): BackendStatus {
     throw new Error(`k3lsp/status: percent must be 0..100, got ${JSON.stringify(p.percent)}`);
   }
   return {
-    state: p.state as BackendState,
+    state: p.state as DaemonState,
     queued: p.queued,
     running: p.running,
     message: p.message ?? undefined,
@@ -66,7 +66,7 @@ export function parseStatus(params: unknown): BackendStatus {
 }
 
 /** `2 findings silenced: 1 by k3-audit: ignore comments, 1 by the baseline`, or nothing when none is. */
-function silencedText(status: BackendStatus): string | undefined {
+function silencedText(status: DaemonStatus): string | undefined {
   const [comments, baseline] = [status.suppressed ?? 0, status.baselined ?? 0];
   if (comments + baseline === 0) {
     return undefined;
@@ -76,7 +76,7 @@ function silencedText(status: BackendStatus): string | undefined {
 }
 
 /** `3 running, 1 queued` for the tooltip; the status bar itself says `auditing 4`. */
-function workText(status: BackendStatus): string {
+function workText(status: DaemonStatus): string {
   const parts: string[] = [];
   if (status.running > 0) {
     parts.push(`${status.running} running`);
@@ -91,13 +91,13 @@ function tooltip(headline: string, message: string | undefined): string {
   return [headline, message, CLICK_HINT].filter(Boolean).join("\n");
 }
 
-export function statusView(status: BackendStatus): StatusView {
+export function statusView(status: DaemonStatus): StatusView {
   const view = stateView(status);
   const silenced = silencedText(status);
   return silenced ? { ...view, tooltip: view.tooltip.replace(CLICK_HINT, `${silenced}\n${CLICK_HINT}`) } : view;
 }
 
-function stateView(status: BackendStatus): StatusView {
+function stateView(status: DaemonStatus): StatusView {
   const work = workText(status);
   const pending = status.running + status.queued;
   switch (status.state) {

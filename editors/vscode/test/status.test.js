@@ -57,7 +57,7 @@ test("down and unauthorized are errors and carry the server's message", () => {
 });
 
 test("every tooltip says what a click does", () => {
-  for (const state of status.BACKEND_STATES) {
+  for (const state of status.DAEMON_STATES) {
     assert.match(view({ state, queued: 0, running: 0 }).tooltip, /Click for the backend status/);
   }
 });

@@ -21,7 +21,7 @@ local function run(cmd, timeout_ms)
   return result.code, output, result.stdout
 end
 
---- The last line says why (argparse errors, BackendError messages, a traceback's exception).
+--- The last line says why (argparse errors, DaemonError messages, a traceback's exception).
 local function last_line(text)
   local lines = vim.split(vim.trim(text), '\n')
   return lines[#lines] or ''
