@@ -108,8 +108,10 @@ async def test_cancel_one_of_two_stops_it_on_both_ranks(pair):
         kept = await wire.finish("keep")
     assert dropped[-1]["kind"] == "cancelled"
     assert kept[-1]["kind"] == "done" and kept[-1]["stats"]["finish_reason"] == "length"
-    for _ in range(50):  # rank 1's log line arrives through the launcher
-        if len(rank_lines(pair, 1, "finished: cancelled")) > cancelled_before:
+    for _ in range(100):  # rank 1's log lines arrive through the launcher, after rank 0's replies
+        if len(rank_lines(pair, 1, "finished: cancelled")) > cancelled_before and rank_lines(
+            pair, 1, "finished: length"
+        ):
             break
         await asyncio.sleep(0.1)
     assert len(rank_lines(pair, 1, "finished: cancelled")) == cancelled_before + 1
