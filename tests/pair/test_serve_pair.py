@@ -21,7 +21,14 @@ from tests.support.pair import Pair, launched, wait_gone
 # Long, varied text (no short period for the loop guard): a scripted generation that takes many steps.
 LONG = " ".join(f"v{i} = a[{i}] + {i * 7 % 13};" for i in range(300))
 SCRIPT = [{"unit": "long", "turns": [LONG]}]
-ARGS = ["--temp", "0", "--max-tokens", "3000", "--rank-tick", "1"]
+ARGS = [
+    "--temp",
+    "0",
+    "--max-tokens",
+    "400",
+    "--rank-tick",
+    "1",
+]  # 400 greedy tokens a unit: a rank that disagrees shows
 UNITS = ["strcpy_user", "parse_header"]
 CODE = "int f(char *p)\n{\n\tchar b[8];\n\tstrcpy(b, p);\n\treturn b[0];\n}\n"
 
