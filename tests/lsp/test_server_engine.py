@@ -42,17 +42,20 @@ def reports(ed) -> list[str]:
     ]
 
 
-async def test_prefill_progress_reaches_the_editor(limited, root, tmp_path):
+async def test_the_daemons_token_progress_reaches_the_editor(limited, root, tmp_path):
+    """The daemon's progress (tokens read, tokens generated) shows in the editor's bar, per unit. The bar is
+    paced (``k3lsp.progress.REPORT_SECONDS``): a prefill shorter than that, as the tiny model's are, may be passed
+    over for the decode that follows, so what must show is the decode's count; the prefill's way through the
+    same core is held by the batch test below, whose progress is not paced."""
     async with editor(root, settings={"endpoint": limited.endpoint}, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
         ed.save(uri)
         await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
-        # the editor's bar is paced: of two units prefilling close together, one unit's note may be the one shown
-        prefill = [m for m in reports(ed) if ": prefill " in m]
-        assert any(m.split(":")[0] in ("copy_msg", "get_slot") and m.endswith(" tokens") for m in prefill), reports(ed)
-        done, total = prefill[-1].split("prefill ")[1].removesuffix(" tokens").replace(",", "").split("/")
-        assert 0 < int(done) <= int(total) < LIMIT
-        assert any(": decode " in m for m in reports(ed))
+        counted = [m for m in reports(ed) if m.split(":")[0] in ("copy_msg", "get_slot") and m.endswith(" tokens")]
+        assert counted, reports(ed)
+        done, total = counted[-1].rsplit(" ", 2)[1].replace(",", "").split("/")
+        assert 0 < int(done) <= int(total)
+        assert any(": decode " in m for m in counted), counted
 
 
 async def test_a_function_too_long_to_audit_is_shown_once_and_never_sent_again(limited, root, tmp_path):
