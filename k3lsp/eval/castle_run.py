@@ -48,16 +48,22 @@ class CastleOutcome:
     analyzers: dict[str, str] = field(default_factory=dict)  # the witnesses that ran: name -> its --version line
 
 
-def programs_as_targets(programs: Sequence[Program], directory: Path) -> dict[Target, Program]:
-    """Write each program into a workspace of its own under ``directory`` and split it into units."""
-    out: dict[Target, Program] = {}
+def write_programs(programs: Sequence[Program], directory: Path) -> None:
+    """Write each program into a workspace of its own under ``directory`` (``castle_witnesses.program_file``)."""
     for program in programs:
         file = castle_witnesses.program_file(program, directory)
-        root = file.parent
-        root.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
         data = program.code.encode("utf-8", "surrogateescape")
         if not file.exists() or file.read_bytes() != data:
             file.write_bytes(data)
+
+
+def programs_as_targets(programs: Sequence[Program], directory: Path) -> dict[Target, Program]:
+    """Write each program into a workspace of its own under ``directory`` and split it into units."""
+    write_programs(programs, directory)
+    out: dict[Target, Program] = {}
+    for program in programs:
+        root = castle_witnesses.program_file(program, directory).parent
         for unit in units.split(program.code):
             out[Target(root, program.name, unit)] = program
     return out
@@ -119,7 +125,7 @@ async def alone(dataset: Dataset, base: Options, names: Sequence[str], plan: run
     tools = castle_witnesses.installed(names)
     programs = dataset.programs()
     directory = plan.out / "programs"
-    programs_as_targets(programs, directory)
+    write_programs(programs, directory)  # the analyzers read the files; nothing is split into units
     started = time.monotonic()
     found = await castle_witnesses.reports(programs, directory, [t for t, _ in tools], plan)
     audited = running.Audited([], Summary(), None, time.monotonic() - started)

@@ -30,7 +30,7 @@ UNION = "union"
 
 
 def program_file(program: Program, directory: Path) -> Path:
-    """Where ``castle_run.programs_as_targets`` writes a program: a workspace of its own under ``directory``."""
+    """Where ``castle_run.write_programs`` writes a program: a workspace of its own under ``directory``."""
     return directory / Path(program.name).stem / program.name
 
 
