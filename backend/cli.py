@@ -8,16 +8,22 @@ JIT cache), which `k3-backend --help` or `keys init` have no use for.
 import argparse
 import importlib
 import sys
+from typing import NamedTuple
 
-# name -> (module, one-line help)
+
+class Command(NamedTuple):
+    module: str  # imported only when chosen
+    summary: str  # the one-line help
+
+
 COMMANDS = {
-    "make-tiny": ("backend.tiny", "write a tiny random-weight kimi_k3 checkpoint (tests, doctor)"),
-    "serve": ("backend.serve", "serve a kimi_k3 model to editors over ZeroMQ"),
-    "demo": ("backend.demo", "build a tiny model, serve it, audit C files through k3lsp, stop"),
-    "fidelity": ("backend.fidelity.cli", "the model card's fidelity tables for your build and traces"),
-    "keys": ("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory"),
-    "doctor": ("backend.doctor", "check the ranks, the link and the memory before serving"),
-    "supervise": (
+    "make-tiny": Command("backend.tiny", "write a tiny random-weight kimi_k3 checkpoint (tests, doctor)"),
+    "serve": Command("backend.serve", "serve a kimi_k3 model to editors over ZeroMQ"),
+    "demo": Command("backend.demo", "build a tiny model, serve it, audit C files through k3lsp, stop"),
+    "fidelity": Command("backend.fidelity.cli", "the model card's fidelity tables for your build and traces"),
+    "keys": Command("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory"),
+    "doctor": Command("backend.doctor", "check the ranks, the link and the memory before serving"),
+    "supervise": Command(
         "backend.supervise",
         "run the pair (its mlx.launch command), restart it after failures, give up on repeated ones",
     ),
@@ -29,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="k3-backend", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
-    module = importlib.import_module(COMMANDS[chosen][0]) if chosen else None
-    for name, (_, summary) in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=summary)
+    module = importlib.import_module(COMMANDS[chosen].module) if chosen else None
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.summary)
         if name == chosen:
             module.add_arguments(sub)
     args = parser.parse_args(argv)

@@ -243,10 +243,9 @@ class _Live:
 
 @dataclass
 class _Counters:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    prefilled_tokens: int = 0
-    generated_tokens: int = 0
+    # tokens by kind: "prompt" (admitted), "cached" (of those, found in the prompt cache), "prefilled" (read by
+    # our chunks), "generated"
+    tokens: Counter = field(default_factory=Counter)
     busy_seconds: float = 0.0
     batch_peak: int = 0
     steps: int = 0
@@ -412,12 +411,12 @@ class Engine:
             "decoding": len(self._live) - reading,
             "prefilling": reading,
             "queued": len(self._queue),
-            "prompt_tokens": n.prompt_tokens,
-            "cached_tokens": n.cached_tokens,
-            "prefilled_tokens": n.prefilled_tokens,
-            "tokens_generated": n.generated_tokens,
+            "prompt_tokens": n.tokens["prompt"],
+            "cached_tokens": n.tokens["cached"],
+            "prefilled_tokens": n.tokens["prefilled"],
+            "tokens_generated": n.tokens["generated"],
             "steps": n.steps,
-            "tokens_per_s": n.generated_tokens / n.busy_seconds if n.busy_seconds else 0.0,
+            "tokens_per_s": n.tokens["generated"] / n.busy_seconds if n.busy_seconds else 0.0,
             "batch_size_peak": n.batch_peak,
             "loops": n.finishes.counts["loop"],
             "stop_tokens": n.finishes.counts["stop"],
@@ -549,8 +548,8 @@ class Engine:
             self.tokenizer.detokenizer,
             LoopDetector(self.args.loop_span, self.args.loop_max_period),
         )
-        self._n.prompt_tokens += len(prompt)
-        self._n.cached_tokens += cached
+        self._n.tokens["prompt"] += len(prompt)
+        self._n.tokens["cached"] += cached
 
     # --- one step ----------------------------------------------------------------------------------------------
 
@@ -594,7 +593,7 @@ class Engine:
     def _after_chunk(self, live: _Live) -> GenEvent:
         reading = live.reading
         live.chunks += 1
-        self._n.prefilled_tokens += reading.last
+        self._n.tokens["prefilled"] += reading.last
         kind = reading.stops.get(reading.pos)
         if kind is not None:
             self._keep(live.req.owner, reading.prompt[: reading.pos], reading.cache, kind)
@@ -671,7 +670,7 @@ class Engine:
     def _on_token(self, live: _Live, r, batch: int) -> GenEvent:
         live.generated.append(r.token)
         live.batch_peak = max(live.batch_peak, batch)
-        self._n.generated_tokens += 1
+        self._n.tokens["generated"] += 1
         detok = live.detokenizer
         if r.finish_reason == "stop":  # the stop token itself is not text
             detok.finalize()

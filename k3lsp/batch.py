@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -314,8 +315,13 @@ def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Repo
 # --- output ----------------------------------------------------------------------------------------------
 
 
+SILENCED = {"suppressed": pipeline.IN_SOURCE, "baselined": pipeline.EXTERNAL, "refuted": pipeline.REFUTED}
+
+
 def stats(report: BatchReport) -> dict:
+    """The run's counts, in the order the stats line prints them."""
     c = report.counters
+    silenced = Counter(r.suppression for r in report.silenced)
     return {
         "files": report.files,
         "units": report.units,
@@ -323,9 +329,7 @@ def stats(report: BatchReport) -> dict:
         "cached": c.cached,
         "failed": c.failed,
         "findings": len(report.findings),
-        "suppressed": sum(r.suppression == pipeline.IN_SOURCE for r in report.silenced),
-        "baselined": sum(r.suppression == pipeline.EXTERNAL for r in report.silenced),
-        "refuted": sum(r.suppression == pipeline.REFUTED for r in report.silenced),
+        **{name: silenced[kind] for name, kind in SILENCED.items()},
         "tokens": c.tokens,
         "incomplete": c.incomplete,
     }
