@@ -11,7 +11,8 @@ every step's tokens are checked to be the same on both. Prints per batch size th
 ``ratio decode_step_<n> = X`` line (mlx-lm's CPU time per step over the compiled one's, median of the rounds,
 with their range).
 
-Run: `uv run --all-extras python bench/decode_step.py [--batches 1 8 32] [--checkpoint tiny|large] [--sampled]`
+Run: `uv run --all-extras python bench/decode_step.py [--batches 1 8 32] [--checkpoint tiny|large] [--sampled]
+[--quick]`
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40, help="steps per turn")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sampled", action="store_true", help="seeded sampling (temperature 1) instead of greedy")
+    parser.add_argument("--quick", action="store_true", help="batches 1 and 4, short prompts, 2 rounds (tests/bench)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.prompt, args.steps, args.rounds = [1, 4], 100, 8, 2
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="k3step-") as tmp:
         path = make_tiny(Path(tmp) / args.checkpoint, **CHECKPOINTS[args.checkpoint])
