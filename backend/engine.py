@@ -26,7 +26,6 @@ so the next round of the conversation appends its tool turn to exactly prompt + 
 that entry, prefilling only the new tokens.
 """
 
-import functools
 import hashlib
 import heapq
 import json
@@ -44,7 +43,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 from mlx_lm.utils import hf_repo_to_path
 
-from backend import dist, memory, prefill
+from backend import decode, dist, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.loading import says_random_weights
@@ -87,6 +86,10 @@ class EngineArgs:
             "longer prompts are refused (error too_long) before any work; default: the model's context length less "
             "the largest token budget (--max-tokens, or the max effort's)"
         ),
+    )
+    eager_decode: bool = field(
+        default=False,
+        metadata=flag("decode with mlx-lm's own step instead of the compiled one (backend/decode.py, docs/engine.md)"),
     )
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
@@ -184,35 +187,6 @@ def seeded_sampler(temp: float, top_p: float, seed: int):
     return sample
 
 
-def forcing(tokens: list[int], eos: int):
-    """A logits processor that leaves only the next scripted token (then `eos`) possible.
-
-    Everything else in the path (batching, the sampler, the detokenizer, stop tokens) still runs,
-    which is what lets tests script exact answers through the real engine. The forced logits depend on the
-    model's (``mx.depends``): otherwise nothing evaluates the forward pass while decoding, each step's caches
-    stay a lazy graph, and the whole generation is computed at once when its cache is first evaluated: on the
-    tiny checkpoint a 20 s stall for 2,000 tokens inside one step, which holds up every other request.
-    """
-    script = [*tokens, eos]
-    position = [0]
-
-    def process(_context: mx.array, logits: mx.array) -> mx.array:
-        target = script[min(position[0], len(script) - 1)]
-        position[0] += 1
-        return mx.depends(_forced_row(target, logits.shape[-1], logits.dtype), logits)
-
-    return process
-
-
-@functools.lru_cache(maxsize=512)
-def _forced_row(target: int, vocab: int, dtype: mx.Dtype) -> mx.array:
-    """The logits that leave only ``target`` possible, built once per token: a forced step then adds one
-    primitive per sequence to the batch's graph (``mx.depends``), not six (bounded: 512 rows of the vocabulary)."""
-    row = mx.where(mx.arange(vocab) == target, 0.0, -1e9).astype(dtype)[None]
-    mx.eval(row)
-    return row
-
-
 @dataclass
 class _Live:
     """An admitted request: reading its prompt (``reading``) or decoding in the BatchGenerator (``uid``)."""
@@ -291,7 +265,7 @@ class Engine:
 
     def _new_generator(self) -> BatchGenerator:
         concurrency = max(1, self.args.max_concurrency)
-        return BatchGenerator(
+        return (BatchGenerator if self.args.eager_decode else decode.Generator)(
             self.model,
             max_tokens=self.args.max_tokens,
             stop_tokens=[[t] for t in sorted(self.tokenizer.eos_token_ids)],
@@ -537,7 +511,7 @@ class Engine:
         stops = {s: SYSTEM if i == 0 else CONTEXT for i, s in enumerate(req.segments) if cached < s <= end}
         chunk = prefill.chunk_for(self.args.prefill_step_size, len(prompt), self.args.prefill_context)
         reading = prefill.Reading(prompt, cache, cached, end, chunk, stops, req.fault)
-        processors = [forcing(req.forced, self.eos)] if req.forced is not None else []
+        processors = [decode.Forcing(req.forced, self.eos)] if req.forced is not None else []
         self._live[req.rid] = _Live(
             req,
             cached,

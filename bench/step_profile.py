@@ -11,7 +11,8 @@ thread takes none). For k3-backend the engine's and scheduler's own timers (`sta
 Prints, per thread and phase: microseconds of CPU per generated token and the share of the wall time.
 docs/engine.md has the figures (the step profile).
 
-Run: `uv run --all-extras python bench/step_profile.py [--batch 8] [--tokens 256] [--seconds 20] [--server mlx]`
+Run: `uv run --all-extras python bench/step_profile.py [--batch 8] [--tokens 256] [--seconds 20] [--server mlx]
+[--eager-decode]` (`--eager-decode`: k3-backend with mlx-lm's own decode step, the step before backend/decode.py)
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--raw", type=Path, help="keep py-spy's raw stacks here")
     parser.add_argument("--quick", action="store_true", help="batch 2 x 32 tokens for 3 s (what tests/bench runs)")
+    parser.add_argument("--eager-decode", action="store_true", help="k3-backend with mlx-lm's own decode step")
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.tokens, args.seconds = 2, 32, 3.0
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="k3prof-") as tmp, contextlib.ExitStack() as servers:
         model = make_tiny(Path(tmp) / args.checkpoint, **vs.CHECKPOINTS[args.checkpoint])
         if args.server == "k3":
-            daemon = servers.enter_context(serving(model, script=vs.script(), args=vs.daemon_flags(args.tokens)))
+            flags = [*vs.daemon_flags(args.tokens), *(["--eager-decode"] if args.eager_decode else [])]
+            daemon = servers.enter_context(serving(model, script=vs.script(), args=flags))
             side, pid = vs.K3Backend(daemon.endpoint), daemon.proc.pid
         else:
             specials = prompts.special_strings(load_tokenizer(str(model), trust_remote_code=True))
