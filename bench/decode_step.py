@@ -30,7 +30,6 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx JIT cache
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
-import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator  # noqa: E402
 from mlx_lm.sample_utils import greedy_sampler  # noqa: E402
 
