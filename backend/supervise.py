@@ -261,8 +261,11 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+LAUNCHERS = ("mlx.launch", "k3-launch")  # k3-launch: mlx.launch without its busy loops (backend/launcher.py)
+
+
 def _is_launcher(command: list[str]) -> bool:
-    return Path(command[0]).name == "mlx.launch"
+    return Path(command[0]).name in LAUNCHERS
 
 
 def _with_status_dir(command: list[str], status_dir: str) -> list[str]:

@@ -26,7 +26,7 @@ from backend.launch import wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PAIR = REPO / "hostfiles" / "local-pair.json"
-LAUNCH = str(Path(sys.executable).parent / "mlx.launch")
+LAUNCH = str(Path(sys.executable).parent / "k3-launch")  # mlx.launch without its busy loops (backend/launcher.py)
 
 
 def free_port_block(n: int = 2, tries: int = 50) -> int:
