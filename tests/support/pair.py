@@ -1,4 +1,5 @@
-"""Two ranks on 127.0.0.1 under a real `mlx.launch --backend ring` (hostfiles/local-pair.json).
+"""Two ranks on 127.0.0.1 under a real `k3-launch --backend ring` (hostfiles/local-pair.json): mlx.launch, without
+its busy loops (backend/launcher.py).
 
 `launched(cmd)` starts the launcher with `--starting-port` set to free ports (so parallel runs don't collide on
 the default 32323), waits (bounded) for the serve ready line on its stdout, and at the end stops the ranks it
@@ -52,10 +53,11 @@ def free_port_block(n: int = 2, tries: int = 50) -> int:
     raise RuntimeError("no block of free ports")
 
 
-def launch_command(args: list[str], hostfile: Path = LOCAL_PAIR) -> list[str]:
-    """`mlx.launch --backend ring --hostfile H --starting-port P -- python -m backend.cli ARGS`."""
+def launch_command(args: list[str], hostfile: Path = LOCAL_PAIR, launcher: str = LAUNCH) -> list[str]:
+    """`k3-launch --backend ring --hostfile H --starting-port P -- python -m backend.cli ARGS` (or another
+    launcher taking mlx.launch's arguments)."""
     return [
-        LAUNCH,
+        launcher,
         "--backend",
         "ring",
         "--hostfile",
