@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from backend import exitstatus, launchd, supervise
 from tests.support.daemon import REPO
 
@@ -32,11 +34,10 @@ def test_the_codes_are_what_the_ranks_recorded(tmp_path, monkeypatch):
     assert exitstatus.read(tmp_path) == {0: 3}  # the malformed one is no code
 
 
-def test_mlx_launch_gets_the_status_directory_on_every_host():
-    assert supervise._with_status_dir(
-        ["/v/bin/mlx.launch", "--hostfile", "h.json", "--", "k3-backend", "serve"], "/tmp/s"
-    ) == [
-        "/v/bin/mlx.launch",
+@pytest.mark.parametrize("launcher", ["/v/bin/mlx.launch", "/v/bin/k3-launch"])
+def test_a_launcher_gets_the_status_directory_on_every_host(launcher):
+    assert supervise._with_status_dir([launcher, "--hostfile", "h.json", "--", "k3-backend", "serve"], "/tmp/s") == [
+        launcher,
         "--env",
         "K3_EXIT_STATUS_DIR=/tmp/s",
         "--hostfile",
