@@ -167,21 +167,31 @@ class DaemonClient:
     async def _watch_handshakes(self, monitor: zmq.asyncio.Socket) -> None:
         """Turn libzmq's silent refusals into reasons: a refused client otherwise just waits forever."""
         endpoint = self.options.endpoint
+        mismatch = DaemonError(
+            ErrorCode.SECURITY_MISMATCH,
+            f"the audit daemon at {endpoint} and this client disagree on encryption: "
+            "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
+        )
         reasons = {
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: DaemonError(
                 ErrorCode.UNAUTHORIZED,
                 f"the audit daemon at {endpoint} refused this client's key: add the public half "
                 f"of {self.options.client_key} to the daemon's authorized keys",
             ),
+            # no detail: a Curve daemon could not read our hello (another server key); a plain client has no key
+            # to be wrong, the daemon closed the connection before libzmq read the mechanism it names (seen under
+            # load from a Curve daemon)
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: DaemonError(
+                ErrorCode.SECURITY_MISMATCH,
+                f"the audit daemon at {endpoint} closed the connection during the handshake: it most likely uses "
+                "CurveZMQ keys (serverKey/clientKey) and this client does not",
+            )
+            if self._curve is None
+            else DaemonError(
                 ErrorCode.SERVER_KEY,
                 f"the handshake with {endpoint} failed: the configured server key does not match the daemon's key",
             ),
-            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: DaemonError(
-                ErrorCode.SECURITY_MISMATCH,
-                f"the audit daemon at {endpoint} and this client disagree on encryption: "
-                "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
-            ),
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: mismatch,
         }
         try:
             while True:

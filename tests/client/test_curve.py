@@ -5,7 +5,10 @@ The daemon's own socket uses the same ``secure_router``; tests/security covers i
 
 import asyncio
 import contextlib
+import socket
 import stat
+import threading
+import time
 
 import pytest
 import zmq
@@ -14,6 +17,9 @@ import zmq.asyncio
 from backend.auth import Security, secure_router
 from k3lsp.client import ClientOptions, DaemonClient, DaemonError
 from k3lsp.wire import keys, protocol
+
+# the first 32 of the 64 bytes of a ZMTP 3.0 greeting (signature, version, mechanism): the rest never comes
+GREETING_START = bytes([0xFF, *[0] * 8, 0x7F, 3, 0]) + b"CURVE".ljust(20, b"\0")
 
 
 @pytest.fixture
@@ -116,3 +122,26 @@ async def test_allow_list_reloads_without_restart(keyring):
         assert (await connect(endpoint, keyring["server"][0], keyring["bad"][1]))["kind"] == "welcome"
         (keyring["allowed"] / "bad.key").unlink()
         assert not curve.allow.allows(keys.load_public(keyring["bad"][0]))
+
+
+async def test_a_plain_client_cut_off_during_the_handshake_is_not_told_its_server_key_is_wrong(tmp_path):
+    """libzmq reports a connection closed before the server's greeting names its mechanism as a handshake failure
+    without detail, what a Curve client gets for a wrong server key; a Curve daemon under load closed a plain
+    client's connection that early, and the client said its (absent) server key was wrong."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def close_mid_greeting() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(GREETING_START)
+                time.sleep(0.2)
+
+    threading.Thread(target=close_mid_greeting, daemon=True).start()
+    try:
+        with pytest.raises(DaemonError) as err:
+            await connect(f"tcp://127.0.0.1:{port}", None, None)
+    finally:
+        listener.close()
+    assert err.value.code == "security_mismatch", err.value
