@@ -4,7 +4,7 @@ ranks run.
 Why: `mlx.launch` (mlx 0.32) forwards its stdin to every rank. Each rank's output thread waits in `select` on
 that rank's stdin pipe for writing, and a pipe is always writable, so the thread never sleeps; its input loop
 waits on its own stdin for reading, and a stdin at EOF (launchd, `nohup`, `< /dev/null`) is always readable. On
-a 2-core machine that is a core gone for as long as the pair runs, and a ring `all_sum` between the ranks about
+a 2-core machine that is a core gone for as long as the pair runs, and a ring `all_sum` between the ranks 9 to
 20 times slower (docs/benchmarks.md, `bench/pair_link.py`). No rank of ours reads stdin, so this launcher
 forwards none: each rank's thread waits on the rank's output alone, and the launcher's own stdin is a pipe that
 nobody writes to. Hostfiles, ssh, environment, signals and the exit code stay `mlx.launch`'s.

@@ -4,7 +4,7 @@ its busy loops (backend/launcher.py).
 `launched(cmd)` starts the launcher with `--starting-port` set to free ports (so parallel runs don't collide on
 the default 32323), waits (bounded) for the serve ready line on its stdout, and at the end stops the ranks it
 started by PID: SIGTERM to rank 0, which stops the pair; SIGKILL whatever is left. The launcher's stdin is
-a pipe kept open: with stdin at EOF its input loop would spin.
+a pipe kept open (mlx.launch's input loop would spin on a stdin at EOF; k3-launch replaces its own anyway).
 
 `mlx.launch` exits 0 whatever its ranks return, so callers read `rank_pids()` and the rank-tagged log.
 """
