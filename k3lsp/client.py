@@ -167,11 +167,6 @@ class DaemonClient:
     async def _watch_handshakes(self, monitor: zmq.asyncio.Socket) -> None:
         """Turn libzmq's silent refusals into reasons: a refused client otherwise just waits forever."""
         endpoint = self.options.endpoint
-        mismatch = DaemonError(
-            ErrorCode.SECURITY_MISMATCH,
-            f"the audit daemon at {endpoint} and this client disagree on encryption: "
-            "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
-        )
         reasons = {
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: DaemonError(
                 ErrorCode.UNAUTHORIZED,
@@ -191,7 +186,11 @@ class DaemonClient:
                 ErrorCode.SERVER_KEY,
                 f"the handshake with {endpoint} failed: the configured server key does not match the daemon's key",
             ),
-            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: mismatch,
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: DaemonError(
+                ErrorCode.SECURITY_MISMATCH,
+                f"the audit daemon at {endpoint} and this client disagree on encryption: "
+                "one uses CurveZMQ keys (serverKey/clientKey) and the other does not",
+            ),
         }
         try:
             while True:
