@@ -43,7 +43,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 from mlx_lm.utils import hf_repo_to_path
 
-from backend import decode, dist, memory, prefill
+from backend import decode, dist, kda, memory, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.loading import says_random_weights
@@ -90,6 +90,10 @@ class EngineArgs:
     eager_decode: bool = field(
         default=False,
         metadata=flag("decode with mlx-lm's own step instead of the compiled one (backend/decode.py, docs/engine.md)"),
+    )
+    sequential_kda: bool = field(
+        default=False,
+        metadata=flag("read prompts through KDA layers with mlx-lm's token loop instead of in chunks (backend/kda.py)"),
     )
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
@@ -235,6 +239,7 @@ class Engine:
 
     def __init__(self, args: EngineArgs, model=None, tokenizer=None, group=None):
         self.args = args
+        kda.install(not args.sequential_kda)
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
             model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code)
