@@ -3,10 +3,10 @@
 mlx-lm reads a prompt through a KDA layer with a Metal kernel on the GPU, and elsewhere with
 ``gated_delta_ops``: one compiled step per token, each a handful of small kernels. On the CPU that loop is
 most of a prompt's cost (three quarters of prefill on the tiny checkpoint: docs/engine.md). The same
-recurrence can be read ``CHUNK`` tokens at a time (the WY form of the delta rule, as
+recurrence can be read a few tokens at a time (the WY form of the delta rule, as
 flash-linear-attention's chunked kernels read it): everything inside a chunk is a few batched products,
 computed for all chunks at once, and only the state's hand-over from one chunk to the next is sequential,
-so a prompt of T tokens takes T / CHUNK small steps instead of T.
+so a prompt of T tokens takes T / 8 (or T / 4) small steps instead of T.
 
 Per head, with state S (Dv x Dk), per-channel decay g_t and the delta rule
 ``S_t = S_{t-1} diag(g_t) + u_t k_t^T``, ``u_t = beta_t (v_t - S_{t-1} diag(g_t) k_t)``, ``y_t = S_t q_t``.
@@ -32,17 +32,23 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models import gated_delta
 
-CHUNK = 8  # tokens read at once: the decays of a chunk hold CHUNK^2 x Dk floats per head (8: fastest on CPU)
 _TOKEN_LOOP = gated_delta.gated_delta_ops
 
 
-def _chunks(x: mx.array, chunks: int, fill: float) -> mx.array:
-    """[B, T, H, ...] padded with ``fill`` to chunks x CHUNK tokens, as [B, H, chunks, CHUNK, ...] in float32."""
-    pad = chunks * CHUNK - x.shape[1]
+def chunk_size(dk: int) -> int:
+    """Tokens read at once. The decays of a chunk hold size^2 x Dk floats per head and the hand-overs number
+    T / size, so the best size falls with the key width; measured on the CPU (docs/engine.md): 8 for Dk 16,
+    4 from Dk 32 to 128."""
+    return 8 if dk <= 16 else 4
+
+
+def _chunks(x: mx.array, chunks: int, size: int, fill: float) -> mx.array:
+    """[B, T, H, ...] padded with ``fill`` to chunks x size tokens, as [B, H, chunks, size, ...] in float32."""
+    pad = chunks * size - x.shape[1]
     x = x.astype(mx.float32)
     if pad:
         x = mx.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
-    return mx.moveaxis(x.reshape(x.shape[0], chunks, CHUNK, *x.shape[2:]), 3, 1)
+    return mx.moveaxis(x.reshape(x.shape[0], chunks, size, *x.shape[2:]), 3, 1)
 
 
 @mx.compile
@@ -70,17 +76,18 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
     if mask is not None:
         beta = mx.where(mask[:, :, None], beta, 0)
         g = mx.where(mask[:, :, None, None], g, 1)
-    n = -(-T // CHUNK)
-    q, k, v, beta = (_chunks(x, n, 0) for x in (q, k, v, beta))  # [B, H, n, C, ...]
-    g = _chunks(g, n, 1)
-    pos = mx.arange(CHUNK)
+    size = chunk_size(Dk)
+    n = -(-T // size)
+    q, k, v, beta = (_chunks(x, n, size, 0) for x in (q, k, v, beta))  # [B, H, n, C, ...]
+    g = _chunks(g, n, size, 1)
+    pos = mx.arange(size)
     after = (pos[:, None] > pos[None])[..., None]  # t > s
     decays = mx.where(after | (pos[:, None] == pos[None])[..., None],
                       mx.cumprod(mx.where(after, g[..., :, None, :], 1), axis=-3), 0)  # fmt: skip
     # D_ts: [B, H, n, C(t), C(s), Dk]; row t of both scores at once: [k_s D_ts]_s @ [k_t, q_t]
     scores = (k[..., None, :, :] * decays) @ mx.stack([k, q], axis=-1)
     A = beta[..., None] * mx.tril(scores[..., 0], -1)
-    solve = mx.linalg.tri_inv(A + mx.eye(CHUNK), upper=False, stream=mx.cpu)
+    solve = mx.linalg.tri_inv(A + mx.eye(size), upper=False, stream=mx.cpu)
     gamma = mx.cumprod(g, axis=-2)
     w = solve @ (beta[..., None] * v)
     wk = solve @ (beta[..., None] * k * gamma)
@@ -90,7 +97,7 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
         y, state = _hand_over(state, w[:, :, c], wk[:, :, c], qg[:, :, c], scores[:, :, c, :, :, 1], kd[:, :, c],
                               last[:, :, c])  # fmt: skip
         ys.append(y)
-    y = mx.moveaxis(mx.stack(ys, axis=2), 1, 3).reshape(B, n * CHUNK, Hv, Dv)[:, :T]
+    y = mx.moveaxis(mx.stack(ys, axis=2), 1, 3).reshape(B, n * size, Hv, Dv)[:, :T]
     return y.astype(dtype), state
 
 

@@ -24,10 +24,12 @@ def reading():
     gated_delta.gated_delta_ops = before
 
 
-def inputs(seed: int, batch: int, length: int, kv_heads: int, heads: int, vector: bool, strength: float, dtype):
+def inputs(
+    seed: int, batch: int, length: int, kv_heads: int, heads: int, vector: bool, strength: float, dtype, dk: int = 16
+):
     """The arguments of ``gated_delta_update`` as a KDA layer passes them (q and k normalized as it does)."""
     keys = mx.random.split(mx.random.key(seed), 7)
-    dk = dv = 16
+    dv = 16
     q, k = (mx.random.normal((batch, length, kv_heads, dk), key=keys[i]) for i in (0, 1))
     q, k = gated_delta.normalize_qk(q, k, inv_scale=dk**-0.5, eps=1e-6)
     v = mx.random.normal((batch, length, heads, dv), key=keys[2])
@@ -53,14 +55,15 @@ def both(args, mask=None):
 @given(
     seed=st.integers(0, 2**16),
     batch=st.integers(1, 3),
-    length=st.integers(2, 3 * kda.CHUNK + 5),
+    length=st.integers(2, 3 * kda.chunk_size(16) + 5),
+    dk=st.sampled_from([16, 32]),  # chunks of 8 and of 4
     grouped=st.booleans(),
     vector=st.booleans(),
     strength=st.sampled_from([0.1, 1.0, 30.0]),  # 30: decays that underflow to 0 within a chunk
     padded=st.booleans(),
 )
-def test_chunked_reads_what_the_token_loop_reads(seed, batch, length, grouped, vector, strength, padded):
-    args = inputs(seed, batch, length, 2 if grouped else 4, 4, vector, strength, mx.float32)
+def test_chunked_reads_what_the_token_loop_reads(seed, batch, length, dk, grouped, vector, strength, padded):
+    args = inputs(seed, batch, length, 2 if grouped else 4, 4, vector, strength, mx.float32, dk)
     lengths = [length - (i * 3 if padded else 0) for i in range(batch)]
     mask = (mx.arange(length)[None] < mx.array([max(1, n) for n in lengths])[:, None]) if padded else None
     (y_loop, s_loop), (y_chunked, s_chunked) = both(args, mask)
