@@ -2,7 +2,7 @@
 
 mlx-lm reads a prompt through a KDA layer with a Metal kernel on the GPU, and elsewhere with
 ``gated_delta_ops``: one compiled step per token, each a handful of small kernels. On the CPU that loop is
-most of a prompt's cost (three quarters of prefill on the tiny checkpoint: docs/engine.md). The same
+most of a prompt's cost (two thirds or more of prefill on the tiny checkpoint: docs/engine.md). The same
 recurrence can be read a few tokens at a time (the WY form of the delta rule, as
 flash-linear-attention's chunked kernels read it): everything inside a chunk is a few batched products,
 computed for all chunks at once, and only the state's hand-over from one chunk to the next is sequential,
@@ -80,10 +80,8 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
     n = -(-T // size)
     q, k, v, beta = (_chunks(x, n, size, 0) for x in (q, k, v, beta))  # [B, H, n, C, ...]
     g = _chunks(g, n, size, 1)
-    pos = mx.arange(size)
-    after = (pos[:, None] > pos[None])[..., None]  # t > s
-    decays = mx.where(after | (pos[:, None] == pos[None])[..., None],
-                      mx.cumprod(mx.where(after, g[..., :, None, :], 1), axis=-3), 0)  # fmt: skip
+    t, s = mx.arange(size)[:, None, None], mx.arange(size)[None, :, None]
+    decays = mx.where(t >= s, mx.cumprod(mx.where(t > s, g[..., :, None, :], 1), axis=-3), 0)
     # D_ts: [B, H, n, C(t), C(s), Dk]; row t of both scores at once: [k_s D_ts]_s @ [k_t, q_t]
     scores = (k[..., None, :, :] * decays) @ mx.stack([k, q], axis=-1)
     A = beta[..., None] * mx.tril(scores[..., 0], -1)
