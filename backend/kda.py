@@ -32,7 +32,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models import gated_delta
 
-_TOKEN_LOOP = gated_delta.gated_delta_ops
+TOKEN_LOOP = gated_delta.gated_delta_ops  # mlx-lm's loop, kept before anything is installed
 
 
 def chunk_size(dk: int) -> int:
@@ -66,7 +66,7 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
     Hv, Dv = v.shape[-2:]
     dtype = q.dtype
     if T == 1:
-        return _TOKEN_LOOP(q, k, v, g, beta, state, mask)
+        return TOKEN_LOOP(q, k, v, g, beta, state, mask)
     if state is None:
         state = mx.zeros((B, Hv, Dv, Dk), dtype=mx.float32)
     if (repeat := Hv // Hk) > 1:
@@ -102,4 +102,4 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
 def install(enabled: bool = True) -> None:
     """Read prompts with the chunked rule (``enabled``) or mlx-lm's token loop; process-wide, because mlx-lm's
     ``gated_delta_update`` calls the loop through its module."""
-    gated_delta.gated_delta_ops = chunked if enabled else _TOKEN_LOOP
+    gated_delta.gated_delta_ops = chunked if enabled else TOKEN_LOOP

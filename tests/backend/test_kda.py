@@ -12,7 +12,6 @@ from mlx_lm.models.cache import make_prompt_cache
 from backend import dist, kda
 from backend.engine import Engine, EngineArgs
 
-TOKEN_LOOP = gated_delta.gated_delta_ops
 TOLERANCE = 2e-5  # float32 rounding over a few hundred tokens (outputs and states are of order 1)
 
 
@@ -104,6 +103,6 @@ def test_the_tiny_model_reads_a_prompt_alike_and_then_decodes_the_same_tokens(ti
 def test_the_engine_reads_in_chunks_unless_told_otherwise(tiny_model):
     loaded = dist.load_model(str(tiny_model), None, trust_remote_code=True)
     Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True, sequential_kda=True), *loaded)
-    assert gated_delta.gated_delta_ops is TOKEN_LOOP
+    assert gated_delta.gated_delta_ops is kda.TOKEN_LOOP
     Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True), *loaded)
     assert gated_delta.gated_delta_ops is kda.chunked
