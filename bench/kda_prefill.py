@@ -36,17 +36,20 @@ from bench.decode_step import CHECKPOINTS  # noqa: E402
 STEP = 2048  # the engine's default prefill chunk
 
 
+def feed(model, cache: list, tokens: mx.array) -> None:
+    """Read ``tokens`` into ``cache`` in the engine's chunks, evaluating only the caches of each (as mlx-lm's
+    prompt processing, and so the engine's prefill, does)."""
+    for i in range(0, tokens.shape[1], STEP):
+        model(tokens[:, i : i + STEP], cache=cache)
+        mx.eval([c.state for c in cache])
+
+
 def read(model, context: mx.array, prompt: mx.array) -> tuple[float, list[mx.array]]:
-    """Seconds to read ``prompt`` after ``context`` (not timed), and the caches' state after it. Each chunk
-    evaluates the caches only, as mlx-lm's prompt processing (and so the engine's prefill) does."""
+    """Seconds to read ``prompt`` after ``context`` (not timed), and the caches' state after it."""
     cache = make_prompt_cache(model)
-    tic = 0.0
-    for start, tokens in ((0, context), (1, prompt)):
-        if start:
-            tic = time.perf_counter()
-        for i in range(0, tokens.shape[1], STEP):
-            model(tokens[:, i : i + STEP], cache=cache)
-            mx.eval([c.state for c in cache])
+    feed(model, cache, context)
+    tic = time.perf_counter()
+    feed(model, cache, prompt)
     return time.perf_counter() - tic, [x for c in cache for x in c.state if isinstance(x, mx.array)]
 
 
