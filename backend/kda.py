@@ -84,7 +84,7 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
     decays = mx.where(t >= s, mx.cumprod(mx.where(t > s, g[..., :, None, :], 1), axis=-3), 0)
     # D_ts: [B, H, n, C(t), C(s), Dk]; row t of both scores at once: [k_s D_ts]_s @ [k_t, q_t]
     scores = (k[..., None, :, :] * decays) @ mx.stack([k, q], axis=-1)
-    A = beta[..., None] * mx.tril(scores[..., 0], -1)
+    A, P = beta[..., None] * mx.tril(scores[..., 0], -1), scores[..., 1]
     solve = mx.linalg.tri_inv(A + mx.eye(size), upper=False, stream=mx.cpu)
     gamma = mx.cumprod(g, axis=-2)
     w = solve @ (beta[..., None] * v)
@@ -92,8 +92,7 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
     qg, kd, last = q * gamma, k * decays[..., -1, :, :], gamma[..., -1, :]
     ys = []
     for c in range(n):
-        y, state = _hand_over(state, w[:, :, c], wk[:, :, c], qg[:, :, c], scores[:, :, c, :, :, 1], kd[:, :, c],
-                              last[:, :, c])  # fmt: skip
+        y, state = _hand_over(state, w[:, :, c], wk[:, :, c], qg[:, :, c], P[:, :, c], kd[:, :, c], last[:, :, c])
         ys.append(y)
     y = mx.moveaxis(mx.stack(ys, axis=2), 1, 3).reshape(B, n * size, Hv, Dv)[:, :T]
     return y.astype(dtype), state
