@@ -10,8 +10,9 @@ message) to /v1/chat/completions and relies on the server's own prompt cache. Sa
 decoding, and the same number of generated tokens per round on both sides: k3-backend's turns are forced by a
 script, mlx_lm.server generates exactly as many tokens (``max_tokens`` of that round, the end of message
 banned by a logit bias). Prints the prefilled tokens per round for each (prompt tokens less those served from
-the prompt cache), the wall time of the whole conversation, and ``ratio tool_loop_speedup = X`` (mlx_lm.server's
-wall time / k3-backend's; the median of the runs, interleaved).
+the prompt cache), the wall time of the whole conversation, where k3-backend's went (its engine's prefill and
+decode seconds, from the daemon's ``status``), and ``ratio tool_loop_speedup = X`` (mlx_lm.server's wall time /
+k3-backend's; the median of the runs, interleaved).
 
 Run: ``uv run python bench/tool_loop.py`` (3 runs, a few minutes on 2 CPU cores) or ``--quick`` (1 short run).
 """
@@ -66,19 +67,28 @@ def script() -> list[dict]:
     return [{"unit": UNIT, "turns": turns}]
 
 
-async def ours(endpoint: str, context: str, code: str, read: str, define: str) -> tuple[float, list[dict]]:
+async def ours(endpoint: str, context: str, code: str, read: str, define: str) -> tuple[float, list[dict], dict]:
+    """The conversation on k3-backend: (wall, per-round stats, the engine's seconds per step phase spent on it)."""
     fields = {"path": PATH, "unit": UNIT, "code": code, "context": context, "refute_from": "medium"}
     async with Wire(endpoint, timeout=300) as wire:
+        before = await phases(wire)
         tic = time.perf_counter()
         msgs = await wire.request(
             "audit", f"t{time.monotonic_ns()}", tools={"read_lines": (True, read), "find_definition": (True, define)},
             **fields,
         )  # fmt: skip
         wall = time.perf_counter() - tic
+        after = await phases(wire)
     stats = msgs[-1]["stats"]
     if msgs[-1]["kind"] != "done" or stats["rounds"] != 4 or stats["confirmed"] != 1:
         raise RuntimeError(f"k3-backend: unexpected end {msgs[-1]}")
-    return wall, stats["turns"]
+    return wall, stats["turns"], {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+async def phases(wire: Wire) -> dict[str, float]:
+    """The engine's seconds per step phase so far (``status``: engine.step_seconds; none before its first step)."""
+    reply = await wire.ask("status", f"s{time.monotonic_ns()}")
+    return reply["status"]["engine"].get("step_seconds", {})
 
 
 def _assistant(name: str, arguments: dict, index: int, content: str, reasoning: str) -> dict:
@@ -125,14 +135,14 @@ def main() -> int:
             try:
                 results = []
                 for _ in range(runs):  # interleaved, so load from other processes hits both alike
-                    wall, turns = asyncio.run(ours(daemon.endpoint, context, code, read, define))
+                    wall, turns, spent = asyncio.run(ours(daemon.endpoint, context, code, read, define))
                     counts = [t["generated_tokens"] for t in turns]
                     peer_wall, usages = theirs(url, specials, context, code, read, define, counts)
-                    results.append((wall, turns, peer_wall, usages))
+                    results.append((wall, turns, peer_wall, usages, spent))
             finally:
                 stop(proc)
     print(f"machine: {os.cpu_count()} CPU cores, mlx on CPU; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    wall, turns, peer_wall, usages = sorted(results, key=lambda r: r[2] / r[0])[len(results) // 2]
+    wall, turns, peer_wall, usages, spent = sorted(results, key=lambda r: r[2] / r[0])[len(results) // 2]
     print("round  generated  k3-backend prefilled (prompt - cached)  mlx_lm.server prefilled (prompt - cached)")
     for n, (turn, usage) in enumerate(zip(turns, usages, strict=True), 1):
         cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
@@ -147,6 +157,10 @@ def main() -> int:
     print(
         f"wall: k3-backend {wall:.2f} s, mlx_lm.server {peer_wall:.2f} s "
         f"(runs: {', '.join(f'{r[2] / r[0]:.2f}' for r in results)})"
+    )
+    print(
+        f"k3-backend's engine: prefill {spent['prefill']:.2f} s, decode {spent['decode']:.2f} s, "
+        f"the rest {wall - spent['prefill'] - spent['decode']:.2f} s (tokens, tools, the wire)"
     )
     print(f"ratio tool_loop_speedup = {statistics.median(r[2] / r[0] for r in results):.2f}")
     return 0
