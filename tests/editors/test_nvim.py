@@ -316,6 +316,7 @@ def test_the_statusline_shows_a_backend_that_is_still_loading(tiny_model, worksp
     with serving(tiny_model, script=script(), args=["--max-tokens", "512", "--load-pace", "3"],
                  until=launch.LISTENING) as backend:
         lines = run_scenario("loading.lua", workspace, backend.endpoint)
+    assert values(lines, "TIMEOUT") == [], lines
     statuslines = values(lines, "STATUSLINES")[0]
     loading = [s for s in statuslines if s.startswith("k3: backend loading (")]
     assert loading and all(re.fullmatch(r"k3: backend loading \(\d{1,2} %\)", s) for s in loading), statuslines

@@ -23,6 +23,10 @@ report.run(function()
   wait('findings', 120000, function()
     return #vim.diagnostic.get(0) >= tonumber(vim.env.K3_TEST_EXPECT)
   end)
+  -- the audit's progress may end after its diagnostics are published: the status line turns idle then
+  wait('idle', 30000, function()
+    return lines[#lines] == 'k3: idle'
+  end)
   out('STATUSLINES', lines)
   out('FINDINGS', #vim.diagnostic.get(0))
 end)
