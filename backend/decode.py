@@ -22,6 +22,15 @@ end add exact zeros: the logits are bitwise mlx-lm's (tests/backend/test_decode.
 that join, finish and cross capacities). On Metal the reductions are trees, so there the step stays mlx-lm's,
 as it does for a model whose caches or attention this was not checked against (``COMPILED_MODELS``), for
 processors other than ``Forcing`` and on any step whose batch does not fit (``_plan``).
+
+The attention on two CPU streams. Most of a step is small operations one thread has to dispatch, too short for
+a second thread to gain anything; but the attention's products over the KV positions are long (mlx's CPU
+matmul is the reference BLAS here), and the second core is otherwise idle. So where a step's attention scores
+number ``SPLIT_SCORES`` or more, the two halves of the batch are computed on two streams, the second with a
+thread of its own (``Generator(two_streams=False)``, ``k3-backend serve --one-stream``: on one). Each sequence's
+attention is computed as it was in the whole, so the tokens stay bitwise mlx-lm's. This hooks mlx-lm's kimi_k3
+at its ``scaled_dot_product_attention``, for the compiled step's caches (``_KV``) only. One sequence alone is
+not split (its query heads in two halves gained nothing measurable in bench/tool_loop.py: docs/engine.md).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch
+from mlx_lm.models import kimi_k3
 from mlx_lm.models.cache import ArraysCache, BatchKVCache
 from mlx_lm.sample_utils import greedy_sampler
 
@@ -39,6 +49,9 @@ CAPACITY_STEP = 64  # KV positions a buffer grows by: a trace serves this many s
 TRACES = 64  # compiled (structure, batch size, capacities) kept
 COMPILED_MODELS = frozenset({"kimi_k3"})  # model types whose caches and attention the compiled step was checked on
 FORCED_OFF = -1e9  # a forced row's logit for every token but the forced one
+# attention scores (batch x query heads x KV positions) from which a compiled step's attention runs on two
+# streams: below it the second stream's hand-over costs what it saves (bench/decode_step.py, docs/engine.md)
+SPLIT_SCORES = 49_152
 
 
 class Forcing:
@@ -79,11 +92,13 @@ def _forced_row(target: int, vocab: int, dtype: mx.Dtype) -> mx.array:
 
 
 class Generator(BatchGenerator):
-    """mlx-lm's continuous batching with ``Batch``'s compiled decode step."""
+    """mlx-lm's continuous batching with ``Batch``'s compiled decode step (``two_streams``: its long attention on
+    two CPU streams, see the module docstring)."""
 
-    def __init__(self, model, **options):
+    def __init__(self, model, two_streams: bool = True, **options):
         super().__init__(model, **options)
         self._generation_batch = Batch.empty(model, self.sampler)
+        self._generation_batch.two_streams = two_streams
 
 
 class Batch(GenerationBatch):
@@ -94,6 +109,8 @@ class Batch(GenerationBatch):
     engine reads none), which saves a slice per sequence and step. Its traces live as long as it does: one
     generator's life.
     """
+
+    two_streams = False  # whether a long attention runs on two CPU streams (Generator sets it)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,10 +159,11 @@ def _sample(samplers: list, logprobs: mx.array) -> mx.array:
 @dataclass(frozen=True)
 class _Plan:
     """What a compiled step of a batch looks like: per cache, "kv" or ("arrays", its size, has left padding, has
-    lengths); whether sampling is greedy (then it is in the graph)."""
+    lengths); whether sampling is greedy (then it is in the graph); whether a long attention is split."""
 
     caches: tuple
     greedy: bool
+    two_streams: bool
 
     @staticmethod
     def forcing(processors: list) -> tuple[mx.array, mx.array]:
@@ -196,7 +214,7 @@ def _plan(batch: GenerationBatch) -> _Plan | None:
         else:
             return None
     samplers = batch.samplers or [batch.fallback_sampler] * len(batch.uids)
-    return _Plan(tuple(caches), all(s is greedy_sampler for s in samplers))
+    return _Plan(tuple(caches), all(s is greedy_sampler for s in samplers), batch.two_streams)
 
 
 def _fit(c: BatchKVCache) -> None:
@@ -219,7 +237,7 @@ def _step_function(model, plan: _Plan):
         cache = []
         for kind in plan.caches:
             if kind == "kv":
-                cache.append(_KV(*(next(it) for _ in range(5))))
+                cache.append(_KV(*(next(it) for _ in range(5)), plan.two_streams))
             else:
                 _, size, padded, lengths = kind
                 c = ArraysCache(size)
@@ -245,10 +263,12 @@ def _step_function(model, plan: _Plan):
 class _KV:
     """A BatchKVCache inside the compiled step: the buffer at its full capacity, written at position ``idx``
     (an array, so the trace does not depend on it), attention masked to the positions ``left_padding..idx``:
-    what mlx-lm's mask for one new token allows (``create_causal_mask(1, offset=idx, left_padding=...)``)."""
+    what mlx-lm's mask for one new token allows (``create_causal_mask(1, offset=idx, left_padding=...)``);
+    ``two_streams``: whether its attention may be split (``_attention``)."""
 
-    def __init__(self, keys, values, offset, left_padding, idx):
+    def __init__(self, keys, values, offset, left_padding, idx, two_streams: bool):
         self.keys, self.values, self.offset, self.left_padding, self.idx = keys, values, offset, left_padding, idx
+        self.two_streams = two_streams
 
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         self.keys = mx.slice_update(self.keys, keys, self.idx, axes=(2,))
@@ -261,3 +281,38 @@ class _KV:
             raise ValueError("the compiled step decodes one token per sequence, without a window")
         pos = mx.arange(self.keys.shape[2])
         return (self.left_padding[:, None, None, None] <= pos) & (pos <= self.idx)
+
+
+@functools.cache
+def _second_stream() -> mx.Stream:
+    """The CPU stream (and so the thread) the second half of a split attention runs on, made on first use."""
+    return mx.new_stream(mx.cpu)
+
+
+def _attention(queries, keys, values, cache, scale, mask, sinks=None):
+    """mlx-lm's ``scaled_dot_product_attention`` as kimi_k3 calls it; for a compiled step's cache with enough
+    scores, in two halves of the batch's sequences on two streams (the module docstring)."""
+    batch = queries.shape[0]
+    if (
+        not isinstance(cache, _KV)
+        or not cache.two_streams
+        or sinks is not None
+        or batch < 2
+        or queries.size // queries.shape[-1] * keys.shape[2] < SPLIT_SCORES
+    ):
+        return _MLX_ATTENTION(queries, keys, values, cache, scale, mask, sinks)
+    outs = []
+    for rows, stream in (
+        (slice(None, batch // 2), mx.default_stream(mx.cpu)),
+        (slice(batch // 2, None), _second_stream()),
+    ):
+        with mx.stream(stream):
+            m = mask[rows] if isinstance(mask, mx.array) and mask.shape[0] == batch else mask
+            outs.append(
+                mx.fast.scaled_dot_product_attention(queries[rows], keys[rows], values[rows], scale=scale, mask=m)
+            )
+    return mx.concatenate(outs)
+
+
+_MLX_ATTENTION = kimi_k3.scaled_dot_product_attention
+kimi_k3.scaled_dot_product_attention = _attention  # only a _KV cache (the compiled step's) takes another path

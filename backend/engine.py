@@ -95,6 +95,10 @@ class EngineArgs:
         default=False,
         metadata=flag("read prompts through KDA layers with mlx-lm's token loop instead of in chunks (backend/kda.py)"),
     )
+    one_stream: bool = field(
+        default=False,
+        metadata=flag("decode on one CPU stream, a long attention included (backend/decode.py, docs/engine.md)"),
+    )
     loop_span: int = 64  # tokens a repetition must cover to count as a loop
     loop_max_period: int = 16  # longest repeated block the loop guard looks for
     trust_remote_code: bool = field(
@@ -270,14 +274,16 @@ class Engine:
 
     def _new_generator(self) -> BatchGenerator:
         concurrency = max(1, self.args.max_concurrency)
-        return (BatchGenerator if self.args.eager_decode else decode.Generator)(
-            self.model,
-            max_tokens=self.args.max_tokens,
-            stop_tokens=[[t] for t in sorted(self.tokenizer.eos_token_ids)],
-            completion_batch_size=concurrency,
-            prefill_batch_size=min(concurrency, 8),
-            prefill_step_size=self.args.prefill_step_size,
-        )
+        options = {
+            "max_tokens": self.args.max_tokens,
+            "stop_tokens": [[t] for t in sorted(self.tokenizer.eos_token_ids)],
+            "completion_batch_size": concurrency,
+            "prefill_batch_size": min(concurrency, 8),
+            "prefill_step_size": self.args.prefill_step_size,
+        }
+        if self.args.eager_decode:
+            return BatchGenerator(self.model, **options)
+        return decode.Generator(self.model, two_streams=not self.args.one_stream, **options)
 
     # --- the daemon's interface ------------------------------------------------------------------------------
 

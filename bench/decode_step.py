@@ -9,7 +9,9 @@ decodes, the two take turns, ``--steps`` steps each, ``--rounds`` times (which o
 every step's tokens are checked to be the same on both. Prints per batch size the median milliseconds per step
 (wall time and the process's CPU time, the figure that holds still on a shared machine) and one
 ``ratio decode_step_<n> = X`` line (mlx-lm's CPU time per step over the compiled one's, median of the rounds,
-with their range).
+with their range). A third generator, the compiled step on one CPU stream (``two_streams=False``), takes its
+turns beside them: ``ratio two_streams_<n>`` is its wall time per step over the compiled step's (which splits a
+long attention over two streams; wall time, because that split spends more CPU to take less of it).
 
 Run: `uv run --all-extras python bench/decode_step.py [--batches 1 8 32] [--checkpoint tiny|large] [--sampled]
 [--quick]`
@@ -54,7 +56,7 @@ def requests(batch: int, prompt: int, sampled: bool, vocab: int) -> dict:
     }
 
 
-def decoding(kind: type, model, batch: int, prompt: int, sampled: bool, vocab: int) -> BatchGenerator:
+def decoding(kind, model, batch: int, prompt: int, sampled: bool, vocab: int) -> BatchGenerator:
     gen = kind(model, max_tokens=1 << 30, stop_tokens=[[EOS]], completion_batch_size=32, prefill_batch_size=8)
     gen.insert(**requests(batch, prompt, sampled, vocab))
     while len(gen._generation_batch) < batch:
@@ -71,13 +73,18 @@ def steps(gen: BatchGenerator, n: int) -> tuple[float, float, list[list[int]]]:
     return time.perf_counter() - wall, time.process_time() - cpu, tokens
 
 
+def one_stream(model, **options) -> decode.Generator:
+    return decode.Generator(model, two_streams=False, **options)
+
+
 def bench(model, batch: int, args, vocab: int) -> float:
     gens = {
         "mlx-lm": decoding(BatchGenerator, model, batch, args.prompt, args.sampled, vocab),
         "compiled": decoding(decode.Generator, model, batch, args.prompt, args.sampled, vocab),
+        "1-stream": decoding(one_stream, model, batch, args.prompt, args.sampled, vocab),
     }
     first = {name: steps(gen, 8)[2] for name, gen in gens.items()}  # warm-up: kernels, the first traces
-    if first["mlx-lm"] != first["compiled"]:
+    if not first["mlx-lm"] == first["compiled"] == first["1-stream"]:
         raise SystemExit(f"batch {batch}: the compiled step's tokens differ from mlx-lm's")
     wall: dict[str, list[float]] = {name: [] for name in gens}
     cpu: dict[str, list[float]] = {name: [] for name in gens}
@@ -88,9 +95,10 @@ def bench(model, batch: int, args, vocab: int) -> float:
             w, c, seen[name] = steps(gens[name], args.steps)
             wall[name].append(w / args.steps * 1000)
             cpu[name].append(c / args.steps * 1000)
-        if seen["mlx-lm"] != seen["compiled"]:
+        if not seen["mlx-lm"] == seen["compiled"] == seen["1-stream"]:
             raise SystemExit(f"batch {batch}, round {r}: the compiled step's tokens differ from mlx-lm's")
     ratios = [a / b for a, b in zip(cpu["mlx-lm"], cpu["compiled"], strict=True)]
+    streams = [a / b for a, b in zip(wall["1-stream"], wall["compiled"], strict=True)]
     for name in gens:
         print(
             f"  batch {batch:2d} {name:8s} {statistics.median(wall[name]):6.2f} ms/step wall, "
@@ -102,6 +110,11 @@ def bench(model, batch: int, args, vocab: int) -> float:
     print(
         f"ratio decode_step_{batch} = {ratio:.2f}  (rounds {', '.join(f'{x:.2f}' for x in ratios)}; "
         "mlx-lm's CPU per step over the compiled step's)"
+    )
+    print(
+        f"ratio two_streams_{batch} = {statistics.median(streams):.2f}  "
+        f"(rounds {', '.join(f'{x:.2f}' for x in streams)}; the compiled step's wall time per step on one stream "
+        "over two: its attention split, backend/decode.py)"
     )
     return ratio
 

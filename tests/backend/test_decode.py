@@ -87,6 +87,30 @@ def test_decoding_is_bitwise_mlx_lms_through_joins_finishes_and_growing_buffers(
     assert len(shapes) < 40  # a trace serves many steps (CAPACITY_STEP positions of one batch size)
 
 
+def test_attention_split_over_two_streams_is_bitwise_mlx_lms(model, monkeypatch):
+    # every compiled step of two or more sequences splits its attention in halves of the batch (the threshold at
+    # one score), down to two; log-probabilities compared bit for bit
+    monkeypatch.setattr(decode, "SPLIT_SCORES", 1)
+    stream, splits = decode._second_stream(), []
+    monkeypatch.setattr(decode, "_second_stream", lambda: splits.append(1) or stream)
+    joins = {0: [greedy(0, 120, 110), greedy(1, 61, 40)], 5: [greedy(2, 90, 60)], 20: [greedy(3, 1, 30)]}
+    compiled, seen = lockstep(model, joins, 112, record=True)
+    assert [len(step) for step in seen[-5:]] == [1] * 5  # the last steps decode one sequence alone: not split
+    batch_sizes = [shape[0][0] for _, shape in compiled._generation_batch._traces]
+    assert {1, 2, 3} <= set(batch_sizes)
+    assert len(splits) == sum(b > 1 for b in batch_sizes)  # one MLA layer: one split attention per trace
+
+
+def test_one_stream_splits_nothing(model, monkeypatch):
+    monkeypatch.setattr(decode, "SPLIT_SCORES", 1)
+    monkeypatch.setattr(decode, "_second_stream", lambda: pytest.fail("split on one stream"))
+    gen = decode.Generator(model, two_streams=False, max_tokens=1 << 20, stop_tokens=[[EOS]])
+    gen.insert(prompts=[prompt(0, 50), prompt(1, 30)], max_tokens=[20, 20])
+    tokens = sum(len(gen.next()[1]) for _ in range(25))
+    assert tokens == 40
+    assert gen._generation_batch._traces  # the compiled step ran
+
+
 def test_forced_and_seeded_rows_sample_as_with_mlx_lms_step(model):
     # the engine's own requests: scripted answers (Forcing), seeded sampling at temperature 1 and greedy ones
     script = prompt(5, 50)
