@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +57,9 @@ def requests(batch: int, prompt: int, sampled: bool, vocab: int) -> dict:
     }
 
 
-def decoding(kind, model, batch: int, prompt: int, sampled: bool, vocab: int) -> BatchGenerator:
+def decoding(
+    kind: Callable[..., BatchGenerator], model, batch: int, prompt: int, sampled: bool, vocab: int
+) -> BatchGenerator:
     gen = kind(model, max_tokens=1 << 30, stop_tokens=[[EOS]], completion_batch_size=32, prefill_batch_size=8)
     gen.insert(**requests(batch, prompt, sampled, vocab))
     while len(gen._generation_batch) < batch:
