@@ -308,9 +308,7 @@ def _attention(queries, keys, values, cache, scale, mask, sinks=None):
     ):
         with mx.stream(stream):
             m = mask[rows] if isinstance(mask, mx.array) and mask.shape[0] == batch else mask
-            outs.append(
-                mx.fast.scaled_dot_product_attention(queries[rows], keys[rows], values[rows], scale=scale, mask=m)
-            )
+            outs.append(_MLX_ATTENTION(queries[rows], keys[rows], values[rows], cache, scale, m))
     return mx.concatenate(outs)
 
 
