@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from backend import auth, exitstatus, store
+from backend import auth, endpoint_claim, exitstatus, store
 from backend.agent import EFFORT_BUDGETS, AgentConfig
 from backend.daemon import Daemon, DaemonConfig
 from backend.engine import EngineArgs
@@ -130,7 +130,13 @@ def _run(args: argparse.Namespace) -> int:
     except ScriptError as exc:
         print(f"k3-backend serve: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(args, script, _reserve_stdio()))
+    try:  # rank 0 alone binds; the claim is held (referenced) until serving ends
+        claim = endpoint_claim.claim(args.bind) if os.environ.get("MLX_RANK", "0") == "0" else None
+    except endpoint_claim.EndpointTaken as exc:
+        print(f"k3-backend serve: {exc}", file=sys.stderr)
+        return 2
+    with claim or contextlib.nullcontext():
+        return asyncio.run(_serve(args, script, _reserve_stdio()))
 
 
 def _reserve_stdio() -> TextIO:
