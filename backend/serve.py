@@ -125,6 +125,13 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"k3-backend serve: {problem}", file=sys.stderr)
         return 2
+    if not _checkpoint_or_repo(args.model):  # exit 1, as every model that cannot be loaded (a supervisor gives up)
+        print(
+            f"k3-backend serve: cannot load model {args.model}: no such directory; give a checkpoint directory or "
+            "a Hugging Face repo id (owner/name)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         script = load_script(args.script) if args.script else Script()
     except ScriptError as exc:
@@ -186,6 +193,21 @@ def _check(args: argparse.Namespace) -> str | None:
     except (auth.InsecureBindError, keys.KeyFileError) as exc:
         return str(exc)
     return None
+
+
+def _checkpoint_or_repo(model: str) -> bool:
+    """Whether ``model`` is a directory here or could name a Hugging Face repo: a missing path would otherwise be
+    refused with the Hub's repo-id rules, after the socket was bound."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if Path(model).expanduser().exists():
+        return True
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        return False
+    return True
 
 
 def effort_budgets(items: list[str]) -> dict[str, int]:
