@@ -28,15 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3lsp.wire.cache import ResultCache
+from k3lsp.witnesses import confine
 from k3lsp.witnesses import flags as flag_rules
 from k3lsp.witnesses.adapters import ADAPTERS, Adapter
 from k3lsp.witnesses.alert import Alert
 from k3lsp.witnesses.child import Limits, Outcome, run
+from k3lsp.witnesses.outside import names_outside
 
 log = logging.getLogger(__name__)
 
 MAX_ALERTS_PER_TOOL = 200  # per file: an analyzer that reports more is reporting noise
 DEFAULT_LIMITS = Limits()
+UNCONFINED = (
+    "not run: this system cannot confine an analyzer's reads to the workspace (Landlock, Linux 5.13 or later, "
+    "is needed), and a repository's source could make it read any of your files"
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,16 @@ class Ran:
     alerts: tuple[Alert, ...] = ()
     cached: bool = False
     problem: str | None = None
+    outside: int = 0  # alerts left out because they named a place outside the workspace (k3lsp.witnesses.outside)
+
+
+@dataclass(frozen=True)
+class _View:
+    """What a run may read besides the system (the workspace; nothing for a file outside every workspace), and
+    the analyzed file's folder in it, from which a relative path an alert names is read."""
+
+    readable: tuple[Path, ...]
+    folder: Path | None
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,11 @@ class Report:
     @property
     def alerts(self) -> list[Alert]:
         return sorted((a for r in self.runs for a in r.alerts), key=lambda a: (a.line, a.tool, a.rule))
+
+    @property
+    def outside(self) -> int:
+        """How many alerts were left out for naming a place outside the workspace, over every witness."""
+        return sum(r.outside for r in self.runs)
 
 
 def _search_path() -> str:
@@ -106,21 +127,27 @@ def _content_key(text: str, folder: Path | None, flags: flag_rules.Flags) -> str
 
 
 def _result_key(found: Found) -> str:
-    return hashlib.sha256(f"k3lsp-witness-v1\0{found.name}\0{found.version}\0{found.executable}".encode()).hexdigest()
+    return hashlib.sha256(f"k3lsp-witness-v2\0{found.name}\0{found.version}\0{found.executable}".encode()).hexdigest()
 
 
-def _analyze(adapter: Adapter, found: Found, name: str, text: str, flags: flag_rules.Flags, limits: Limits) -> Ran:
+def _analyze(
+    adapter: Adapter, found: Found, name: str, text: str, flags: flag_rules.Flags, limits: Limits, view: _View
+) -> Ran:
+    if confine.abi() < 1:
+        return Ran(adapter.name, problem=UNCONFINED)
     with tempfile.TemporaryDirectory(prefix="k3lsp-witness-") as tmp:
         source = Path(tmp) / name
         source.write_text(text, encoding="utf-8", errors="surrogateescape")
+        inside = (*view.readable, Path(tmp).resolve())
         alerts: list[Alert] = []
         for argv in adapter.commands(found.executable, source, flags):
-            outcome: Outcome = run(argv, tmp, limits)
+            outcome: Outcome = run(argv, tmp, limits, view.readable)
             if outcome.timed_out:
                 return Ran(adapter.name, problem=f"timed out after {limits.seconds:.0f} s")
             alerts += adapter.read(outcome, source)
-    unique = list(dict.fromkeys(alerts))[:MAX_ALERTS_PER_TOOL]
-    return Ran(adapter.name, tuple(unique))
+        kept = [a for a in alerts if not names_outside(a.message, view.folder or Path(tmp), inside)]
+    unique = list(dict.fromkeys(kept))[:MAX_ALERTS_PER_TOOL]
+    return Ran(adapter.name, tuple(unique), outside=len(alerts) - len(kept))
 
 
 def analyze(
@@ -146,6 +173,7 @@ def analyze(
             flags.defines, (("-iquote", str(folder)), *flags.includes), flags.std, flags.switches, flags.dropped
         )
     content = _content_key(text, folder, flags)
+    view = _View((root.resolve(),) if root is not None else (), folder)
     runs = []
     for name in names:
         adapter, found = ADAPTERS.get(name), find(name) if name in ADAPTERS else None
@@ -156,10 +184,16 @@ def analyze(
         stored = cache.get(content, _result_key(found)) if cache is not None else None
         if stored is not None:
             kept = tuple(a for a in map(Alert.from_dict, stored.findings) if a is not None)
-            runs.append(Ran(name, kept, cached=True))
+            outside = stored.stats.get("outside")
+            runs.append(Ran(name, kept, cached=True, outside=outside if isinstance(outside, int) else 0))
             continue
-        ran = _analyze(adapter, found, path.name, text, flags, limits)
+        ran = _analyze(adapter, found, path.name, text, flags, limits, view)
+        if ran.outside:
+            log.warning(
+                "witness %s on %s: %d alerts naming a place outside the workspace left out", name, path, ran.outside
+            )
         if cache is not None and ran.problem is None:
-            cache.put(content, _result_key(found), [a.to_dict() for a in ran.alerts], {"version": found.version})
+            stats = {"version": found.version, "outside": ran.outside}
+            cache.put(content, _result_key(found), [a.to_dict() for a in ran.alerts], stats)
         runs.append(ran)
     return Report(tuple(runs), flags.dropped)
