@@ -115,8 +115,16 @@ def find(name: str) -> Found | None:
 
 
 def available() -> dict[str, Found | str]:
-    """Every known witness: what was found, or the install hint of a missing one (``k3lsp status``)."""
-    return {name: find(name) or f"not found: {a.hint}" for name, a in ADAPTERS.items()}
+    """Every known witness: what was found, or the install hint of a missing one, or why a found one will not
+    run here (``k3lsp status``)."""
+    out: dict[str, Found | str] = {}
+    for name, adapter in ADAPTERS.items():
+        found = find(name)
+        if found is None:
+            out[name] = f"not found: {adapter.hint}"
+        else:
+            out[name] = found if confine.abi() >= 1 else f"{found.version}: {UNCONFINED}"
+    return out
 
 
 def _content_key(text: str, folder: Path | None, flags: flag_rules.Flags) -> str:

@@ -20,6 +20,7 @@ repository's say-so.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -64,6 +65,7 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+@functools.cache
 def abi() -> int:
     """The Landlock ABI version this kernel offers; 0 when it offers none (not Linux, too old, or disabled)."""
     if not sys.platform.startswith("linux"):

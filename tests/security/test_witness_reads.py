@@ -23,7 +23,7 @@ from k3lsp.units import split
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 from k3lsp.witnesses import confine
-from k3lsp.witnesses.analyze import UNCONFINED, analyze, find
+from k3lsp.witnesses.analyze import UNCONFINED, analyze, available, find
 from k3lsp.witnesses.child import Limits, run
 from k3lsp.witnesses.outside import names_outside
 from k3lsp.witnesses.shown import diagnostic, for_unit
@@ -148,3 +148,4 @@ def test_without_landlock_the_witnesses_do_not_run(places, monkeypatch):
     monkeypatch.setattr(confine, "abi", lambda: 0)
     (ran,) = analyze(root / "a.c", text, root, ["cppcheck"]).runs
     assert ran.problem == UNCONFINED and ran.alerts == ()
+    assert available()["cppcheck"].endswith(UNCONFINED)  # what `k3lsp witnesses` and the status say
