@@ -8,8 +8,16 @@ driver: only filters registered in-process, and we register none). On top of tha
 
 - **whose repository**: libgit2's owner check stays on, so a repository another user owns is refused unless the
   user's own git config lists it in ``safe.directory``, as git does;
-- **which work tree**: the work tree must be the folder that holds ``.git``; a ``core.worktree`` pointing
-  elsewhere would make us read (and send to the model) files outside the repository, so it is refused;
+- **which work tree**: the folder that holds ``.git``, as :func:`locate` finds it from the path given, never a
+  place the repository's own files name: its ``core.worktree`` is ignored (it would root the model's tools at
+  any ancestor), a git directory given itself (a bare repository, even with ``core.bare = false``) has no work
+  tree, and ``GIT_DIR``/``GIT_WORK_TREE`` are not read (libgit2 reads them only when asked to). A ``.git``
+  *file* (or symlink) is followed only to a git directory that names this folder back as its work tree, as
+  git's own linked work trees (``worktrees/<name>/gitdir``) and submodules (``core.worktree`` of
+  ``modules/<name>``) do; one naming another repository is refused;
+- **which objects**: a repository that borrows objects from outside its git directory
+  (``objects/info/alternates``, as ``git clone --shared`` or ``--reference`` leave) is refused, so no object
+  the repository does not hold is reviewed; ``git repack -a -d`` and removing the file make it whole;
 - **which files**: a tree's blobs are read only for regular files (never a symlink's target text or a
   submodule), at most ``max_bytes`` each; a work-tree file only through the model's own confinement
   (``k3lsp.confine``: inside the work tree, no symlink out, no hidden or secret place);
@@ -20,19 +28,21 @@ driver: only filters registered in-process, and we register none). On top of tha
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from typing import Protocol
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption, FileMode, SortMode
+from pygit2.enums import DeltaStatus, DiffOption, FileMode, RepositoryOpenFlag, SortMode
 
 from k3lsp import confine
 
 DEFAULT_MAX_BYTES = 1_000_000  # as the maxFileBytes setting
 _REGULAR = (FileMode.BLOB, FileMode.BLOB_EXECUTABLE)
 _WORKDIR_FLAGS = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
+_SMALL_BYTES = 65_536  # read of a .git file, commondir or alternates: a path or a few
 
 
 class GitError(Exception):
@@ -81,26 +91,110 @@ class Base:
     label: str
 
 
+@dataclass(frozen=True)
+class Location:
+    """Where a repository is, as we decide it: its git directory, and the folder holding its ``.git`` (None:
+    a git directory given itself, or ``core.bare``)."""
+
+    gitdir: Path
+    worktree: Path | None
+
+
+def locate(path: str | Path) -> Location:
+    """The repository holding ``path``: the nearest folder, from ``path`` up, that is a git directory itself or
+    holds a ``.git``, checked as the module says. Reads no environment variable and no ``core.worktree``."""
+    try:
+        start = Path(path).resolve(strict=True)
+    except OSError as exc:
+        raise GitError(f"{path}: cannot read it ({exc.strerror})") from None
+    for folder in (start, *start.parents) if start.is_dir() else start.parents:
+        dotgit = folder / ".git"
+        if _is_gitdir(folder):
+            worktree = folder.parent if folder.name == ".git" and not _open(folder).is_bare else None
+            where = Location(folder, worktree)
+        elif dotgit.is_dir() and not dotgit.is_symlink():
+            where = Location(dotgit, None if _open(dotgit).is_bare else folder)
+        elif dotgit.is_symlink() or dotgit.exists():
+            where = _linked(folder, dotgit)
+        else:
+            continue
+        _self_contained(where.gitdir)
+        return where
+    raise GitError(f"{path}: not inside a git repository")
+
+
+def _is_gitdir(folder: Path) -> bool:
+    """What libgit2 takes for a git directory: a HEAD, and objects of its own or a common directory's."""
+    return (folder / "HEAD").is_file() and ((folder / "objects").is_dir() or (folder / "commondir").is_file())
+
+
+def _open(gitdir: Path, bare: bool = False) -> pygit2.Repository:
+    """The git directory itself, no search and no ``.git`` appended (``bare``: no work tree, whatever it says)."""
+    flags = RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT | (RepositoryOpenFlag.BARE if bare else 0)
+    try:
+        return pygit2.Repository(str(gitdir), flags)
+    except pygit2.GitError as exc:  # the owner check among them: "repository path ... is not owned by current user"
+        raise GitError(f"{gitdir}: cannot open the repository: {exc}") from None
+
+
+def _linked(folder: Path, dotgit: Path) -> Location:
+    """A ``.git`` file (``gitdir: PATH``) or symlink: its git directory, when that names ``folder`` back."""
+    if dotgit.is_symlink():
+        target = dotgit.resolve()
+    else:
+        head = _small_text(dotgit)
+        if not head.startswith("gitdir:"):
+            raise GitError(f"{dotgit}: a .git file must say 'gitdir: PATH'; it does not, so this is no repository")
+        target = (folder / head[len("gitdir:") :].strip()).resolve()
+    if not _is_gitdir(target):
+        raise GitError(f"{dotgit} points to {target}, which is no git directory")
+    own = _open(target).workdir
+    if own is None or Path(own).resolve() != folder:
+        raise GitError(
+            f"{dotgit} points to {target}, a git directory whose own work tree is {own or 'none (bare)'}, not "
+            f"{folder}; refused, since reviewing it would read another repository: run k3lsp in that one"
+        )
+    return Location(target, folder)
+
+
+def _self_contained(gitdir: Path) -> None:
+    """Refuse a repository whose objects are partly another's (``objects/info/alternates`` outside it)."""
+    common = gitdir
+    if os.path.lexists(gitdir / "commondir"):  # a linked work tree: its objects are the main git directory's
+        common = (gitdir / _small_text(gitdir / "commondir").strip()).resolve()
+    alternates = common / "objects" / "info" / "alternates"
+    if not os.path.lexists(alternates):
+        return
+    for line in (n.strip() for n in _small_text(alternates).splitlines()):
+        if line and not line.startswith("#") and not (common / "objects" / line).resolve().is_relative_to(common):
+            raise GitError(
+                f"{common}: it borrows objects from {line} ({alternates}); refused, since a review would read code "
+                "the repository does not hold: make it whole with 'git repack -a -d' and delete that file"
+            )
+
+
+def _small_text(path: Path) -> str:
+    """The start of a small file git keeps (a ``.git`` file, ``commondir``, ``alternates``): a regular file only
+    (a FIFO would block), ``_SMALL_BYTES`` at most."""
+    if not path.is_file():
+        raise GitError(f"{path}: not a regular file; this is no repository git made")
+    try:
+        with path.open("rb") as f:
+            return f.read(_SMALL_BYTES).decode("utf-8", "replace")
+    except OSError as exc:
+        raise GitError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
 class Repository:
-    """One repository, opened once; every method raises GitError only."""
+    """One repository, opened once where :func:`locate` finds it; every method raises GitError only."""
 
     def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES):
         self.max_bytes = max_bytes
-        try:
-            found = pygit2.discover_repository(str(path))
-            if found is None:
-                raise GitError(f"{path}: not inside a git repository")
-            self._repo = pygit2.Repository(found)
-        except pygit2.GitError as exc:  # the owner check among them: "repository path ... is not owned by current user"
-            raise GitError(f"{path}: cannot open the repository: {exc}") from None
-        gitdir = Path(self._repo.path).resolve()
-        self.workdir = Path(self._repo.workdir).resolve() if self._repo.workdir else None
-        if self.workdir is not None and gitdir.parent != self.workdir and not gitdir.is_relative_to(self.workdir):
-            raise GitError(
-                f"{path}: its work tree is {self.workdir}, outside the folder of its .git ({gitdir.parent}) "
-                "(core.worktree or a .git file pointing elsewhere); refused: reviewing it would read files "
-                "outside the repository"
-            )
+        where = locate(path)
+        self._repo = _open(where.gitdir, bare=where.worktree is None)
+        if where.worktree is not None:
+            self._repo.workdir = str(where.worktree)  # over core.worktree; the config file is left as it is
+        self.workdir = where.worktree
 
     @property
     def unborn(self) -> bool:

@@ -11,7 +11,10 @@ with ``gpg.program``, hooks. So every call here:
   the commands used: ``core.fsmonitor``, ``core.hooksPath``, ``core.pager``, ``log.showSignature``,
   ``diff.external``;
 - runs with no pager, no terminal prompt, no optional locks, and none of the caller's ``GIT_*`` variables (they
-  could point git at another repository, an external diff or a config of their own).
+  could point git at another repository, an external diff or a config of their own);
+- runs on the git directory ``k3lsp.gitrepo.locate`` finds, as a bare repository (``--git-dir DIR --bare``), the
+  same one the review opens: a ``.git`` file naming another repository, or objects borrowed from outside it
+  (``objects/info/alternates``), are refused before git starts, and no ``core.worktree`` gives git a work tree.
 
 ``safe.directory`` is git's own: a repository another user owns is refused as git refuses it.
 """
@@ -23,6 +26,8 @@ import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from k3lsp import gitrepo
 
 TIMEOUT = 300.0  # seconds one git command may take (a blame of a large file on a long history)
 _OVERRIDES = (
@@ -46,12 +51,18 @@ def _env() -> dict[str, str]:
 
 
 def run(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """``git -C REPO <overrides> ARGS``: its stdout; GitError when it fails."""
-    cmd = ["git", "-C", str(repo), "--no-pager"]
+    """``git --git-dir <REPO's> --bare <overrides> ARGS``: its stdout; GitError when it fails."""
+    try:
+        gitdir = gitrepo.locate(repo).gitdir
+    except gitrepo.GitError as exc:
+        raise GitError(str(exc)) from None
+    cmd = ["git", "--git-dir", str(gitdir), "--bare", "--no-pager"]
     for override in _OVERRIDES:
         cmd += ["-c", override]
     try:
-        done = subprocess.run([*cmd, *args], input=stdin, capture_output=True, env=_env(), timeout=TIMEOUT, check=False)
+        done = subprocess.run(
+            [*cmd, *args], input=stdin, capture_output=True, cwd=gitdir, env=_env(), timeout=TIMEOUT, check=False
+        )
     except FileNotFoundError as exc:
         raise GitError("git is not installed (it is on PATH nowhere)") from exc
     except subprocess.TimeoutExpired as exc:

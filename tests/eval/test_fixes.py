@@ -189,7 +189,7 @@ def test_the_command_selects_and_locates_cases_without_reviewing_them(h, tmp_pat
     assert report["selection"]["skipped"]["the introducing commit touches no C"] == 1
     assert "## Cases" in done.stdout and h.put_fix[:12] in done.stdout and not report["configurations"]
     bad = k3lsp("eval", "fixes", "--repo", str(tmp_path), "--cases-only", cache=tmp_path / "c", cwd=tmp_path)
-    assert bad.returncode == 2 and "git log" in bad.stderr
+    assert bad.returncode == 2 and "not inside a git repository" in bad.stderr
 
 
 def reported(line: int) -> list[dict]:

@@ -1,11 +1,13 @@
 """A hostile repository runs nothing during `k3lsp review`: its hooks, `core.fsmonitor`, `diff.external`, a textconv
 driver, clean/smudge/process filters and `core.pager` would each leave a marker file if they ran. First the traps
 are shown to work (plain `git` the naive way runs each of them), then every mode of `k3lsp review` reads the same
-repository and no marker appears. Also refused: a repository whose work tree lies outside it (`core.worktree`),
-and (as root) one another user owns, as git's safe.directory check refuses it."""
+repository and no marker appears. A work tree its config names elsewhere (`core.worktree`) is not used (more in
+test_repo_confinement.py), and (as root) a repository another user owns is refused, as git's safe.directory
+check refuses it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -98,13 +100,18 @@ def test_k3lsp_review_runs_none_of_them(tmp_path, mode):
     assert fired(markers) == set()
 
 
-def test_a_work_tree_outside_the_repository_is_refused(tmp_path):
+def test_a_work_tree_the_config_names_elsewhere_is_not_used(tmp_path):
+    """`core.worktree` naming a folder with C in it: `k3lsp review` reviews the repository's own work tree."""
     root, _, _ = hostile(tmp_path, "moved")
     elsewhere = tmp_path / "home"
-    elsewhere.mkdir()
+    repos.write(elsewhere, {"leak.c": "int leak(void)\n{\n\treturn 0;\n}\n"})
     repos.git(root, "config", "core.worktree", str(elsewhere))
-    done = k3lsp("review", "-C", str(root), "--endpoint", nowhere(tmp_path), cache=tmp_path / "c", cwd=tmp_path)
-    assert done.returncode == 2 and "outside the folder of its .git" in done.stderr
+    done = k3lsp(
+        "review", "-C", str(root), "--endpoint", nowhere(tmp_path), "--json", cache=tmp_path / "c", cwd=tmp_path
+    )
+    report = json.loads(done.stdout)
+    assert report["root"] == str(root.resolve()), done.stderr
+    assert {u["path"] for p in report["patches"] for u in p["units"]} == {"drv.c"}
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chown") is None, reason="needs root to give the repository away")
