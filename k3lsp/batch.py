@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,8 +26,9 @@ from typing import TextIO
 from lsprotocol import types as lsp
 
 from k3lsp import pipeline, suppress, tasks, units
-from k3lsp.kernelc import DEFAULT_MACROS, Macros
-from k3lsp.options import Options, admitted_files
+from k3lsp.admission import Admitted, Source, admit, audit_root, shown
+from k3lsp.admission import read_sources as read_sources  # its tests read a file as the batch tool does
+from k3lsp.options import Options
 from k3lsp.pool import DEFAULT_SLOTS, Pool
 from k3lsp.run import Counters, Summary, Target, describe
 from k3lsp.wire import sanitize
@@ -113,59 +113,6 @@ class BatchReport:
         return EXIT_FINDINGS if self.findings else EXIT_CLEAN
 
 
-@dataclass(frozen=True)
-class Source:
-    """A file to audit, read once: its units come from the same splitter as the editor's."""
-
-    path: Path
-    rel: str  # relative to the root: what the model and its tools see
-    lines: list[str]
-    units: tuple[units.Unit, ...]
-
-
-# --- collecting ------------------------------------------------------------------------------------------
-
-
-def audit_root(paths: Sequence[Path]) -> Path:
-    """The directory the model's tools are confined to: the deepest folder holding every input."""
-    dirs = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths]
-    return Path(os.path.commonpath(dirs))
-
-
-def collect(paths: Sequence[Path], root: Path, options: Options) -> tuple[list[Path], list[str]]:
-    """Files to audit: named files as given, directories walked with include/exclude and maxFileBytes."""
-    files: list[Path] = []
-    errors: list[str] = []
-    for path in paths:
-        if path.is_file():
-            files.append(path.resolve())
-        elif path.is_dir():
-            files += admitted_files(path.resolve(), root, options)
-        else:
-            errors.append(f"{path}: no such file or directory")
-    return list(dict.fromkeys(files)), errors
-
-
-def read_sources(
-    files: Sequence[Path], root: Path, macros: Macros = DEFAULT_MACROS
-) -> tuple[list[Source], list[str], list[str]]:
-    """(sources, errors: files not read, notes: files split coarser than into functions)."""
-    sources, errors, notes = [], [], []
-    for path in files:
-        rel = path.relative_to(root).as_posix()
-        try:
-            text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            errors.append(f"{rel}: {exc.strerror or exc}")
-            continue
-        split = units.split(text, macros)
-        note = units.fallback_note(split)
-        if note is not None:
-            notes.append(f"{rel}: {note}")
-        sources.append(Source(path, rel, text.split("\n"), split))
-    return sources, errors, notes
-
-
 # --- auditing --------------------------------------------------------------------------------------------
 
 
@@ -179,6 +126,7 @@ async def audit_paths(
     stop: asyncio.Event | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
     allow_incomplete: bool = False,
+    on_admitted: Callable[[Admitted], None] | None = None,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
@@ -186,14 +134,15 @@ async def audit_paths(
     per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
     ``on_progress(done, total, note)`` is called as units finish and as a daemon reports a unit's prefill and
     decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
-    error (its findings may be missing), or with ``allow_incomplete`` a warning.
+    error (its findings may be missing), or with ``allow_incomplete`` a warning. ``on_admitted`` is told which
+    files were taken, and what was said about the paths (``k3lsp.admission``), before any daemon is contacted.
     """
     root = audit_root(paths)
-    report = BatchReport(root)
-    files, report.errors = collect(paths, root, options)
-    report.files = len(files)
-    sources, read_errors, report.warnings = read_sources(files, root, options.kernel_macros)
-    report.errors += read_errors
+    admitted = admit(paths, root, options)
+    if on_admitted is not None:
+        on_admitted(admitted)
+    sources = admitted.sources
+    report = BatchReport(root, len(sources), errors=list(admitted.errors), warnings=list(admitted.warnings))
     baseline = suppress.Baseline.load(root)
     if baseline.error:
         report.errors.append(baseline.error)
@@ -287,11 +236,6 @@ def problems(summary: Summary, allow_incomplete: bool) -> tuple[list[str], list[
     return errors, warnings
 
 
-def _display(path: Path) -> str:
-    rel = os.path.relpath(path)
-    return str(path) if rel.startswith("..") else rel
-
-
 def reported(
     source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
 ) -> list[Reported]:
@@ -306,7 +250,7 @@ def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Repo
     trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
     fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
     return Reported(
-        _display(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
+        shown(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
         f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
         f.verdict.verdict if f.verdict else None, f.verdict.reason if f.verdict else "",
     )  # fmt: skip
@@ -335,11 +279,12 @@ def stats(report: BatchReport) -> dict:
     }
 
 
-def print_problems(report: BatchReport, err: TextIO = sys.stderr) -> None:
-    """Errors and warnings on stderr, whatever the output format (they may quote the daemon: sanitised)."""
-    for warning in report.warnings:
+def print_problems(report: BatchReport | Admitted, err: TextIO = sys.stderr, said: Admitted | None = None) -> None:
+    """Errors and warnings on stderr, whatever the output format (they may quote the daemon, or name a file of
+    the tree: sanitised). ``said``: the admission's, printed before the run, are not printed again."""
+    for warning in report.warnings[len(said.warnings) if said else 0 :]:
         print(sanitize.line(f"k3lsp audit: warning: {warning}"), file=err)
-    for error in report.errors:
+    for error in report.errors[len(said.errors) if said else 0 :]:
         print(sanitize.line(f"k3lsp audit: error: {error}"), file=err)
 
 
