@@ -10,6 +10,8 @@ import importlib
 import sys
 from typing import NamedTuple
 
+from k3lsp.wire import commandline
+
 
 class Command(NamedTuple):
     module: str  # imported only when chosen
@@ -30,17 +32,24 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="k3-backend", description=__doc__.splitlines()[0])
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser with the arguments of the subcommand ``argv`` chooses, or of every one when it asks for a
+    completion script (which names every flag: it imports the modules, mlx among them)."""
+    parser = commandline.Parser(prog="k3-backend", description=__doc__.splitlines()[0])
+    commandline.present(parser)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    chosen = argv[0] if argv and argv[0] in COMMANDS else None
-    module = importlib.import_module(COMMANDS[chosen].module) if chosen else None
+    every = "--print-completion" in argv
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(name, help=command.summary)
-        if name == chosen:
-            module.add_arguments(sub)
-    args = parser.parse_args(argv)
+        if every or (argv and argv[0] == name):
+            importlib.import_module(command.module).add_arguments(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command].module)
     try:
         return module.run(args)
     except (ValueError, OSError) as e:

@@ -420,7 +420,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"hidden size, a multiple of {BASE_HIDDEN} (default {BASE_HIDDEN})",
     )
     p.add_argument("--prune-to", type=int, metavar="N", help="keep N experts spread evenly, renumbered 0..N-1")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the random weights' seed: the same seed, the same checkpoint")
     p.add_argument(
         "--dialect",
         choices=DIALECTS,

@@ -1,0 +1,44 @@
+"""`k3-backend --version`, a help that describes every flag of every subcommand and shows every default, and the
+completion scripts shtab generates from the parser, with every subcommand's flags (which the parser adds only
+for the chosen subcommand otherwise, so that `--help` does not import mlx)."""
+
+import subprocess
+import sys
+
+import pytest
+
+import k3lsp
+from backend.cli import COMMANDS, build_parser
+from tests.support.parsers import problems
+
+
+def backend_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backend.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version():
+    done = backend_run("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"k3-backend {k3lsp.__version__}\n"
+
+
+def test_every_flag_of_every_subcommand_is_described_and_every_default_shown():
+    assert problems(build_parser(["--print-completion"])) == []
+
+
+def test_a_default_is_in_the_help_as_a_user_reads_it():
+    done = backend_run("serve", "--help")
+    assert "--prefill-step-size PREFILL_STEP_SIZE" in done.stdout
+    assert "open requests per client (default: 16)" in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("shell", "registers"),
+    [("bash", "complete -o bashdefault -F _shtab_k3_backend k3-backend"), ("zsh", "#compdef k3-backend")],
+)
+def test_the_completion_script_names_every_subcommand_and_their_flags(shell, registers):
+    done = backend_run("--print-completion", shell)
+    assert done.returncode == 0, done.stderr
+    assert registers in done.stdout.splitlines()
+    for name in (*COMMANDS, "--prefill-step-size", "--bind", "--max-failures"):
+        assert name in done.stdout, name

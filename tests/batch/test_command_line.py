@@ -1,0 +1,51 @@
+"""`k3lsp --version`, a help that describes every flag and shows every default, and the completion scripts shtab
+generates from the parser (so they name every subcommand without anyone keeping a script by hand)."""
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+import k3lsp
+from k3lsp.cli import build_parser
+from tests.support.parsers import problems
+
+SUBCOMMANDS = ("status", "witnesses", "audit", "review", "eval", "keys")
+
+
+def k3lsp_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "k3lsp", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_version_is_the_distributions():
+    done = k3lsp_run("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"k3lsp {k3lsp.__version__}\n"
+    assert k3lsp.__version__ == importlib.metadata.version("k3lsp")  # the one in pyproject.toml
+
+
+def test_every_flag_is_described_and_every_default_shown():
+    assert problems(build_parser()) == []
+
+
+def test_a_default_is_in_the_help_as_a_user_reads_it():
+    done = k3lsp_run("status", "--help")
+    assert "seconds to wait for the daemon (default: 5.0)" in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("shell", "registers"), [("bash", "complete -o bashdefault -F _shtab_k3lsp k3lsp"), ("zsh", "#compdef k3lsp")]
+)
+def test_the_completion_script_names_every_subcommand(shell, registers):
+    done = k3lsp_run("--print-completion", shell)
+    assert done.returncode == 0, done.stderr
+    assert registers in done.stdout.splitlines()
+    for name in (*SUBCOMMANDS, "castle", "fixes", "--thinking-effort", "--min-severity"):
+        assert name in done.stdout, name
+
+
+def test_a_shell_it_does_not_know_is_refused():
+    done = k3lsp_run("--print-completion", "fish")
+    assert done.returncode == 2
+    assert "argument --print-completion: invalid choice: 'fish'" in done.stderr
