@@ -16,7 +16,7 @@ from pathlib import Path
 from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
-from k3lsp.wire import commandline, sanitize
+from k3lsp.wire import sanitize
 from k3lsp.wire.protocol import SEVERITIES
 
 
@@ -122,6 +122,12 @@ def _audit_run(args: argparse.Namespace) -> int:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
         return batch.EXIT_ERROR
 
+    said: list[batch.Admitted] = []  # what admission said, before the run (a skipped file, the cost)
+
+    def admitted(found: batch.Admitted) -> None:
+        batch.print_problems(found, sys.stderr)  # sys.stderr now: the progress bar redirects it
+        said.append(found)
+
     async def run(on_progress) -> batch.BatchReport:
         stop = asyncio.Event()  # SIGINT/SIGTERM: finish cleanly, keep what is audited (it is in the cache)
         loop = asyncio.get_running_loop()
@@ -135,12 +141,13 @@ def _audit_run(args: argparse.Namespace) -> int:
             stop=stop,
             on_progress=on_progress,
             allow_incomplete=args.allow_incomplete,
+            on_admitted=admitted,
         )
 
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         result = asyncio.run(run(on_progress))
     status = result.exit_status()
-    batch.print_problems(result)
+    batch.print_problems(result, sys.stderr, said[0] if said else None)
     from k3lsp.sarif import to_sarif
 
     formats = {
@@ -204,8 +211,7 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = commandline.Parser(prog="k3lsp", description="k3 security-audit language server and tools")
-    commandline.present(parser)
+    parser = argparse.ArgumentParser(prog="k3lsp", description="k3 security-audit language server and tools")
     sub = parser.add_subparsers(dest="command")
 
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
@@ -232,9 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
     )
-    audit.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
-    )
+    audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
     audit.add_argument(
         "--allow-incomplete",
         action="store_true",
@@ -253,13 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument(
         "revision", nargs="?", default=None, help="A..B (each commit of the range, oldest first) or one commit"
     )
-    review.add_argument(
-        "-C",
-        dest="repo",
-        type=Path,
-        default=Path("."),
-        help="the repository (default: %(default)s, the current directory)",
-    )
+    review.add_argument("-C", dest="repo", type=Path, default=Path("."), help="the repository (default: here)")
     what = review.add_mutually_exclusive_group()
     what.add_argument("--staged", action="store_true", help="the index against HEAD")
     what.add_argument(
@@ -280,9 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     review.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
     review.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
-    review.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
-    )
+    review.add_argument("--min-severity", choices=SEVERITIES, default=None)
     review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
     _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")
     _add_key_flags(review)
