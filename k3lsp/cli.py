@@ -16,7 +16,7 @@ from pathlib import Path
 from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
-from k3lsp.wire import sanitize
+from k3lsp.wire import commandline, sanitize
 from k3lsp.wire.protocol import SEVERITIES
 
 
@@ -211,7 +211,8 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="k3lsp", description="k3 security-audit language server and tools")
+    parser = commandline.Parser(prog="k3lsp", description="k3 security-audit language server and tools")
+    commandline.present(parser)
     sub = parser.add_subparsers(dest="command")
 
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
@@ -238,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
     )
-    audit.add_argument("--min-severity", choices=SEVERITIES, default=None)
+    audit.add_argument(
+        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    )
     audit.add_argument(
         "--allow-incomplete",
         action="store_true",
@@ -257,7 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument(
         "revision", nargs="?", default=None, help="A..B (each commit of the range, oldest first) or one commit"
     )
-    review.add_argument("-C", dest="repo", type=Path, default=Path("."), help="the repository (default: here)")
+    review.add_argument(
+        "-C",
+        dest="repo",
+        type=Path,
+        default=Path("."),
+        help="the repository (default: %(default)s, the current directory)",
+    )
     what = review.add_mutually_exclusive_group()
     what.add_argument("--staged", action="store_true", help="the index against HEAD")
     what.add_argument(
@@ -278,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     review.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
     review.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
-    review.add_argument("--min-severity", choices=SEVERITIES, default=None)
+    review.add_argument(
+        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    )
     review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
     _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")
     _add_key_flags(review)
