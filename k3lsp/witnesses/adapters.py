@@ -167,7 +167,8 @@ _SPARSE_RULES = (
 
 
 def _sparse_commands(exe: str, source: Path, flags: Flags) -> list[list[str]]:
-    return [[exe, *flags.gcc(), source.name]]
+    """sparse has no ``-iquote`` (it says "unable to open" for every header beside the file): ``-I`` instead."""
+    return [[exe, *("-I" if a == "-iquote" else a for a in flags.gcc()), source.name]]
 
 
 def _sparse_read(outcome: Outcome, source: Path) -> list[Alert]:

@@ -95,3 +95,11 @@ def test_only_alerts_in_the_analyzed_file_are_kept(tmp_path):
     report = analyze(tmp_path / "main.c", source, tmp_path, ["cppcheck"])
     assert all(a.line <= 2 for a in report.alerts)
     assert not [a for a in report.alerts if a.rule == "arrayIndexOutOfBounds" and a.line == 1], report.alerts
+
+
+def test_sparse_reads_the_headers_beside_the_file(tmp_path):
+    needs("sparse")
+    (tmp_path / "local.h").write_text("#define N 4\n")
+    source = '#include "local.h"\nstatic int g(int n)\n{\n\tchar b[N];\n\tb[n] = 0;\n\treturn b[9];\n}\n'
+    report = analyze(tmp_path / "a.c", source, tmp_path, ["sparse"])
+    assert [(a.line, a.rule) for a in report.alerts] == [(6, "sparse.past-end")], report.alerts
