@@ -10,13 +10,15 @@ the token, as a steered model would, and the test reads what the tools answered 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from k3lsp import gitrepo, review, series
+from k3lsp.eval import bugs, history
 from k3lsp.eval import git as eval_git
-from k3lsp.eval import history
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.wire.cache import ResultCache
@@ -135,8 +137,83 @@ def test_git_dir_and_git_work_tree_in_the_environment_are_ignored(tmp_path, monk
     victim = repos.repository(tmp_path / "victim", {"secret.c": LEAK_C})
     monkeypatch.setenv("GIT_DIR", str(victim / ".git"))
     monkeypatch.setenv("GIT_WORK_TREE", str(outer))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(victim / ".git" / "objects"))
     repo = gitrepo.Repository(root)
     assert repo.workdir == root.resolve() and repo.commit("HEAD").subject == "drv: copy the whole request"
     assert [c.subject for c in repo.history("HEAD", 5)] == ["drv: copy the whole request", "base"]
     (found,) = eval_git.commits(root, ["HEAD"], walk=False)
     assert found[2].startswith("drv: copy the whole request")
+
+
+def test_objects_borrowed_from_outside_the_repository_are_refused(tmp_path):
+    """`objects/info/alternates` naming another repository's objects, and a branch at one of its commits (known by
+    its id alone): the review would audit the victim's code, and `eval fixes` resolve tags against its history.
+    Made whole as the refusal says (`git repack -a -d`, the file deleted), the repository holds that commit."""
+    victim = repos.repository(tmp_path / "victim", {"secret.c": LEAK_C})
+    evil = repos.repository(tmp_path / "evil", {"README": "nothing here\n"})
+    alternates = evil / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(f"{victim / '.git' / 'objects'}\n")
+    repos.git(evil, "update-ref", "refs/heads/main", repos.git(victim, "rev-parse", "HEAD"))
+    with pytest.raises(gitrepo.GitError, match=r"borrows objects from .*victim"):
+        gitrepo.Repository(evil)
+    with pytest.raises(eval_git.GitError, match=r"borrows objects from .*victim"):
+        eval_git.commits(evil, ["HEAD"])
+    repos.git(evil, "repack", "-q", "-a", "-d")
+    alternates.unlink()
+    repo = gitrepo.Repository(evil)
+    assert repo.tree(repo.commit("HEAD")).read("secret.c") == LEAK_C.encode()
+
+
+def armed_submodule(tmp_path: Path) -> tuple[Path, Path, dict[str, str], dict[str, str]]:
+    """(repository, marker, its commits, an environment): the introducing commit of a driver bug also adds a
+    submodule whose URL is an `ext::` command leaving the marker, and a later fix names that commit in its
+    `Fixes:` tag and moves the submodule. git lets no repository allow `ext::` for itself (a submodule is cloned
+    outside it), so the environment's HOME has a user config that allows it, and recursion, everywhere."""
+    marker, home = tmp_path / "ext-ran", tmp_path / "home"
+    repos.write(home, {".gitconfig": '[protocol]\n\tallow = always\n[protocol "ext"]\n\tallow = always\n'})
+    root = repos.repository(tmp_path / "armed", {"drv.c": repos.DRIVER_C})
+    modules = f'[submodule "sub"]\n\tpath = sub\n\turl = ext::sh -c touch% {marker}\n'
+    commits: dict[str, str] = {}
+    for name, text, sub, message in (
+        ("introducing", repos.DRIVER_PATCHED, "1" * 40, "drv: copy the whole request, and a submodule"),
+        ("fix", repos.DRIVER_C, "2" * 40, "drv: bound the copy\n\nFixes: {introducing}"),
+    ):
+        repos.write(root, {".gitmodules": modules, "drv.c": text})
+        repos.git(root, "add", ".gitmodules", "drv.c")
+        repos.git(root, "update-index", "--add", "--cacheinfo", f"160000,{sub},sub")  # a gitlink, never fetched
+        repos.git(root, "commit", "-q", "-m", message.format(introducing=commits.get("introducing", "")[:12]))
+        commits[name] = repos.git(root, "rev-parse", "HEAD")
+    for key, value in {
+        "protocol.ext.allow": "always",
+        "submodule.recurse": "true",
+        "fetch.recurseSubmodules": "true",
+        "diff.submodule": "log",
+        "status.submoduleSummary": "true",
+    }.items():
+        repos.git(root, "config", key, value)
+    return root, marker, commits, {"HOME": str(home)}
+
+
+def test_the_ext_submodule_trap_works_when_git_is_run_the_naive_way(tmp_path):
+    """What a tool updating submodules would run: the `ext::` command runs (so the test below could fail)."""
+    root, marker, _, env = armed_submodule(tmp_path)
+    git = ["git", "-C", str(root), "submodule", "update", "--init"]
+    subprocess.run(git, capture_output=True, timeout=60, env=os.environ | env, check=False)
+    assert marker.exists()
+
+
+async def test_a_submodule_with_an_ext_url_is_neither_fetched_nor_read(fake, tmp_path, monkeypatch):
+    """Every review mode and `eval fixes`' selection, sampling and bug lines: nothing runs the `ext::` command, and
+    the submodule (a gitlink, no file) is no reviewed file."""
+    root, marker, commits, env = armed_submodule(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    repo = gitrepo.Repository(root)
+    reports = [await reviewed(fake, repo, patches(repo, mode)) for mode in ("commit", "worktree")]
+    assert all(set(r.patches[0].files) == {"drv.c"} for r in reports)
+    selection = history.candidates(root, ["HEAD"])
+    assert [(c.fix, c.introducing) for c in selection.cases] == [(commits["fix"], commits["introducing"])]
+    (case,) = history.sample(root, selection, None, 0, OPTIONS.wants).cases
+    bug = bugs.locate(root, case, OPTIONS.wants)
+    assert isinstance(bug, bugs.Bug) and {line.path for line in bug.lines} == {"drv.c"}
+    assert not marker.exists()
