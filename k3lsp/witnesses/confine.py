@@ -42,7 +42,6 @@ READ = READ_FILE | READ_DIR
 RUN = READ | EXECUTE
 WRITE = READ | WRITE_FILE | _MAKE_AND_REMOVE | REFER | TRUNCATE
 
-
 SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")  # programs, libraries, system headers
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.preload")  # the dynamic loader's; nothing else of /etc
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
@@ -51,13 +50,16 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 def grants(workdir: str, readable: Sequence[Path], executable: str) -> list[tuple[str, int]]:
     """What one analyzer run may touch: write its private ``workdir``; read ``readable`` (the workspace) and
     this package (the semantic patches k3lsp ships); read and run the system's programs and libraries, the
-    tool's own installation (its ``bin``'s parent, unless that is the home folder or ``/``) and this Python's
-    (a tool installed as a wheel is a script run by it); the loader's cache and the null devices."""
+    tool's own installation and this Python's (a tool installed as a wheel is a script run by it); the
+    loader's cache and the null devices. A tool's installation is its ``bin``'s parent, unless that is ``/``
+    or holds or lies in the home folder (``~/.local`` holds more than programs): then its ``bin`` alone."""
+    home = Path(os.path.expanduser("~")).resolve()
     tool = Path(executable).resolve().parent
-    prefix = tool.parent if tool.parent not in (Path.home(), Path("/")) else tool
+    shared = home.is_relative_to(tool.parent) or tool.parent.is_relative_to(home)
+    prefix = tool if shared else tool.parent
     pythons = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent.parent)}
     out = [(workdir, WRITE)] + [(str(p), READ) for p in (*readable, Path(__file__).parent)]
-    out += [(p, RUN) for p in (*SYSTEM, str(prefix), *sorted(pythons)) if p not in ("/", str(Path.home()))]
+    out += [(p, RUN) for p in (*SYSTEM, str(prefix), *sorted(pythons)) if Path(p) not in (Path("/"), home)]
     return out + [(f, READ) for f in SYSTEM_FILES] + [(d, READ | WRITE_FILE) for d in DEVICES]
 
 

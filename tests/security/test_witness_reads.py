@@ -149,3 +149,12 @@ def test_without_landlock_the_witnesses_do_not_run(places, monkeypatch):
     (ran,) = analyze(root / "a.c", text, root, ["cppcheck"]).runs
     assert ran.problem == UNCONFINED and ran.alerts == ()
     assert available()["cppcheck"].endswith(UNCONFINED)  # what `k3lsp witnesses` and the status say
+
+
+def test_a_tool_installed_in_the_home_folder_opens_only_its_own_folder_there(tmp_path, monkeypatch):
+    home = tmp_path / "me"
+    (home / ".local" / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    granted = [path for path, _ in confine.grants(str(tmp_path / "work"), (), str(home / ".local/bin/cppcheck"))]
+    assert str(home / ".local" / "bin") in granted
+    assert not [p for p in granted if Path(p) in (home, home / ".local")]
