@@ -1,11 +1,12 @@
 """The fix commits of a repository: each commit F whose ``Fixes: <sha>`` tag names the commit I that brought the
 bug in, the method kernel review bots are judged by.
 
-A case is one (F, I) pair. It counts only when the tag resolves in this repository to one commit, F is neither a
-merge nor a root commit (its parent is the tree the fix was made on) and I is not a merge (a merge is no patch to
-review); and, checked lazily as the sample is drawn, I touches C (a file the ``include``/``exclude`` settings
-admit, ``**/*.c`` and ``**/*.h`` by default). Everything passed over is counted by reason, so the report says what
-the rate is a rate of.
+A case is one (F, I) pair, keyed by the full ids its names resolve to: a fix listed twice, or tagging the same
+commit as ``Fixes: <12 hex>`` and ``Fixes: <7 hex>``, is one case. It counts only when the tag resolves in this
+repository to one commit, F is neither a merge nor a root commit (its parent is the tree the fix was made on) and I
+is not a merge (a merge is no patch to review); and, checked lazily as the sample is drawn, I touches C (a file the
+``include``/``exclude`` settings admit, ``**/*.c`` and ``**/*.h`` by default). Everything passed over is counted by
+reason, so the report says what the rate is a rate of.
 
 The sample is reproducible: the cases in ``git log`` order, shuffled by ``random.Random(seed)``, then taken in that
 order until ``n`` are admitted. The same repository, range (or list), seed and ``n`` give the same cases.
@@ -46,6 +47,7 @@ def candidates(repo: Path, revs: Sequence[str], *, listed: bool = False) -> Sele
     if listed:
         revs = [git.check_revision(r) for r in revs]
     found = git.commits(repo, revs, grep=None if listed else FIXES_GREP, walk=not listed)
+    found = list({record[0]: record for record in found}.values())  # a commit listed in two spellings: once
     out = Selection([], considered=len(found))
     tagged: list[tuple[str, str, list[str]]] = []
     for sha, parents, message in found:
@@ -62,11 +64,11 @@ def candidates(repo: Path, revs: Sequence[str], *, listed: bool = False) -> Sele
     introducing = {r for r in resolved.values() if r is not None}
     parents_of = {sha: parents for sha, parents, _ in git.commits(repo, sorted(introducing), walk=False)}
     for fix, subject, tags in tagged:
-        for tag in tags:
-            sha = resolved[tag]
-            if sha is None:
-                out.skipped["the Fixes: tag names no commit here"] += 1
-            elif sha == fix:
+        named = [resolved[tag] for tag in tags]
+        if None in named:
+            out.skipped["the Fixes: tag names no commit here"] += named.count(None)
+        for sha in dict.fromkeys(n for n in named if n is not None):  # `Fixes: <12 hex>` and `<7 hex>`: one case
+            if sha == fix:
                 out.skipped["the Fixes: tag names the fix itself"] += 1
             elif len(parents_of.get(sha, ())) > 1:
                 out.skipped["the introducing commit is a merge"] += 1
