@@ -137,8 +137,11 @@ async def audit_paths(
     error (its findings may be missing), or with ``allow_incomplete`` a warning. ``on_admitted`` is told which
     files were taken, and what was said about the paths (``k3lsp.admission``), before any daemon is contacted.
     """
+    cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
+    cache = cache or ResultCache(on_problem=cache_said.append)
     root = audit_root(paths)
     admitted = admit(paths, root, options)
+    admitted.warnings[:0] = cache_said
     if on_admitted is not None:
         on_admitted(admitted)
     sources = admitted.sources
@@ -151,7 +154,7 @@ async def audit_paths(
     if endpoints:
         first, *others = dict.fromkeys(endpoints)
         options = replace(options, endpoint=first, other_endpoints=tuple(others))
-    pool = Pool(options, cache or ResultCache(), client_name="k3lsp-audit", slots=jobs)
+    pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
     report.by_backend = dict.fromkeys(options.endpoints, 0)
     try:
         summary = await _run(pool, report, by_target, options, baseline, stop or asyncio.Event(), on_progress)

@@ -39,10 +39,36 @@ log = logging.getLogger(__name__)
 RECONNECT_MAX_MS = 1000  # the longest pause between reconnect attempts to a daemon that went away
 
 
+ENV_ENDPOINT = "K3LSP_ENDPOINT"
+ENDPOINT_FORMS = "ipc:///path/daemon.sock or tcp://HOST:PORT"
+
+
 def default_endpoint() -> str:
     """The endpoint every k3lsp front end uses when none is configured: K3LSP_ENDPOINT, else the private
     ipc socket of this user's daemon (``local.default_endpoint``)."""
-    return os.environ.get("K3LSP_ENDPOINT") or local.default_endpoint()
+    return os.environ.get(ENV_ENDPOINT) or local.default_endpoint()
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` is no ZeroMQ endpoint, naming K3LSP_ENDPOINT when the value came from there; None when it
+    is one. (Said before anything else: a value that is neither ipc nor tcp is not "plain tcp".)"""
+    if endpoint.startswith(("ipc://", "tcp://")):
+        return None
+    if endpoint == os.environ.get(ENV_ENDPOINT):
+        return (
+            f"{ENV_ENDPOINT}={endpoint!r} is not a ZeroMQ endpoint: set it to one such as {ENDPOINT_FORMS}, "
+            "or unset it to use this user's daemon socket"
+        )
+    return f"{endpoint!r} is not a ZeroMQ endpoint such as {ENDPOINT_FORMS}"
+
+
+def unreachable(endpoint: str, timeout: float) -> str:
+    """Nothing took a message: on an ipc socket that means no daemon runs there, so say how to start one."""
+    said = f"the audit daemon at {endpoint} is not reachable (nothing took a message within {timeout:g} s)"
+    if not endpoint.startswith("ipc://"):
+        return said
+    bind = "" if endpoint == local.default_endpoint() else f" --bind {endpoint}"
+    return f"{said}: is the daemon running? start it with `k3-backend serve --model CHECKPOINT{bind}`"
 
 
 def _retrieved(future: asyncio.Future) -> None:
@@ -150,6 +176,9 @@ class DaemonClient:
     def _check_plain(self) -> str:
         """The daemon identity of a plain endpoint, or DaemonError('insecure') when there is none to trust."""
         endpoint = self.options.endpoint
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            raise DaemonError(ErrorCode.INSECURE, problem)
         if endpoint.startswith("ipc://"):
             try:
                 return f"ipc:{local.private_socket(endpoint)}"
@@ -282,9 +311,7 @@ class DaemonClient:
             writable = 0
         if not writable:
             raise self._handshake_error or DaemonError(
-                ErrorCode.UNREACHABLE,
-                f"the audit daemon at {self.options.endpoint} is not reachable "
-                f"(nothing took a message within {timeout:g} s)",
+                ErrorCode.UNREACHABLE, unreachable(self.options.endpoint, timeout)
             )
 
     def send_nowait(self, kind: str, msg_id: str, **fields: Any) -> bool:

@@ -91,8 +91,13 @@ def default_path() -> Path:
     return Path(root) / FILE_NAME
 
 
-def default_max_bytes() -> int:
-    """`$K3LSP_CACHE_MAX_BYTES` (a positive number of bytes), else DEFAULT_MAX_BYTES."""
+def logged(problem: str) -> None:
+    """Where a cache's set-up problems go unless its owner shows them itself (the batch tool's warnings)."""
+    log.warning("%s", problem)
+
+
+def default_max_bytes(on_problem: Callable[[str], None] = logged) -> int:
+    """`$K3LSP_CACHE_MAX_BYTES` (a positive number of bytes), else DEFAULT_MAX_BYTES (an invalid value is said)."""
     raw = os.environ.get(ENV_MAX_BYTES)
     if not raw:
         return DEFAULT_MAX_BYTES
@@ -101,7 +106,10 @@ def default_max_bytes() -> int:
         if value <= 0:
             raise ValueError("not positive")
     except ValueError:
-        log.warning("%s=%r is not a positive number of bytes: using %d", ENV_MAX_BYTES, raw, DEFAULT_MAX_BYTES)
+        on_problem(
+            f"{ENV_MAX_BYTES}={raw!r} is not a positive whole number of bytes: the cache keeps its default bound, "
+            f"{DEFAULT_MAX_BYTES:,} bytes; set it to one such as 1000000000, or unset it"
+        )
         return DEFAULT_MAX_BYTES
     return value
 
@@ -109,9 +117,17 @@ def default_max_bytes() -> int:
 class ResultCache:
     """The result cache. Thread-safe (one connection behind a lock); process-safe through sqlite."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        max_bytes: int | None = None,
+        on_problem: Callable[[str], None] = logged,
+    ) -> None:
+        """``on_problem`` is told, in one sentence, when the settings cannot be followed (an unusable cache
+        folder: the cache is kept in memory; an invalid size: the default is used)."""
+        self._on_problem = on_problem
         self.path = Path(path) if path is not None else default_path()
-        self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes()
+        self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes(on_problem)
         self.hits = 0
         self.misses = 0
         self.evicted = 0  # results this process removed to stay within max_bytes
@@ -262,8 +278,22 @@ class ResultCache:
                 self._move_aside(e)
                 return self._connect(self.path)
         except (sqlite3.Error, OSError) as e:
-            log.warning("result cache %s cannot be used (%s): caching in memory for this process", self.path, _why(e))
+            self._on_problem(self._unusable(e))
             return self._connect(":memory:")
+
+    def _unusable(self, error: Exception) -> str:
+        """Why the file cannot be used, naming the setting that chose it and what to do."""
+        env = os.environ.get(ENV_DIR)
+        default = self.path == default_path()
+        where = (
+            f"{ENV_DIR}={env!r} cannot hold the result cache"
+            if env and default
+            else f"result cache {self.path} cannot be used"
+        )
+        said = f"{where} ({_why(error)}): caching in memory for this process only"
+        if not default:  # a path its owner chose (the eval's, a test's): no setting to change
+            return said
+        return f"{said}; set {ENV_DIR} to a directory you can write" + (", or unset it" if env else "")
 
     def _connect(self, path: Path | str) -> sqlite3.Connection:
         if isinstance(path, Path):
