@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint
+from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint, endpoint_problem
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
 from k3lsp.wire import commandline, sanitize
@@ -23,6 +24,17 @@ from k3lsp.wire.protocol import SEVERITIES
 def _endpoints(args: argparse.Namespace) -> list[str]:
     """The endpoints given (``--endpoint`` may repeat), in order, without duplicates; the default when none."""
     return list(dict.fromkeys(args.endpoint or [default_endpoint()]))
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a wait in seconds, above 0 (a negative or NaN wait never ended; argparse exits 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return value
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -103,7 +115,10 @@ def _settings(args: argparse.Namespace):
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
-    errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
+    if args.endpoint is None:  # K3LSP_ENDPOINT, else this user's socket: said as the variable, not as a flag
+        errors += filter(None, map(endpoint_problem, endpoints))
+    else:
+        errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
     jobs = getattr(args, "jobs", None)  # eval has no --jobs
     jobs = DEFAULT_SLOTS if jobs is None else jobs
     if jobs < 1:
@@ -218,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
     status.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon")
+    status.add_argument("--timeout", type=_seconds, default=5.0, help="seconds to wait for the daemon")
     _add_key_flags(status)
     status.set_defaults(run=_status)
 
