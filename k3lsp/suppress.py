@@ -24,9 +24,11 @@ from lsprotocol import types as lsp
 
 from k3lsp import comments
 from k3lsp.findings import utf16_len
+from k3lsp.wire import supplied
 
 BASELINE_NAME = ".k3audit-baseline.json"
 BASELINE_VERSION = 1
+MAX_BASELINE_BYTES = 16 * 1024 * 1024  # ~100,000 entries; the file is the repository's, read with a cap
 
 # `k3-audit: ignore` then optionally `CWE-1, CWE-2 ...`; in any comment style.
 _DIRECTIVE = re.compile(r"k3-audit:\s*ignore\b(?P<cwes>(?:[\s,]*CWE-\d+)*)", re.IGNORECASE)
@@ -105,8 +107,8 @@ class Baseline:
     @classmethod
     def load(cls, root: str | os.PathLike[str]) -> Baseline:
         path = Path(root) / BASELINE_NAME
-        try:
-            raw = path.read_text(encoding="utf-8")
+        try:  # the repository's file: a regular file inside it, bounded (k3lsp.wire.supplied)
+            raw = supplied.read(path, MAX_BASELINE_BYTES, root).decode("utf-8")
         except FileNotFoundError:
             return cls(path)
         except (OSError, UnicodeDecodeError) as e:

@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3lsp.wire import supplied
+
 DATABASE = "compile_commands.json"
 MAX_DATABASE_BYTES = 64 * 1024 * 1024
 SYSTEM_DIRS = (Path("/usr/include"), Path("/usr/local/include"), Path("/usr/lib/gcc"), Path("/usr/lib/llvm"))
@@ -115,14 +117,13 @@ def _entry_args(entry: dict) -> list[str] | None:
 def for_file(path: Path, root: Path) -> Flags | None:
     """The kept flags of ``path`` from ``root``'s compile database; None when there is none, or no entry for it.
 
-    Only ``root/compile_commands.json`` is read (``build/`` is where CMake writes it: that one too), bounded in
-    size; an unreadable or malformed database is the same as none."""
+    Only ``root/compile_commands.json`` is read (``build/`` is where CMake writes it: that one too), as the
+    repository's file (``k3lsp.wire.supplied``: a regular file inside ``root``, bounded in size); an unreadable,
+    refused or malformed database is the same as none."""
     target = path.resolve()
     for db in (root / DATABASE, root / "build" / DATABASE):
         try:
-            if not db.is_file() or db.stat().st_size > MAX_DATABASE_BYTES:
-                continue
-            entries = json.loads(db.read_text(encoding="utf-8", errors="replace"))
+            entries = json.loads(supplied.read(db, MAX_DATABASE_BYTES, root).decode("utf-8", errors="replace"))
         except (OSError, ValueError):
             continue
         if not isinstance(entries, list):

@@ -1,0 +1,141 @@
+"""Files a repository ships or a flag names are read as untrusted: a regular file, inside the repository, bounded.
+
+The attack (issue 38, items 5 and 9): `.k3audit-baseline.json` as a symlink to `/dev/zero` made `k3lsp audit`
+read until memory ran out (`error: MemoryError:` under a limit, 22 GB without); as a FIFO it blocked the run in
+`open()`, and the blocked run outlived SIGTERM; as a symlink out of the repository it silenced findings with a
+file the repository does not hold. `--server-key /dev/zero` and `eval fixes --list /dev/zero` read until the
+machine killed them. Now every such file goes through ``k3lsp.wire.supplied.read``: looked at before it is
+opened, opened without blocking and (a repository's) without a link out, a regular file by the opened
+descriptor's status, at most its cap read.
+
+Every child here runs under a data-size limit and a timeout, so the code before the fix fails these tests
+instead of eating the machine or hanging them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k3lsp import suppress
+from k3lsp.wire import supplied
+from k3lsp.witnesses import flags
+from tests.support.batch import k3lsp_env
+
+DATA_LIMIT = 512 * 1024 * 1024  # far above what a k3lsp command needs, far below what /dev/zero gives
+TIMEOUT = 60  # a run here takes a second or two; the code before the fix blocked forever on a FIFO
+SOURCE = "int slot(int *v, int i)\n{\n\treturn v[i];\n}\n"
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (DATA_LIMIT, DATA_LIMIT))
+
+
+def bounded_k3lsp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`k3lsp ARGS` under a data limit, SIGKILLed (by its PID) when it outlives TIMEOUT: a hung child fails the
+    test without hanging it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k3lsp.cli", *args],
+        cwd=cwd,
+        env=k3lsp_env(cwd / "cache"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_limited,
+    )
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"k3lsp {' '.join(args)} was still running after {TIMEOUT} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture
+def proj(tmp_path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "slot.c").write_text(SOURCE)
+    return root
+
+
+def audit(tmp_path: Path) -> subprocess.CompletedProcess:
+    """`k3lsp audit proj` with no daemon to reach (a socket in a private folder that nobody binds): the baseline
+    is read before the first unit is sent, so the run ends at once with the baseline's error or the daemon's."""
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir(mode=0o700)
+    return bounded_k3lsp("audit", "proj", "--json", "--endpoint", f"ipc://{nowhere}/daemon.sock", cwd=tmp_path)
+
+
+# --- item 5: the baseline, and the other files a repository ships ---------------------------------------------
+
+
+def test_a_baseline_linked_to_dev_zero_is_refused_not_read(proj, tmp_path):
+    (proj / suppress.BASELINE_NAME).symlink_to("/dev/zero")
+    done = audit(tmp_path)
+    assert "MemoryError" not in done.stderr, done.stderr
+    assert f"cannot read {proj / suppress.BASELINE_NAME}: it is a symbolic link to /dev/zero" in done.stderr
+    assert done.returncode == 2
+
+
+def test_a_baseline_fifo_never_blocks_the_run(proj, tmp_path):
+    os.mkfifo(proj / suppress.BASELINE_NAME)
+    done = audit(tmp_path)  # before the fix: blocked in open() until the timeout's SIGKILL
+    assert "it is a FIFO (named pipe), not a regular file" in done.stderr, done.stderr
+    assert done.returncode == 2
+
+
+def test_a_baseline_linked_out_of_the_repository_silences_nothing(proj, tmp_path):
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps({"version": 1, "findings": [{"fingerprint": "f" * 16, "cwe": 129}]}))
+    (proj / suppress.BASELINE_NAME).symlink_to(outside)
+    baseline = suppress.Baseline.load(proj)
+    assert "f" * 16 not in baseline
+    assert baseline.error is not None and "outside" in baseline.error and "symbolic link" in baseline.error
+
+
+def test_a_baseline_inside_the_repository_may_be_a_link(proj):
+    """A link that stays inside is the repository's own file: it counts."""
+    (proj / "tools").mkdir()
+    (proj / "tools" / "baseline.json").write_text(json.dumps({"version": 1, "findings": [{"fingerprint": "ab"}]}))
+    (proj / suppress.BASELINE_NAME).symlink_to("tools/baseline.json")
+    baseline = suppress.Baseline.load(proj)
+    assert baseline.error is None and "ab" in baseline
+
+
+def test_a_compile_database_linked_out_of_the_repository_is_not_read(proj, tmp_path):
+    outside = tmp_path / "compile_commands.json"
+    entry = {"directory": str(proj), "file": "slot.c", "arguments": ["cc", "-DFROM_OUTSIDE=1", "-c", "slot.c"]}
+    outside.write_text(json.dumps([entry]))
+    (proj / flags.DATABASE).symlink_to(outside)
+    assert flags.for_file(proj / "slot.c", proj) is None
+    (proj / flags.DATABASE).unlink()
+    (proj / flags.DATABASE).write_text(json.dumps([entry]))  # the same database in the repository: used
+    assert flags.for_file(proj / "slot.c", proj).defines == ("-DFROM_OUTSIDE=1",)
+
+
+# --- the reader itself, with small caps -----------------------------------------------------------------------
+
+
+def test_the_reader_takes_a_regular_file_up_to_its_cap_and_says_why_it_refuses(tmp_path):
+    (tmp_path / "ok").write_bytes(b"x" * 10)
+    assert supplied.read(tmp_path / "ok", 10) == b"x" * 10
+    with pytest.raises(supplied.Refused, match="11 bytes are over the limit of 10 bytes"):
+        (tmp_path / "big").write_bytes(b"x" * 11)
+        supplied.read(tmp_path / "big", 10)
+    with pytest.raises(supplied.Refused, match="it is a character device, not a regular file"):
+        supplied.read("/dev/zero", 10)
+    with pytest.raises(supplied.Refused, match="it is a directory"):
+        supplied.read(tmp_path, 10)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(supplied.Refused, match="FIFO"):
+        supplied.read(tmp_path / "fifo", 10)
+    with pytest.raises(FileNotFoundError):
+        supplied.read(tmp_path / "missing", 10)
