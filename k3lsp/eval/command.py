@@ -133,7 +133,7 @@ def _publish(args: argparse.Namespace, out: Path, report: dict, markdown: str, d
     notes = []
     if charts.available():
         drawn = draw(report, out)
-        notes.append("charts: " + ", ".join(p.name for p in drawn))
+        notes.append("charts: " + ", ".join(p.name for p in drawn) if drawn else "no charts: nothing was reviewed")
     else:
         notes.append(charts.INSTALL_HINT)
     (out / "report.md").write_text(markdown, encoding="utf-8")
@@ -146,8 +146,11 @@ def _publish(args: argparse.Namespace, out: Path, report: dict, markdown: str, d
 
 
 def _castle(args: argparse.Namespace, options) -> int:
+    import time
+
     from k3lsp.eval import castle, castle_run, castle_witnesses, charts, report
 
+    started = time.time()
     try:
         dataset = castle.load(args.dataset)
     except castle.DatasetError as exc:
@@ -163,14 +166,19 @@ def _castle(args: argparse.Namespace, options) -> int:
         plan, outcomes = _measured(args, work)
     except castle_witnesses.WitnessError as exc:
         raise _Refused(str(exc)) from exc
-    result = report.castle_json(dataset, outcomes, report.meta(["k3lsp", *args.argv], _plan_json(plan)))
+    alone = "--witnesses-only: the analyzers alone" if args.witnesses_only is not None else None
+    head = report.meta(["k3lsp", *args.argv], _plan_json(plan), started, alone)
+    result = report.castle_json(dataset, outcomes, head)
     return _publish(args, plan.out, result, report.castle_markdown(result), charts.castle)
 
 
 def _fixes(args: argparse.Namespace, options) -> int:
+    import time
+
     from k3lsp.eval import bugs, charts, fixes_run, git, history, report, review
     from k3lsp.eval.fixes_run import Judging
 
+    started = time.time()
     if args.list is not None and args.revisions:
         raise _Refused("give RANGE or --list, not both")
     if args.n is not None and args.n < 1:
@@ -206,7 +214,8 @@ def _fixes(args: argparse.Namespace, options) -> int:
         plan, outcomes = _measured(
             args, lambda plan: fixes_run.run(args.repo, located, review.connected(), configurations, plan, judging)
         )
-    head = report.meta(["k3lsp", *args.argv], _plan_json(plan))
+    cases_only = "--cases-only: nothing was reviewed" if args.cases_only else None
+    head = report.meta(["k3lsp", *args.argv], _plan_json(plan), started, cases_only)
     revs = [str(args.list)] if args.list is not None else args.revisions
     result = report.fixes_json(str(args.repo), revs, selection, located, unlocated, outcomes, judging, head)
     return _publish(args, plan.out, result, report.fixes_markdown(result), charts.fixes)

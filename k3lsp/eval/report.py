@@ -38,14 +38,23 @@ RANDOM_WEIGHTS = (
 )
 
 
-def meta(command: Sequence[str], plan: dict) -> dict:
-    """What every report starts with: when, which k3lsp, the command line and how it ran."""
+def meta(command: Sequence[str], plan: dict, started: float | None = None, no_daemon: str | None = None) -> dict:
+    """What every report starts with: when it started (``started``, seconds since the epoch; None: now) and
+    finished (now, as the report is made), which k3lsp, the command line, how it ran, and why no daemon was
+    asked when none was (``no_daemon``: the flag and what ran instead)."""
+    finished = time.time()
     return {
         "k3lsp": __version__,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": _when(finished if started is None else started),
+        "finished": _when(finished),
         "command": list(command),
         "plan": plan,
+        **({"no_daemon": no_daemon} if no_daemon else {}),
     }
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
 
 
 def daemon(welcome: Welcome | None) -> dict | None:
@@ -174,9 +183,14 @@ def _header(title: str, report: dict) -> list[str]:
             f"{_md(limits.get('prompt_version', '-'))}; generated tokens per unit at each effort: "
             f"{_md(limits.get('effort_tokens', '-'))}"
         )
+    elif report.get("no_daemon"):
+        out.append(f"- daemon: none asked ({report['no_daemon']})")
     else:
         out.append("- daemon: none answered")
-    out.append(f"- k3lsp {report['k3lsp']}, started {report['started']}: {_md(' '.join(report['command']))}")
+    out.append(
+        f"- k3lsp {report['k3lsp']}, started {report['started']}, finished {report.get('finished', '-')}: "
+        f"{_md(' '.join(report['command']))}"
+    )
     return out
 
 
@@ -362,17 +376,20 @@ def fixes_markdown(report: dict) -> str:
         f"- caught: an introduced finding of severity {j['min_severity']} or above within {j['window']} lines of a "
         f"bug line; subsystems {j['depth']} directories deep"
     )
-    out += ["", "## Configurations", ""]
-    out += _table(
-        ("configuration", "caught", "rate", "95 % (Wilson)", "findings/commit", "away from the bug/commit",
-         "not whole", *COST_HEADER),
-        [
-            (c["name"], f"{c['catch']['caught']} / {c['catch']['judged']}", _pct(c["catch"]["rate"]),
-             f"{_pct(c['catch']['wilson95'][0])} - {_pct(c['catch']['wilson95'][1])}",
-             f"{c['findings_per_commit']:.2f}", f"{c['away_per_commit']:.2f}", c["incomplete"], *_cost_cells(c))
-            for c in report["configurations"]
-        ],
-    )  # fmt: skip
+    if report["configurations"]:
+        out += ["", "## Configurations", ""]
+        out += _table(
+            ("configuration", "caught", "rate", "95 % (Wilson)", "findings/commit", "away from the bug/commit",
+             "not whole", *COST_HEADER),
+            [
+                (c["name"], f"{c['catch']['caught']} / {c['catch']['judged']}", _pct(c["catch"]["rate"]),
+                 f"{_pct(c['catch']['wilson95'][0])} - {_pct(c['catch']['wilson95'][1])}",
+                 f"{c['findings_per_commit']:.2f}", f"{c['away_per_commit']:.2f}", c["incomplete"], *_cost_cells(c))
+                for c in report["configurations"]
+            ],
+        )  # fmt: skip
+    else:  # a table of no rows says nothing
+        out += ["", "Nothing was reviewed: the cases below are what a run would review."]
     for c in report["configurations"]:
         out += ["", f"## Catch rate by subsystem: {c['name']}", ""]
         out += _table(
