@@ -22,8 +22,9 @@ from k3lsp.run import Target
 from k3lsp.units import split
 from k3lsp.wire.protocol import Priority
 from k3lsp.witnesses import flags
-from k3lsp.witnesses.analyze import analyze, find
+from k3lsp.witnesses.analyze import analyze
 from k3lsp.witnesses.shown import for_unit
+from tests.witnesses.test_adapters import needs
 
 SECRET = "hunter2-SECRET-TOKEN"
 SOURCE = "#include <stdlib.h>\nint f(void)\n{\n\tchar *p = malloc(4);\n\tfree(p);\n\tfree(p);\n\treturn 0;\n}\n"
@@ -81,8 +82,7 @@ def test_only_the_safe_flags_are_kept(hostile):
 @pytest.mark.parametrize("tool", ["gcc", "clang", "cppcheck", "sparse"])
 def test_the_witnesses_run_nothing_and_leak_nothing(hostile, tool):
     root, _, marks = hostile
-    if find(tool) is None:
-        pytest.skip(f"{tool} is not installed")
+    needs(tool)
     report = analyze(root / "a.c", SOURCE, root, [tool])
     assert report.runs[0].problem is None
     assert not list(marks.iterdir())  # no plugin loaded, no fake cc1 run

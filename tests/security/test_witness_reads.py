@@ -27,7 +27,7 @@ from k3lsp.witnesses.analyze import UNCONFINED, analyze, available, find
 from k3lsp.witnesses.child import Limits, run
 from k3lsp.witnesses.outside import names_outside
 from k3lsp.witnesses.shown import diagnostic, for_unit
-from tests.witnesses.test_adapters import needs
+from tests.witnesses.test_adapters import confinable, needs
 
 SECRET, PIN = "hunter2-SECRET-TOKEN", "73133771"
 TOOLS = ["cppcheck", "sparse", "clang", "gcc", "coccinelle"]
@@ -84,7 +84,7 @@ def workspace(places: tuple[Path, Path], way: str) -> tuple[Path, str]:
     ("tool", "argv"), [("sparse", ["sparse", "a.c"]), ("cppcheck", ["cppcheck", "--enable=all", "-q", "a.c"])]
 )
 def test_the_secrets_reach_the_analyzer_output_when_it_reads_freely(places, tool, argv):
-    needs(tool)
+    needs(tool, confined=False)
     root, _ = workspace(places, "absolute")
     out = subprocess.run([find(tool).executable, *argv[1:]], cwd=root, capture_output=True, text=True, timeout=60)
     assert (SECRET if tool == "sparse" else PIN) in out.stdout + out.stderr
@@ -132,6 +132,7 @@ def test_a_path_in_a_message_is_outside_unless_it_resolves_into_the_workspace_or
 
 
 def test_a_confined_child_reads_the_workspace_and_nothing_beside_it(places, tmp_path):
+    confinable()
     root, home = places
     (root / "mine.txt").write_text("ours\n")
     work = tmp_path / "work"
@@ -143,7 +144,7 @@ def test_a_confined_child_reads_the_workspace_and_nothing_beside_it(places, tmp_
 
 
 def test_without_landlock_the_witnesses_do_not_run(places, monkeypatch):
-    needs("cppcheck")
+    needs("cppcheck", confined=False)
     root, text = workspace(places, "absolute")
     monkeypatch.setattr(confine, "abi", lambda: 0)
     (ran,) = analyze(root / "a.c", text, root, ["cppcheck"]).runs
