@@ -464,6 +464,10 @@ def tools(tree: Path, rounds: int, wanted: tuple[str, ...] = SYMBOLS) -> None:
         refresh, _ = median_time(lambda: (index.refresh(force=True), index.wait(None)), rounds)
         print(f"index refresh with nothing changed: {refresh:.2f} s")
         checked = [s for s in wanted if truth.get(s)]
+        if not checked:  # no figure to give: each is a share or a median over the symbols found
+            print(f"no symbols found: none of the {len(wanted)} looked up is defined in this tree (per ctags)")
+            index.close()
+            return
         print(
             f"symbols not defined in this tree (per ctags), left out: {', '.join(sorted(set(wanted) - set(checked)))}"
         )
