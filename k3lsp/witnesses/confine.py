@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import resource
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,7 +110,7 @@ def restrict(grants: list[tuple[str, int]]) -> None:
         except OSError:
             continue
         try:
-            folder = os.path.isdir(f"/proc/self/fd/{fd}")
+            folder = stat.S_ISDIR(os.fstat(fd).st_mode)
             rule = _PathBeneath((rights if folder else rights & _FILE_ONLY) & handled, fd)
             if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
                 raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
