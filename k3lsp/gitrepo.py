@@ -219,12 +219,18 @@ class Repository:
             raise GitError(f"{spec}: a range is A..B")
         if new.startswith("."):
             raise GitError(f"{spec}: A...B (symmetric difference) is not a review range; use A..B")
-        head = self._peel(new or "HEAD")
+        head, start = self._peel(new or "HEAD"), self._peel(old)
         walker = self._repo.walk(head.id, SortMode.TOPOLOGICAL | SortMode.REVERSE)
-        walker.hide(self._peel(old).id)
+        walker.hide(start.id)
         picked, merges = [], []
         for commit in walker:
             (merges if len(commit.parents) > 1 else picked).append(_commit(commit))
+        if not (picked or merges) and head.id != start.id and self._repo.descendant_of(start.id, head.id):
+            newer = new or "HEAD"
+            raise GitError(
+                f"{spec} names no commit: {newer} is an ancestor of {old}, and a range runs from the older commit "
+                f"to the newer; did you mean {newer}..{old}?"
+            )
         return picked, merges
 
     def history(self, rev: str, limit: int) -> list[Commit]:

@@ -32,7 +32,13 @@ def under_review(args: argparse.Namespace, repo: gitrepo.Repository, options: Op
         return series.mails(repo.tree(repo.commit(args.base or "HEAD")), mbox.read(args.patch)), []
     if args.revision and ".." in args.revision:
         picked, merges = series.commit_range(repo, args.revision, wanted)
-        return picked, [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
+        said = [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
+        if not (picked or merges):  # A..A, or CI's origin/main..HEAD on main: nothing to review is no failure
+            old, _, new = args.revision.partition("..")
+            said.append(
+                f"{args.revision} names no commit ({new or 'HEAD'} holds none that {old} does not): nothing to review"
+            )
+        return picked, said
     if args.revision:
         return [series.commit(repo, repo.commit(args.revision), wanted)], []
     if args.staged:
@@ -63,6 +69,12 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         report = asyncio.run(reviewed(on_progress))
     report.warnings[:0] = warnings
+    if args.patch is not None and any(_unapplied(p) for p in found):
+        base = args.base or "HEAD"
+        report.errors.append(
+            f"the series does not apply to {base} ({repo.commit(base).short}): name the commit it was written "
+            "against with --base REV (b4 and git format-patch --base record it as base-commit:)"
+        )
     status = report.exit_status(args.fail_on)
     review_output.print_problems(report)
     formats = {
@@ -72,3 +84,9 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
         "text": lambda out: review_output.print_text(report, out),
     }
     return status if terminal.write_report(args.output, formats, fmt, "review") else batch.EXIT_ERROR
+
+
+def _unapplied(patch: Patch) -> bool:
+    """A patch of the series that does not apply to the base (k3lsp.series words it so), not one that cannot be
+    read: only the first kind is helped by another --base."""
+    return bool(patch.error) and ("does not apply" in patch.error or "the base has no such file" in patch.error)
