@@ -68,13 +68,18 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _long(n: int) -> ctypes.c_long:
+    """A ``syscall``/``prctl`` argument at the width the variadic C call reads (a bare int is passed as 32 bits)."""
+    return ctypes.c_long(n)
+
+
 @functools.cache
 def abi() -> int:
     """The Landlock ABI version this kernel offers; 0 when it offers none (not Linux, too old, or disabled)."""
     if not sys.platform.startswith("linux"):
         return 0
     try:
-        version = _libc().syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+        version = _libc().syscall(_long(_CREATE_RULESET), None, ctypes.c_size_t(0), _long(_CREATE_RULESET_VERSION))
     except (OSError, AttributeError):
         return 0
     return max(0, int(version))
@@ -101,7 +106,7 @@ def restrict(grants: list[tuple[str, int]]) -> None:
         raise OSError("Landlock is not available")
     libc, handled = _libc(), _handled(version)
     attr = ctypes.c_uint64(handled)
-    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), 0)
+    ruleset = libc.syscall(_long(_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(8), _long(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     for path, rights in grants:
@@ -112,13 +117,16 @@ def restrict(grants: list[tuple[str, int]]) -> None:
         try:
             folder = stat.S_ISDIR(os.fstat(fd).st_mode)
             rule = _PathBeneath((rights if folder else rights & _FILE_ONLY) & handled, fd)
-            if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
+            if (
+                libc.syscall(_long(_ADD_RULE), _long(ruleset), _long(_RULE_PATH_BENEATH), ctypes.byref(rule), _long(0))
+                < 0
+            ):
                 raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
         finally:
             os.close(fd)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, *map(_long, (1, 0, 0, 0))) < 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if libc.syscall(_RESTRICT_SELF, ruleset, 0) < 0:
+    if libc.syscall(_long(_RESTRICT_SELF), _long(ruleset), _long(0)) < 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     os.close(ruleset)
 
