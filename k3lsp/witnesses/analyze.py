@@ -154,6 +154,8 @@ def _analyze(
             outcome: Outcome = run(argv, tmp, limits, view.readable)
             if outcome.timed_out:
                 return Ran(adapter.name, problem=f"timed out after {limits.seconds:.0f} s")
+            if outcome.code == confine.REFUSED and outcome.stderr.startswith("k3lsp:"):
+                return Ran(adapter.name, problem=outcome.stderr.strip().removeprefix("k3lsp: "))
             alerts += adapter.read(outcome, source)
         kept = [a for a in alerts if not names_outside(a.message, view.folder or Path(tmp), inside)]
     unique = list(dict.fromkeys(kept))[:MAX_ALERTS_PER_TOOL]

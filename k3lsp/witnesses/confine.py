@@ -43,6 +43,7 @@ READ = READ_FILE | READ_DIR
 RUN = READ | EXECUTE
 WRITE = READ | WRITE_FILE | _MAKE_AND_REMOVE | REFER | TRUNCATE
 
+REFUSED = 126  # the launcher's exit status when the kernel refused the confinement: the tool was not started
 SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")  # programs, libraries, system headers
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.preload")  # the dynamic loader's; nothing else of /etc
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
@@ -145,7 +146,7 @@ def main(argv: list[str]) -> None:
             restrict([(str(p), int(r)) for p, r in spec["grants"]])
     except OSError as e:
         sys.stderr.write(f"k3lsp: the analyzer was not started: its reads could not be confined ({e})\n")
-        sys.exit(126)
+        sys.exit(REFUSED)
     os.execv(argv[2], argv[2:])
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 from k3lsp.witnesses import confine
 from k3lsp.witnesses.analyze import UNCONFINED, analyze, available, find
-from k3lsp.witnesses.child import Limits, run
+from k3lsp.witnesses.child import LAUNCHER, Limits, run
 from k3lsp.witnesses.outside import names_outside
 from k3lsp.witnesses.shown import diagnostic, for_unit
 from tests.witnesses.test_adapters import confinable, needs
@@ -159,3 +160,13 @@ def test_a_tool_installed_in_the_home_folder_opens_only_its_own_folder_there(tmp
     granted = [path for path, _ in confine.grants(str(tmp_path / "work"), (), str(home / ".local/bin/cppcheck"))]
     assert str(home / ".local" / "bin") in granted
     assert not [p for p in granted if Path(p) in (home, home / ".local")]
+
+
+def test_a_launcher_the_kernel_refuses_to_confine_starts_nothing(tmp_path):
+    confinable()
+    marker = tmp_path / "ran"
+    spec = json.dumps({"limits": [2**31, 10, 2**20], "grants": [[str(tmp_path), 0]]})  # no right: refused
+    argv = [sys.executable, "-I", "-S", str(LAUNCHER), spec, "/usr/bin/touch", str(marker)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode == confine.REFUSED and not marker.exists()
+    assert "could not be confined" in out.stderr
