@@ -10,9 +10,17 @@ usable daemon (a faster one simply takes more). With one endpoint, that is all t
 When a request fails for a reason that concerns its daemon, the daemon is marked as such (``k3lsp.connection``)
 and the job goes back to the queue at once: another usable daemon takes it without waiting. When none is
 usable, the job waits out a backoff (RETRY_DELAYS), the failed daemons are asked again, and after the last
-delay the job is left, with the reason, in its run's summary. A run ends when each of its jobs has ended in
-exactly one of: a result, a failure of its own, or left. Leaving a run early (cancelling the front end's task)
-withdraws its jobs: queued ones are dropped, running ones cancelled on the daemon.
+delay the job is left, with the reason, in its run's summary. A daemon that answers ``busy`` is up but has as
+many requests of this user open as it takes (its limit counts every process of the user: eight batch runs
+share it): the job asks again after a backoff with jitter, at no cost in attempts, until the daemon's own
+request deadline has passed since its first ``busy`` (every request open then has ended by that time), and is
+left with the daemon's reason after that.
+
+A run ends when each of its jobs has ended in exactly one of: a result, a failure of its own, or left; so every
+path out of a job's task ends the job (a failure on this side, a front end's callback raising included, is a
+failure of that unit that says so), and a run never waits on a task that has died. Leaving a run early
+(cancelling the front end's task) withdraws its jobs: queued ones are dropped, running ones cancelled on the
+daemon.
 
 A run makes one connection check (:meth:`Pool.reach`): daemons that are not connected are asked once, and
 waited for only when none is; each request then goes out on a connection known to be up.
@@ -24,6 +32,8 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
+import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -41,8 +51,11 @@ from k3lsp.wire.address import ResultKey
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import ConnState, ErrorCode, Priority
 
+log = logging.getLogger(__name__)
+
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before asking failed daemons again while no daemon can take work
 ATTEMPTS = 1 + len(RETRY_DELAYS)  # requests one job may make before it is left (each daemon failure costs one)
+BUSY_PATIENCE = 600.0  # seconds a job waits on a busy daemon whose welcome names no deadline (the daemon's default)
 DEFAULT_SLOTS = 4  # requests in flight per daemon; the daemon batches them
 STATUS_WAIT = 1.0  # seconds `status` waits for a connected daemon's own status
 
@@ -55,6 +68,8 @@ class _Job:
     task: asyncio.Task | None = None  # its request, while one is in flight
     waiting: asyncio.Task | None = None  # its backoff, while it waits for a daemon
     seq: int = 0
+    busy: int = 0  # `busy` answers so far
+    busy_since: float | None = None  # loop time of the first
 
 
 class AuditRun:
@@ -246,9 +261,13 @@ class Pool:
                 await conn.reset(new)
 
     async def close(self) -> None:
+        """Withdraw every job, each left in its run (a run still waiting ends), and close the connections."""
         self._closed = True
-        running = [t for j in self._jobs for t in (j.task, j.waiting) if t is not None]
-        self.withdraw(list(self._jobs))
+        jobs = list(self._jobs)
+        running = [t for j in jobs for t in (j.task, j.waiting) if t is not None]
+        self.withdraw(jobs)
+        for job in jobs:
+            job.run.ended(job, None, "the audit core was closed")
         await tasks.cancel(self._revival, *running)
         await self._close_connections()
 
@@ -369,18 +388,21 @@ class Pool:
                 tools=lambda req: self.answers.answer(target.root, req),
                 on_progress=run.on_progress,
             )
+            self._finished(conn, job, outcome)
         except asyncio.CancelledError:
             self.counters.cancelled += 1
             raise
         except request.Transient as exc:
             if exc.code == ErrorCode.BUSY:  # the daemon is up, its queue full: this job waits, then tries again
-                self._again(job, str(exc), later=RETRY_DELAYS[min(job.attempts, ATTEMPTS) - 1])
+                self._busy(conn, job, str(exc))
             else:
                 self._failed_over(conn, job, conn.failed(exc.code, str(exc)))
         except DaemonUnavailable as exc:  # the connection says it failed: another daemon may take the job
             self._failed_over(conn, job, exc)
-        else:
-            self._finished(conn, job, outcome)
+        except Exception as exc:  # a failure on this side: the unit fails, saying so, and its run goes on
+            log.error("the audit of %s failed on this side", target.unit.name, exc_info=exc)
+            why = sanitize.line(f"the audit failed in k3lsp itself ({type(exc).__name__}: {exc}); please report it")
+            self._finished(conn, job, Failure(target, ErrorCode.INTERNAL, why))
         finally:
             job.task = None
             conn.running -= 1
@@ -404,16 +426,30 @@ class Pool:
         job.run.noted(conn.endpoint, exc, [c.endpoint for c in self.usable()])
         self._again(job, str(exc))
 
-    def _again(self, job: _Job, why: str, later: float = 0.0) -> None:
-        """Queue a job for another attempt (after ``later`` seconds); left when it has made all of them."""
+    def _again(self, job: _Job, why: str) -> None:
+        """Queue a job for another attempt; left when it has made all of them."""
         if job.attempts >= ATTEMPTS:
             self._end(job, None, why)
             return
         self.counters.retries += 1
-        if later:
-            job.waiting = tasks.background(self._wait_then_queue(job, later), f"the retry of {job.target.unit.name}")
-        else:
-            self._queue.put(job)
+        self._queue.put(job)
+
+    def _busy(self, conn: Connection, job: _Job, why: str) -> None:
+        """The daemon is up with all the requests it takes from this user open: ask again after a backoff (with
+        jitter, so the user's other processes do not all ask at once), for as long as the requests open now can
+        take to end (the daemon's deadline), then leave the job with the daemon's reason."""
+        now = asyncio.get_running_loop().time()
+        job.attempts -= 1  # a busy daemon did not fail: the answer costs no attempt
+        job.busy += 1
+        if job.busy_since is None:
+            job.busy_since = now
+        patience = conn.welcome.deadline if conn.welcome is not None and conn.welcome.deadline else BUSY_PATIENCE
+        if now - job.busy_since >= patience:
+            self._end(job, None, f"{why}; the daemon at {conn.endpoint} stayed busy for {patience:g} s")
+            return
+        self.counters.retries += 1
+        delay = RETRY_DELAYS[min(job.busy, len(RETRY_DELAYS)) - 1] * random.uniform(0.5, 1.5)
+        job.waiting = tasks.background(self._wait_then_queue(job, delay), f"the retry of {job.target.unit.name}")
 
     async def _wait_then_queue(self, job: _Job, delay: float) -> None:
         await asyncio.sleep(delay)

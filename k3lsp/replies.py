@@ -23,6 +23,11 @@ def count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def _seconds(value: object) -> bool:
+    """Whether a free-form field is a positive, finite number of seconds."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e9
+
+
 @dataclass(frozen=True)
 class LoadProgress:
     """How far a loading daemon is: ``percent`` (0..100, when it says) and an estimate of the time left."""
@@ -71,11 +76,13 @@ class Welcome:
     loading: LoadProgress | None  # set while the daemon reads its model
     raw: dict = field(compare=False, repr=False)  # as received (already protocol-valid), for status displays
     random_weights: bool = False  # the checkpoint says its weights are random: whatever it finds is noise
+    deadline: float | None = None  # seconds the daemon gives one request at most: how long a busy one stays busy
 
     @classmethod
     def of(cls, reply: dict) -> Welcome:
         limits = reply.get("limits") if isinstance(reply.get("limits"), dict) else {}
         most = limits.get("max_prompt_tokens")
+        deadline = limits.get("deadline")
         return cls(
             model=str(reply.get("model", "")),
             experts=count(reply.get("experts")),
@@ -86,6 +93,7 @@ class Welcome:
             loading=loading_of(reply),
             raw=reply,
             random_weights=reply.get("random_weights") is True,
+            deadline=float(deadline) if _seconds(deadline) else None,
         )
 
     def serving(self) -> str:
