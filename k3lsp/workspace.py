@@ -6,6 +6,11 @@ said in one message. The file list is walked off the event loop. A file's audit 
 audit core at background priority, a few files at once so the daemons always have units to batch; the
 server keeps a document only for files with something to show (a finding or a refusal), so 50,000 files
 audited cost 50,000 cache rows and no more server memory than their findings.
+
+Cancelling its progress in the editor (``window/workDoneProgress/cancel``) stops the work and answers the request
+with what was done and ``cancelled``: the files are audited in a task of their own, which the progress cancels,
+so the command's own task returns. (Cancelling the command's task instead would leave the request unanswered:
+pygls runs a command as a step of a generator that lets the CancelledError escape.)
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class WorkspaceReport:
     files: int = 0  # files audited (or looked up)
     error: str | None = None
     left_out: int = 0  # files beyond maxWorkspaceFiles, not audited
+    cancelled: bool = False  # the editor cancelled its progress: ``files`` were done by then
 
 
 def ordered_files(root: Path, options: Options, open_paths: set[Path]) -> list[Path]:
@@ -88,6 +94,20 @@ async def audit(session: Session) -> WorkspaceReport:
         session.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
         files = files[:bound]
     tally = _Tally()
+    work = asyncio.ensure_future(_audit_files(session, root, files, tally))
+    try:
+        await work
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # we were cancelled ourselves, not the progress
+            raise
+        return WorkspaceReport(files=tally.files, left_out=left_out, cancelled=True)
+    error = SHUTTING_DOWN if session.closing else tally.stop
+    return WorkspaceReport(files=tally.files, error=error, left_out=left_out)
+
+
+async def _audit_files(session: Session, root: Path, files: list[Path], tally: _Tally) -> None:
+    """The files, a few at a time, under the cancellable progress; counted in ``tally`` as they end."""
     async with session.progress_bar("k3 audit workspace", len(files)) as report:
         queue: asyncio.Queue[Path] = asyncio.Queue()
         for path in files:
@@ -110,8 +130,6 @@ async def audit(session: Session) -> WorkspaceReport:
             "cached, they are audited again next time.",
             lsp.MessageType.Warning,
         )
-    error = SHUTTING_DOWN if session.closing else tally.stop
-    return WorkspaceReport(files=tally.files, error=error, left_out=left_out)
 
 
 async def audit_file(session: Session, root: Path, path: Path) -> tuple[str | None, int]:

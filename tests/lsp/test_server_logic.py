@@ -275,7 +275,12 @@ async def test_workspace_audit_honours_the_settings_at_background_priority(fake,
         await ed.wait_for(lambda: len(errors()) >= 2)
         assert any("'sometimes'" in e for e in errors()) and any("'colour'" in e for e in errors()), errors()
         report = await ed.command("k3lsp.auditWorkspace")
-        assert report == {"files": 4, "error": None, "left_out": 0}  # demo, leaky, sub/extra, sub/latin1
+        assert report == {
+            "files": 4,
+            "error": None,
+            "left_out": 0,
+            "cancelled": False,
+        }  # demo, leaky, sub/extra, sub/latin1
         pushed = await ed.wait_diagnostics(ed.uri("demo.c"), lambda ds: len(ds) == 2)  # never opened
         status = await ed.status()
     assert sorted(d.code for d in pushed) == ["CWE-129", "CWE-787"]
