@@ -3,23 +3,20 @@ completion scripts shtab generates from the parser, with every subcommand's flag
 for the chosen subcommand otherwise, so that `--help` does not import mlx)."""
 
 import subprocess
-import sys
 
 import pytest
 
 import k3lsp
 from backend.cli import COMMANDS, build_parser
-from tests.support.parsers import problems
+from tests.support.parsers import problems, run
 
 
 def backend_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], capture_output=True, text=True, timeout=120)
+    return run("backend.cli", *args)
 
 
 def test_version():
-    done = backend_run("--version")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"k3-backend {k3lsp.__version__}\n"
+    assert backend_run("--version").stdout == f"k3-backend {k3lsp.__version__}\n"
 
 
 def test_every_flag_of_every_subcommand_is_described_and_every_default_shown():

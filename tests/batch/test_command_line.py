@@ -3,25 +3,22 @@ generates from the parser (so they name every subcommand without anyone keeping 
 
 import importlib.metadata
 import subprocess
-import sys
 
 import pytest
 
 import k3lsp
 from k3lsp.cli import build_parser
-from tests.support.parsers import problems
+from tests.support.parsers import problems, run
 
 SUBCOMMANDS = ("status", "witnesses", "audit", "review", "eval", "keys")
 
 
 def k3lsp_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "k3lsp", *args], capture_output=True, text=True, timeout=60)
+    return run("k3lsp", *args)
 
 
 def test_version_is_the_distributions():
-    done = k3lsp_run("--version")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"k3lsp {k3lsp.__version__}\n"
+    assert k3lsp_run("--version").stdout == f"k3lsp {k3lsp.__version__}\n"
     assert k3lsp.__version__ == importlib.metadata.version("k3lsp")  # the one in pyproject.toml
 
 

@@ -1,12 +1,20 @@
-"""The parsers of a command and what their help says of each option: for the tests that every flag is described
-and every default shown (`--help` of k3lsp and k3-backend)."""
+"""The parsers of a command and what their help says of each option, and the command run as a process: for the
+tests that every flag is described, every default shown, and the version and completion printed (k3lsp and
+k3-backend)."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
 
 from k3lsp.wire.commandline import says_nothing
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE *args`` (a command as the user runs it), bounded."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
 
 
 def every(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
