@@ -17,7 +17,7 @@ from pathlib import Path
 from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint, endpoint_problem
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
-from k3lsp.wire import commandline, sanitize
+from k3lsp.wire import commandline, ending, sanitize
 from k3lsp.wire.protocol import SEVERITIES
 
 
@@ -95,6 +95,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     try:
         return _audit_run(args)
+    except BrokenPipeError:
+        raise  # a closed stdout: main ends quietly (k3lsp.wire.ending)
     except Exception as exc:
         print(sanitize.line(f"k3lsp audit: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return batch.EXIT_ERROR
@@ -127,8 +129,6 @@ def _settings(args: argparse.Namespace):
 
 
 def _audit_run(args: argparse.Namespace) -> int:
-    import signal
-
     from k3lsp import batch, terminal
 
     opts, endpoints, jobs, errors = _settings(args)
@@ -137,6 +137,7 @@ def _audit_run(args: argparse.Namespace) -> int:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
         return batch.EXIT_ERROR
 
+    stop = ending.Stop()  # SIGINT/SIGTERM: finish cleanly, keep what is audited (it is in the cache)
     said: list[batch.Admitted] = []  # what admission said, before the run (a skipped file, the cost)
 
     def admitted(found: batch.Admitted) -> None:
@@ -144,24 +145,21 @@ def _audit_run(args: argparse.Namespace) -> int:
         said.append(found)
 
     async def run(on_progress) -> batch.BatchReport:
-        stop = asyncio.Event()  # SIGINT/SIGTERM: finish cleanly, keep what is audited (it is in the cache)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await batch.audit_paths(
-            [Path(p) for p in args.paths],
-            opts,
-            endpoints=endpoints,
-            jobs=jobs,
-            stop=stop,
-            on_progress=on_progress,
-            allow_incomplete=args.allow_incomplete,
-            on_admitted=admitted,
-        )
+        with stop.catching():
+            return await batch.audit_paths(
+                [Path(p) for p in args.paths],
+                opts,
+                endpoints=endpoints,
+                jobs=jobs,
+                stop=stop.event,
+                on_progress=on_progress,
+                allow_incomplete=args.allow_incomplete,
+                on_admitted=admitted,
+            )
 
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         result = asyncio.run(run(on_progress))
-    status = result.exit_status()
+    status = stop.exit_status(result.exit_status()) if result.interrupted else result.exit_status()
     batch.print_problems(result, sys.stderr, said[0] if said else None)
     from k3lsp.sarif import to_sarif
 
@@ -192,6 +190,8 @@ def _review(args: argparse.Namespace) -> int:
             print("k3lsp review: " + "; ".join(errors), file=sys.stderr)
             return batch.EXIT_ERROR
         return review_cli.run(args, opts, endpoints, jobs)
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         print(sanitize.line(f"k3lsp review: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return batch.EXIT_ERROR
@@ -332,12 +332,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command, the language server included, ends on a signal or a closed stdout as docs/cli.md says."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return ending.run("k3lsp" if command is None else f"k3lsp {command}", lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports that record it
+    args.argv = argv  # the command line, for reports that record it
     if args.command is None:
         from k3lsp.server import serve_stdio
 
-        serve_stdio()
+        with ending.remembered():  # pygls ends quietly on KeyboardInterrupt: the signal still counts
+            serve_stdio()
         return 0
     sanitize.log_to_stderr("%(message)s", logging.WARNING)  # what Python prints unconfigured, sanitised
     return args.run(args)

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import unidiff
 
-from k3lsp import batch, findings, pipeline, sandbox, suppress, symbols, units
+from k3lsp import batch, findings, pipeline, sandbox, suppress, symbols, tasks, units
 from k3lsp.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Reported, Source
 from k3lsp.gitrepo import Repository, WorktreeSnapshot
 from k3lsp.options import Options
@@ -136,6 +136,7 @@ class ReviewReport:
     warnings: list[str] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
     results: list[UnitResult] = field(default_factory=list)  # every unit result, cached ones too: the cost
+    interrupted: bool = False  # a signal ended the review early: it holds what was reviewed
 
     def exit_status(self, fail_on: str) -> int:
         """2 on errors (a patch or unit not reviewed), else 1 when a patch introduced a finding at or above
@@ -166,9 +167,11 @@ async def review_patches(
     pool: Pool,
     how: ReviewOptions = ReviewOptions(),
     on_progress: Progress | None = None,
+    stop: asyncio.Event | None = None,
 ) -> ReviewReport:
     """Review patches in order (see the module docstring). Never raises for a patch, file or daemon problem:
-    they become the report's errors and notes."""
+    they become the report's errors and notes. ``stop`` (SIGINT, SIGTERM) ends it early: the report holds what
+    was reviewed, and says so (``interrupted``)."""
     report = ReviewReport(repo.root)
     tools = repo.workdir
     baseline = suppress.Baseline.load(tools) if tools is not None else None
@@ -205,7 +208,14 @@ async def review_patches(
         report.warnings += warnings
 
     progress("")
-    await asyncio.gather(audit(how.priority, changed), audit(Priority.BACKGROUND, callers))
+    both = asyncio.gather(audit(how.priority, changed), audit(Priority.BACKGROUND, callers))
+    try:
+        await tasks.until_stopped(both, stop or asyncio.Event())
+    except tasks.Interrupted:
+        report.interrupted = True
+        report.errors.append(
+            f"interrupted: {done} of {len(owners)} units done; their results are cached, a rerun reviews only the rest"
+        )
     for r in reviews:
         r.findings.sort(key=lambda f: (not f.introduced, f.caller, f.row.path, f.row.line, f.row.cwe))
         r.silenced.sort(key=lambda f: (f.row.path, f.row.line, f.row.cwe))

@@ -4,7 +4,8 @@ What is reviewed: ``A..B`` (every commit of the range, oldest first; merges are 
 commit, ``--staged`` (the index against HEAD), ``--patch FILE`` (a patch, a mail, or an mbox of a series,
 applied in memory to ``--base``, default HEAD), or by default the work tree against ``--base`` (default HEAD).
 The review itself is ``k3lsp.review``; the formats are ``k3lsp.review_output``. Exit status: 0 clean, 1 an
-introduced finding at or above ``--fail-on``, 2 errors (something not reviewed; the report says what).
+introduced finding at or above ``--fail-on``, 2 errors (something not reviewed; the report says what), 130 / 143
+interrupted by SIGINT / SIGTERM (the report, SARIF too, holds what was reviewed before it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from k3lsp import batch, gitrepo, mbox, patches, review, review_output, series, 
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.series import Patch
-from k3lsp.wire import sanitize
+from k3lsp.wire import ending, sanitize
 from k3lsp.wire.cache import ResultCache
 
 
@@ -59,10 +60,13 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
         return batch.EXIT_ERROR
     how = review.ReviewOptions(callers=args.callers, allow_incomplete=args.allow_incomplete)
 
+    stop = ending.Stop()  # SIGINT/SIGTERM: end the requests, report what was reviewed (it is cached)
+
     async def reviewed(on_progress) -> review.ReviewReport:
         pool = Pool(options, ResultCache(), client_name="k3lsp-review", slots=jobs)
         try:
-            return await review.review_patches(found, repo, options, pool, how, on_progress)
+            with stop.catching():
+                return await review.review_patches(found, repo, options, pool, how, on_progress, stop.event)
         finally:
             await pool.close()
 
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
             "against with --base REV (b4 and git format-patch --base record it as base-commit:)"
         )
     status = report.exit_status(args.fail_on)
+    status = stop.exit_status(status) if report.interrupted else status
     review_output.print_problems(report)
     formats = {
         "sarif": terminal.json_to(lambda: review_output.to_sarif(report, status, args.sarif_runs)),

@@ -76,6 +76,14 @@ _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
 ]
 
 
+class _Console(Console):
+    """rich's Console, except on a closed stdout: rich exits 1 there, every command here exits as
+    k3lsp.wire.ending says."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def print_status(backends: Sequence[DaemonStatus], console: Console | None = None) -> None:
     """One column per endpoint, one row per figure; an endpoint that did not answer shows its error."""
     table = Table(title="k3 audit backends" if len(backends) > 1 else "k3 audit backend")
@@ -90,7 +98,7 @@ def print_status(backends: Sequence[DaemonStatus], console: Console | None = Non
         table.add_row(label, *cells)
     if any(b.error for b in backends):
         table.add_row("error", *(sanitize.rich(b.error or "") for b in backends), style="red")
-    (console or Console()).print(table)
+    (console or _Console()).print(table)
 
 
 @contextlib.contextmanager
@@ -122,6 +130,8 @@ def write_report(path: Path | None, formats: dict[str, Callable[[TextIO], Any]],
         with open(path, "w", encoding="utf-8") if path else contextlib.nullcontext(sys.stdout) as out:
             formats[fmt](out)
     except OSError as exc:
+        if path is None:  # stdout: a closed pipe ends the command quietly (k3lsp.wire.ending)
+            raise
         print(f"k3lsp {command}: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return False
     return True

@@ -3,7 +3,8 @@
 
 Both write ``report.json``, ``report.md`` and the PNG charts into ``--out`` and print the Markdown (or, with
 ``--json``, the JSON). Exit status 0 when every unit was audited, 2 otherwise (a unit failed or was left, the
-run was interrupted, the input was bad): the report is still written for what was done, except when nothing was.
+input was bad): the report is still written for what was done, except when nothing was. SIGINT or SIGTERM ends
+the run early with 130 or 143: what finished is in the run cache, and ``--resume`` goes on from it.
 This module imports only argparse at the top, so building the command line costs nothing.
 """
 
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace, options, errors: list[str]) -> int:
         if errors:
             raise _Refused("; ".join(errors))
         return (_castle if args.eval_command == "castle" else _fixes)(args, options)
+    except _Stopped as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return exc.status
     except _Refused as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
     except Exception as exc:
@@ -73,6 +77,14 @@ def run(args: argparse.Namespace, options, errors: list[str]) -> int:
 
 class _Refused(Exception):
     """Bad input, said in the message."""
+
+
+class _Stopped(Exception):
+    """A signal ended the run early (the message says what was kept); ``status`` is 128 + the signal."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 def _plan(args: argparse.Namespace, on_progress):
@@ -99,23 +111,25 @@ def _configurations(args: argparse.Namespace, options):
 def _measured(args: argparse.Namespace, work) -> object:
     """Run ``work(plan)`` under a progress bar, SIGINT/SIGTERM ending it early (what finished stays cached)."""
     import asyncio
-    import signal
 
     from k3lsp import tasks, terminal
+    from k3lsp.wire import ending
+
+    stop = ending.Stop()
 
     async def main(on_progress):
         plan = _plan(args, on_progress)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, plan.stop.set)
-        return plan, await tasks.until_stopped(work(plan), plan.stop)
+        with stop.catching():
+            return plan, await tasks.until_stopped(work(plan), stop.event)
 
     with terminal.progress_bar(sys.stderr.isatty(), "evaluating") as on_progress:
         try:
             return asyncio.run(main(on_progress))
         except tasks.Interrupted:
-            raise _Refused(
-                "interrupted: the units that finished are in the run cache; run it again with --resume to go on"
+            raise _Stopped(
+                f"interrupted by {stop.name}: the units that finished are in the run cache; run it again with "
+                "--resume to go on",
+                stop.exit_status(EXIT_ERROR),
             ) from None
 
 

@@ -10,12 +10,11 @@ loses nothing: ``--resume`` looks there first and audits only the rest, the way 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from k3lsp.eval.matrix import Configuration
@@ -35,7 +34,6 @@ class Plan:
     out: Path  # the output directory: report, charts, the run caches, the programs as sent
     resume: bool = False
     jobs: int = DEFAULT_SLOTS  # units in flight per daemon
-    stop: asyncio.Event = field(default_factory=asyncio.Event)  # set by SIGINT/SIGTERM: end early, keep what is done
     on_progress: OnProgress | None = None
 
     def cache(self, configuration: Configuration) -> ResultCache:

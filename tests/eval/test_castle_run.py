@@ -172,7 +172,7 @@ def test_an_interrupted_run_keeps_what_finished_and_resume_audits_only_the_rest(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert proc.returncode == 2 and "interrupted" in err and "--resume" in err
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err and "--resume" in err
     assert not (out / "report.json").exists()
     kept = run_cache_entries(out / "cache" / "default.sqlite3")
     assert 2 <= kept < UNITS

@@ -1,0 +1,184 @@
+"""How every command of both programs ends on SIGINT, SIGTERM and a closed stdout (docs/cli.md).
+
+A person who presses Ctrl-C, a CI job that is cancelled (SIGTERM) and a pipe into ``head`` are ordinary ends of a
+command, not faults: none of them may print a Python traceback. So every ``main`` runs its command through
+:func:`run`:
+
+- SIGINT raises KeyboardInterrupt (Python's own) and SIGTERM does what SIGINT does, remembered as SIGTERM: under
+  ``asyncio.run`` both cancel the main task first, as Python does for SIGINT, so nothing is raised in the middle
+  of a callback. Either ends the command with one line on stderr (``k3lsp status: interrupted by SIGINT``) and
+  exit status 128 + the signal's number (130, 143), as a shell reports a command a signal killed. ``finally``
+  blocks run on the way, so a daemon the command started is stopped and temporary files go. Code that catches
+  KeyboardInterrupt itself and returns (pygls ends the language server so) runs under :func:`remembered`.
+- A command with work worth keeping (``audit``, ``review``, ``eval``) catches the signal itself with
+  :class:`Stop` while its event loop runs: it ends its requests, writes its report of what was done, says in
+  one line what was kept and how to go on, and returns :meth:`Stop.exit_status`.
+- A closed stdout (``k3lsp status --json | head -1``) ends the command quietly, with the status 141 a shell
+  gives a command SIGPIPE killed: Python ignores SIGPIPE, so the write raises BrokenPipeError instead.
+
+A command that waits for a child process passes the signal on with :func:`wait_child` and lets it end as it
+documents (the demo's ``k3lsp audit`` writes its report) before it ends itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141
+CHILD_GRACE = 30.0  # seconds a child that was passed the signal has to end before it is killed
+
+
+def exit_status(signum: int) -> int:
+    """128 + the signal's number: the status a shell shows for a command that a signal ended."""
+    return 128 + signum
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def run(prog: str, command: Callable[[], int]) -> int:
+    """``command()``'s exit status; a signal or a closed stdout ends it as the module docstring says."""
+    before = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        status = command()
+        if not _received:
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would print "Exception ignored"
+            return status
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        return _closed_pipe()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    signum = interrupting()
+    say(f"{prog}: interrupted by {signal_name(signum)}")
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+    return exit_status(signum)
+
+
+_received: list[int] = []  # signals that came while a command ran (SIGINT only under `remembered`), first first
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """What SIGINT does now (asyncio.run's handler cancels its main task; Python's raises KeyboardInterrupt)."""
+    _received.append(signum)
+    on_sigint = signal.getsignal(signal.SIGINT)
+    if not callable(on_sigint) or on_sigint is _interrupt:
+        raise KeyboardInterrupt
+    on_sigint(signal.SIGINT, frame)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def remembered() -> Iterator[None]:
+    """For code that catches KeyboardInterrupt and returns (pygls' server loop): SIGINT and SIGTERM raise it and
+    are remembered, so :func:`run` still ends the command as interrupted when the code returns."""
+    before = {sig: signal.signal(sig, _interrupt) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def interrupting() -> int:
+    """The signal behind the KeyboardInterrupt being handled: SIGTERM when it came first, else SIGINT."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def say(line: str) -> None:
+    """One line on stderr, even when stderr is a closed pipe too (then nothing)."""
+    with contextlib.suppress(BrokenPipeError, OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe nobody reads any more (the BrokenPipeError was about stdout, not a child's pipe
+    or a socket)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _closed_pipe() -> int:
+    """Point stdout at /dev/null, so that nothing written later (and the flush at exit) fails again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
+
+
+class Stop:
+    """SIGINT or SIGTERM caught while an event loop runs, for a command that ends its work itself and keeps what
+    it did: ``event`` is set, ``signum`` says which came first."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.signum: int | None = None
+
+    @contextlib.contextmanager
+    def catching(self) -> Iterator[Stop]:
+        """Inside a running loop: the signals set ``event`` instead of raising; the handlers before are put back
+        after (so a signal while the report is written still ends the command as :func:`run` says)."""
+        loop = asyncio.get_running_loop()
+        before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, self._caught, sig)
+        try:
+            yield self
+        finally:
+            for sig, handler in before.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)
+
+    def _caught(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.event.set()
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signum) if self.signum is not None else "a stop"
+
+    def exit_status(self, otherwise: int) -> int:
+        """128 + the signal when one came, else ``otherwise`` (the command's own status)."""
+        return otherwise if self.signum is None else exit_status(self.signum)
+
+
+def wait_child(proc: subprocess.Popen, grace: float = CHILD_GRACE) -> int:
+    """``proc``'s exit status. Interrupted meanwhile, the child gets the signal too (a terminal sends SIGINT to
+    both; SIGTERM came to this process alone) and ``grace`` seconds to end as it documents, then SIGKILL; the
+    interruption is raised again after."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(interrupting())
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise

@@ -1,0 +1,257 @@
+"""Every `k3lsp` subcommand ends on SIGINT, SIGTERM and a closed stdout as docs/cli.md says: no traceback, one line
+saying what happened, what was done kept (a report, a cache, a resumable run), exit status 130 / 143; a closed
+stdout ends it quietly with 141.
+
+Each command runs as a real process against a scripted daemon that answers some units and holds the others
+(tests/batch/holding.py), so the signal reaches it in the middle of its work, never before or after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from k3lsp.wire.ending import EXIT_CLOSED_PIPE
+from tests.batch.holding import Holding, holding
+from tests.eval import castle_data, history_repo
+from tests.review import repos
+from tests.support.batch import k3lsp_env
+
+WAIT = 60  # seconds for a command to reach its work, and to end after the signal
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+BAD_READ = {"cwe": 787, "severity": "high", "title": "user length copied", "message": "n unchecked", "start_line": 3}
+BAD_READ["end_line"] = 3
+TWO = "int good(int a)\n{\n\treturn a;\n}\n\nint held(int a)\n{\n\treturn a + 1;\n}\n"
+
+
+@dataclass
+class Case:
+    """A subcommand at work: its arguments, what the daemon answers, where it works, what it keeps."""
+
+    args: Callable[[Path, str], list[str]]  # (tmp_path, endpoint) -> the arguments after `k3lsp`
+    said: str  # in the one line on stderr about the interruption
+    answered: dict[str, list[dict]] = field(default_factory=dict)  # unit -> findings; any other unit is held
+    hold_status: bool = False
+    kept: Callable[[Path, str], None] = lambda tmp_path, out: None  # asserts what the command kept
+
+
+def _audit(tmp_path: Path, endpoint: str) -> list[str]:
+    (tmp_path / "two.c").write_text(TWO)
+    return ["audit", "two.c", "--endpoint", endpoint, "--jobs", "1", "--json"]
+
+
+def _audit_kept(tmp_path: Path, out: str) -> None:
+    report = json.loads(out)
+    assert report["stats"]["interrupted"] is True
+    assert [f["unit"] for f in report["findings"]] == ["good"]  # the unit done before the signal is reported
+
+
+def _review(tmp_path: Path, endpoint: str) -> list[str]:
+    repo = repos.repository(tmp_path / "repo", {"drv.c": repos.DRIVER_C})
+    repos.commit(repo, {"drv.c": repos.DRIVER_PATCHED}, "drv: a patch")
+    out = tmp_path / "review.sarif"
+    return [
+        "review",
+        "-C",
+        str(repo),
+        "HEAD",
+        "--endpoint",
+        endpoint,
+        "--jobs",
+        "1",
+        "--format",
+        "sarif",
+        "-o",
+        str(out),
+    ]
+
+
+def _review_kept(tmp_path: Path, out: str) -> None:
+    sarif = json.loads((tmp_path / "review.sarif").read_text())
+    results = [r for run in sarif["runs"] for r in run["results"]]
+    assert [r["ruleId"] for r in results] == ["CWE-787"]  # drv_read, reviewed before the signal
+    invocation = sarif["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False and invocation["exitCode"] in (130, 143)
+
+
+def _castle(tmp_path: Path, endpoint: str) -> list[str]:
+    dataset = castle_data.write(tmp_path / "castle.json", castle_data.dataset())
+    return ["eval", "castle", str(dataset), "--endpoint", endpoint, "--out", str(tmp_path / "out"), "--jobs", "1"]
+
+
+def _fixes(tmp_path: Path, endpoint: str) -> list[str]:
+    h = history_repo.build(tmp_path)
+    return [
+        "eval",
+        "fixes",
+        "--repo",
+        str(h.repo),
+        "--endpoint",
+        endpoint,
+        "--out",
+        str(tmp_path / "out"),
+        "--jobs",
+        "1",
+    ]
+
+
+def _eval_kept(tmp_path: Path, out: str) -> None:
+    assert (tmp_path / "out" / "cache").is_dir()  # the run cache --resume goes on from
+
+
+CASES = {
+    "status": Case(
+        lambda t, e: ["status", "--endpoint", e, "--timeout", str(WAIT)], "interrupted by", hold_status=True
+    ),
+    "audit": Case(_audit, "a rerun audits only the rest", {"good": [BAD_READ]}, kept=_audit_kept),
+    "review": Case(_review, "a rerun reviews only the rest", {"drv_read": [BAD_READ]}, kept=_review_kept),
+    "eval castle": Case(_castle, "--resume", kept=_eval_kept),
+    "eval fixes": Case(_fixes, "--resume", kept=_eval_kept),
+}
+
+
+def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "k3lsp.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=k3lsp_env(tmp_path / "cache") | env,
+    )
+
+
+def interrupted(proc: subprocess.Popen, sig: int, working: Callable[[], bool]) -> tuple[str, str]:
+    """Send ``sig`` once the command is working; (stdout, stderr) after it ended (bounded)."""
+    try:
+        assert working(), proc.communicate(timeout=WAIT)
+        assert proc.poll() is None, "the command ended before the signal"
+        proc.send_signal(sig)
+        return proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def assert_ended_by(sig: int, proc: subprocess.Popen, err: str, said: str) -> None:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 128 + sig, err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and said in lines[0], err  # one line says what happened
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("name", CASES)
+def test_a_signal_mid_work_ends_the_command_keeping_what_was_done(tmp_path, name, sig):
+    case = CASES[name]
+    with holding(case.answered, hold_status=case.hold_status) as daemon:
+        proc = start(case.args(tmp_path, daemon.endpoint), tmp_path)
+        out, err = interrupted(proc, sig, lambda: daemon.held.wait(WAIT))
+    assert_ended_by(sig, proc, err, case.said)
+    case.kept(tmp_path, out)
+
+
+def slow_analyzer(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A `sparse` first on PATH that takes its time to say its version: `k3lsp witnesses` at work. (The
+    environment, and the file it touches once it runs.)"""
+    bin_dir, started = tmp_path / "bin", tmp_path / "analyzer-started"
+    bin_dir.mkdir()
+    script = bin_dir / "sparse"
+    script.write_text(f"#!/bin/sh\ntouch '{started}'\nexec sleep {WAIT}\n")
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, started
+
+
+def appears(path: Path, proc: subprocess.Popen) -> bool:
+    """Wait (bounded) until ``path`` exists, or the process ended."""
+    import time
+
+    deadline = time.monotonic() + WAIT
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.exists()
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_witnesses_asks_the_analyzers(tmp_path, sig):
+    env, started = slow_analyzer(tmp_path)
+    proc = start(["witnesses"], tmp_path, **env)
+    _, err = interrupted(proc, sig, lambda: appears(started, proc))
+    assert_ended_by(sig, proc, err, "k3lsp witnesses: interrupted by")
+
+
+def lsp_message(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_ends_the_language_server(tmp_path, sig):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k3lsp.cli"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=k3lsp_env(tmp_path / "cache"),
+    )
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}, "processId": None}}
+        proc.stdin.write(lsp_message(init))
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith(b"Content-Length"), "the server did not answer initialize"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert_ended_by(sig, proc, err.decode(errors="replace"), "k3lsp: interrupted by")
+
+
+# --- a closed stdout -----------------------------------------------------------------------------------------
+
+
+def closed_stdout(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """Run the command with a stdout whose reader is gone before it writes: (process, stderr)."""
+    proc = start(args, tmp_path)
+    proc.stdout.close()  # `| head -0`: nobody reads what the command prints
+    try:
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return proc, err
+
+
+def assert_quiet(proc: subprocess.Popen, err: str) -> None:
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == EXIT_CLOSED_PIPE, err
+
+
+PIPED: dict[str, Callable[[Path, Holding], list[str]]] = {
+    "status --json": lambda t, d: ["status", "--endpoint", d.endpoint, "--json"],
+    "status": lambda t, d: ["status", "--endpoint", d.endpoint],
+    "witnesses": lambda t, d: ["witnesses"],
+    "audit": lambda t, d: _audit(t, d.endpoint),
+    "review": lambda t, d: _review(t, d.endpoint)[:-4],  # the text report, on stdout
+    "keys init": lambda t, d: ["keys", "init", "--dir", str(t / "keys")],
+}
+
+
+@pytest.mark.parametrize("name", PIPED)
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, name):
+    with holding({"good": [], "held": [], "drv_read": [BAD_READ], "drv_index": []}) as daemon:
+        proc, err = closed_stdout(PIPED[name](tmp_path, daemon), tmp_path)
+    assert_quiet(proc, err)
