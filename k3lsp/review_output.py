@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from k3lsp import sarif
 from k3lsp.batch import BatchReport
+from k3lsp.pipeline import EXTERNAL, IN_SOURCE
 from k3lsp.review import PatchReview, ReviewFinding, ReviewReport
 from k3lsp.run import Target
 from k3lsp.wire import sanitize
@@ -35,9 +36,19 @@ RUNS = ("patch", "range")
 _MBOX_FROM = "From k3lsp Mon Sep 17 00:00:00 2001"  # as git format-patch separates messages
 
 
+# How a patch tried to silence its own finding (ReviewFinding.silenced_by_patch), said after "the patch adds".
+_SILENCING = {IN_SOURCE: "the k3-audit: ignore comment", EXTERNAL: "the baseline entry"}
+
+
+def silencing(f: ReviewFinding) -> str:
+    """What the patch added to silence its own finding, which does not apply; "" when it added nothing."""
+    return f"the patch adds {_SILENCING[f.silenced_by_patch]} that would silence it" if f.silenced_by_patch else ""
+
+
 def _where(f: ReviewFinding) -> str:
     r = f.row
-    return f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title} ({r.unit})"
+    tried = f" [{silencing(f)}; not applied]" if f.silenced_by_patch else ""
+    return f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title} ({r.unit}){tried}"
 
 
 def totals(report: ReviewReport) -> dict[str, int]:
@@ -50,6 +61,7 @@ def totals(report: ReviewReport) -> dict[str, int]:
         "introduced": sum(f.introduced for f in every),
         "preexisting": sum(not f.introduced for f in every),
         "silenced": sum(len(p.silenced) for p in report.patches),
+        "silenced_by_patch": sum(len(p.silenced_by_patch) for p in report.patches),
         "audited": c.audited,
         "cached": c.cached,
         "tokens": c.tokens,
@@ -60,7 +72,7 @@ def print_problems(report: ReviewReport, err: TextIO = sys.stderr) -> None:
     for patch in report.patches:
         if patch.patch.error:
             print(sanitize.line(f"k3lsp review: error: {patch.patch.title}: {patch.patch.error}"), file=err)
-    for warning in report.warnings:
+    for warning in [*report.warnings, *self_silencing(report.patches)]:
         print(sanitize.line(f"k3lsp review: warning: {warning}"), file=err)
     for error in report.errors:
         print(sanitize.line(f"k3lsp review: error: {error}"), file=err)
@@ -86,13 +98,27 @@ def print_text(report: ReviewReport, out: TextIO = sys.stdout) -> None:
     print("k3lsp review: " + ", ".join(f"{v} {k}" for k, v in totals(report).items()), file=out)
 
 
+def self_silencing(patches: list[PatchReview]) -> list[str]:
+    """A warning per finding that its own patch tried to silence: the reviewer should know it was tried."""
+    return [
+        f"{p.patch.title}: {f.row.path}:{f.row.line}: CWE-{f.row.cwe} {f.row.title}: {silencing(f)}; not applied"
+        for p in patches
+        for f in p.silenced_by_patch
+    ]
+
+
 def _heading(patch: PatchReview) -> str:
     p = patch.patch
     return p.title + (f" (commit {p.commit[:12]})" if p.commit else "") + (f": {p.error}" if p.error else "")
 
 
 def _finding(f: ReviewFinding) -> dict[str, Any]:
-    return asdict(f.row) | {"introduced": f.introduced, "why": f.why, "caller": f.caller}
+    return asdict(f.row) | {
+        "introduced": f.introduced,
+        "why": f.why,
+        "caller": f.caller,
+        "silenced_by_patch": f.silenced_by_patch,
+    }
 
 
 def _unit(t: Target) -> dict[str, Any]:
@@ -158,9 +184,13 @@ def _run(report: ReviewReport, group: list[PatchReview], exit_code: int, named: 
         findings=[f.row for p in group for f in p.findings],
         silenced=[f.row for p in group for f in p.silenced],
         errors=report.errors + [f"{p.patch.title}: {p.patch.error}" for p in group if p.patch.error],
-        warnings=report.warnings,
+        warnings=report.warnings + self_silencing(group),
     )
     (run,) = sarif.to_sarif(rows, exit_code, lambda r: state[id(r)])["runs"]
+    findings = [f for p in group for f in p.findings] + [f for p in group for f in p.silenced]  # the results' order
+    for result, f in zip(run["results"], findings, strict=True):
+        if f.silenced_by_patch:
+            result["properties"]["silencedByPatch"] = f.silenced_by_patch
     if named:
         run["automationDetails"] = {"id": f"k3lsp-review/{_run_id(group[0])}"}
         run["properties"] = {"patch": sanitize.sarif(group[0].patch.title)}
@@ -243,6 +273,8 @@ def _quote_hunk(hunk, here: list[ReviewFinding], placed: set[int]) -> Iterator[s
 def _comment(f: ReviewFinding, where: bool = False) -> list[str]:
     r = f.row
     state = "introduced by this patch" if f.introduced else "pre-existing" + (" (in a caller)" if f.caller else "")
+    if f.silenced_by_patch:
+        state += f"; {silencing(f)} (not applied)"
     head = f"k3-audit: {r.severity}, CWE-{r.cwe} ({sarif.cwe_name(r.cwe)}), {state}: {r.title}"
     if where:
         head = f"{r.uri}:{r.line} ({r.unit}): {head}"

@@ -6,7 +6,10 @@ touching it. The inline comment is `/* k3-audit: ignore CWE-120 */` (several CWE
 no CWE: every finding) on the flagged line or the line above. Only a comment holds a directive
 (``k3lsp.comments``): the same words in a string literal or in code are not one. The baseline is
 `.k3audit-baseline.json` at the workspace root: finding fingerprints (findings.fingerprint, stable when
-code above moves) with the CWE, title and path for the humans reviewing it.
+code above moves) with the CWE, title and path for the humans reviewing it, read as the repository's file
+(``k3lsp.wire.supplied``). In ``k3lsp review`` a patch cannot silence its own finding: directives on the lines it
+adds or modifies are ``disarmed`` and only the baseline's entries from before it (``fingerprints`` of its
+parent's copy) apply.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ MAX_BASELINE_BYTES = 16 * 1024 * 1024  # ~100,000 entries; the file is the repos
 # `k3-audit: ignore` then optionally `CWE-1, CWE-2 ...`; in any comment style.
 _DIRECTIVE = re.compile(r"k3-audit:\s*ignore\b(?P<cwes>(?:[\s,]*CWE-\d+)*)", re.IGNORECASE)
 _CWE = re.compile(r"CWE-(\d+)", re.IGNORECASE)
+_KEYWORD = re.compile(r"k3-audit", re.IGNORECASE)
 
 
 # --- inline comments --------------------------------------------------------------------------------------
@@ -65,6 +70,17 @@ def is_suppressed(lines: list[str], line: int, cwe: int) -> bool:
         if found is not None and (not found[0] or cwe in found[0]):
             return True
     return False
+
+
+def disarmed(lines: list[str], which: Iterable[int]) -> list[str]:
+    """The lines with every directive on the 0-based lines ``which`` made inert, each character kept in its place
+    (comments and strings lex as before). In review, a directive on a line the patch adds or modifies silences
+    nothing: a patch cannot silence its own finding."""
+    out = list(lines)
+    for n in which:
+        if 0 <= n < len(out):
+            out[n] = _KEYWORD.sub("k3_audit", out[n])
+    return out
 
 
 def suppression_edit(lines: list[str], line: int, cwe: int) -> lsp.TextEdit | None:
@@ -121,6 +137,10 @@ class Baseline:
     def __contains__(self, fingerprint: object) -> bool:
         return fingerprint in self.entries
 
+    def restricted(self, fingerprints: frozenset[str]) -> Baseline:
+        """The entries also in ``fingerprints``: a review keeps those the baseline held before the patch."""
+        return Baseline(self.path, {k: v for k, v in self.entries.items() if k in fingerprints}, self.error)
+
     def add(self, fingerprint: str, cwe: int, title: str, path: str) -> bool:
         """Record a finding and write the file; False if it was already there."""
         if self.error is not None:
@@ -149,6 +169,16 @@ class Baseline:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             raise BaselineError(f"cannot write {self.path}: {e}") from e
+
+
+def fingerprints(data: bytes | None) -> frozenset[str]:
+    """The fingerprints in a baseline file's bytes (a commit's copy of it); none when it is absent or broken."""
+    if data is None:
+        return frozenset()
+    try:
+        return frozenset(_parse(data.decode("utf-8")))
+    except (ValueError, TypeError, KeyError):  # a UnicodeDecodeError is a ValueError
+        return frozenset()
 
 
 def _parse(raw: str) -> dict[str, dict[str, Any]]:
