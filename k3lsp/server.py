@@ -7,6 +7,7 @@ registered during ``initialize`` only for clients that can pull and refresh (see
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import asdict
 
 from lsprotocol import types as lsp
@@ -134,8 +135,19 @@ def _not_a_late_cancel(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Cancel notification for unknown message id")
 
 
+TTY_NOTE = (
+    "k3lsp: the k3 audit language server, waiting for an editor to speak LSP on stdin/stdout; for the command "
+    "line see `k3lsp --help` (e.g. `k3lsp audit PATH`); Ctrl-D ends it"
+)
+
+
 def serve_stdio(transport: TransportFactory = DaemonClient) -> None:
-    """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol)."""
+    """Run the server on stdin/stdout until the client exits it; logs go to stderr (stdout is the protocol).
+
+    Run bare in a terminal it would wait in silence for an LSP message nobody types: a terminal on stdin gets a
+    note on stderr. An editor's pipe gets nothing (VS Code shows every stderr line of a server as an error)."""
+    if sys.stdin.isatty():
+        print(TTY_NOTE, file=sys.stderr, flush=True)
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
