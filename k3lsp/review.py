@@ -15,7 +15,9 @@ For each patch (``k3lsp.series.Patch``: a commit, the index, the work tree, a ma
    tree's symbol index and a whole-word search, ``k3lsp.sandbox.references``) are audited too, at background
    priority, as ordinary units (their cache is the editor's);
 4. **introduced or pre-existing**: every finding goes through the findings pipeline (``k3lsp.pipeline``: the
-   same acceptance, severity, suppressions, baseline and fingerprints as the editor) and is *introduced* when
+   same acceptance, severity, suppressions, baseline and fingerprints as the editor, less what the patch itself
+   adds to silence it: a directive on a line it adds or modifies, a baseline entry its parent did not have; such a
+   finding is reported with ``silenced_by_patch``) and is *introduced* when
    its lines meet the lines the patch added or modified (``why`` ``lines``), or when the model says the change
    introduced it (``why`` ``model``); otherwise it is pre-existing, kept and shown apart (the reviewer
    decides). Findings in callers are pre-existing (their code did not change).
@@ -51,6 +53,7 @@ commit as a patch)::
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -95,6 +98,7 @@ class ReviewFinding:
     introduced: bool
     why: str = ""
     caller: bool = False
+    silenced_by_patch: str = ""  # what the patch itself added to silence it (IN_SOURCE, EXTERNAL): not applied
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,16 @@ class PatchReview:
     @property
     def introduced(self) -> list[ReviewFinding]:
         return [f for f in self.findings if f.introduced]
+
+    @property
+    def silenced_by_patch(self) -> list[ReviewFinding]:
+        """Its findings that only what the patch itself adds would silence (reported, not silenced)."""
+        return [f for f in self.findings if f.silenced_by_patch]
+
+    @functools.cached_property
+    def baseline_before(self) -> frozenset[str]:
+        """The fingerprints the baseline held before the patch: only those silence a finding in its review."""
+        return suppress.fingerprints(self.patch.before.read(suppress.BASELINE_NAME))
 
     @property
     def preexisting(self) -> list[ReviewFinding]:
@@ -270,18 +284,27 @@ def _units_before(patch: Patch, old_path: str | None, options: Options) -> dict[
 
 
 def _record(review: PatchReview, result: UnitResult, options: Options, baseline: suppress.Baseline | None) -> None:
-    """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced."""
+    """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced.
+
+    A patch cannot silence its own findings: only the directives on lines it did not add or modify and the
+    baseline entries from before it apply (``applied``); what the work tree's comments and baseline would
+    silence beyond that (``claimed``) is reported, with how the patch tried (``silenced_by_patch``)."""
     target = result.target
     caller = target.changes is None
     reviewed = review.files[target.path]
     changed = frozenset() if caller else reviewed.changed
     lines = reviewed.source.lines
-    for r, silenced in pipeline.screened(target.unit, result.findings, lines, options.min_severity, baseline):
+    kept = baseline.restricted(review.baseline_before) if baseline is not None else None
+    unpatched = suppress.disarmed(lines, (n - 1 for n in reviewed.changed))
+    applied = pipeline.screened(target.unit, result.findings, unpatched, options.min_severity, kept)
+    claimed = pipeline.screened(target.unit, result.findings, lines, options.min_severity, baseline)
+    for (r, silenced), (_, tried) in zip(applied, claimed, strict=True):
         first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1
         why = (
             LINES if any(first <= n <= last for n in changed) else MODEL if r.finding.introduced and not caller else ""
         )
-        found = ReviewFinding(batch.row(reviewed.source, r, silenced), bool(why), why, caller)
+        by_patch = tried if silenced is None and tried in (pipeline.IN_SOURCE, pipeline.EXTERNAL) else ""
+        found = ReviewFinding(batch.row(reviewed.source, r, silenced), bool(why), why, caller, by_patch)
         (review.findings if silenced is None else review.silenced).append(found)
 
 
