@@ -125,6 +125,11 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"k3-backend serve: {problem}", file=sys.stderr)
         return 2
+    try:
+        script = load_script(args.script) if args.script else Script()
+    except ScriptError as exc:
+        print(f"k3-backend serve: {exc}", file=sys.stderr)
+        return 2
     if not _checkpoint_or_repo(args.model):  # exit 1, as every model that cannot be loaded (a supervisor gives up)
         print(
             f"k3-backend serve: cannot load model {args.model}: no such directory; give a checkpoint directory or "
@@ -132,11 +137,6 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    try:
-        script = load_script(args.script) if args.script else Script()
-    except ScriptError as exc:
-        print(f"k3-backend serve: {exc}", file=sys.stderr)
-        return 2
     try:  # rank 0 alone binds; the claim is held (referenced) until serving ends
         claim = endpoint_claim.claim(args.bind) if os.environ.get("MLX_RANK", "0") == "0" else None
     except endpoint_claim.EndpointTaken as exc:
