@@ -34,13 +34,13 @@ SECRET, PIN = "hunter2-SECRET-TOKEN", "73133771"
 TOOLS = ["cppcheck", "sparse", "clang", "gcc", "coccinelle"]
 
 
-def body(token: str, pin: str) -> str:
+def body(token: str, pin: str, include: str = "#include") -> str:
     """A function quoting ``token`` (a file holding a string literal) in a static assertion and ``pin`` (a
     number) as an index, and asking the assembler for the token's file."""
     incbin = f'\tasm(".incbin \\"{token.strip(chr(34))}\\"");\n' if token.startswith('"') else ""
     return (
-        f"_Static_assert(0,\n#include {token}\n);\n"
-        f"int f(int n)\n{{\n\tchar b[4];\n\tb[\n#include {pin}\n\t] = 0;\n{incbin}\treturn b[n];\n}}\n"
+        f"_Static_assert(0,\n{include} {token}\n);\n"
+        f"int f(int n)\n{{\n\tchar b[4];\n\tb[\n{include} {pin}\n\t] = 0;\n{incbin}\treturn b[n];\n}}\n"
     )
 
 
@@ -50,6 +50,7 @@ def ways(home: Path) -> dict[str, tuple[str, dict[str, str]]]:
         "absolute": (body(f'"{home}/token.txt"', f'"{home}/pin.txt"'), {}),
         "dotdot": (body('"../home/token.txt"', '"../home/pin.txt"'), {}),
         "symlink": (body('"link/token.txt"', '"link/pin.txt"'), {}),
+        "include_next": (body(f'"{home}/token.txt"', f'"{home}/pin.txt"', "#include_next"), {}),
         "macro": (f'#define T "{home}/token.txt"\n#define P "{home}/pin.txt"\n' + body("T", "P"), {}),
         "header": (
             '#include "inc.h"\nint f(int n)\n{\n\tchar b[4];\n\tb[PIN] = 0;\n\treturn b[n];\n}\n',
@@ -127,6 +128,7 @@ def test_a_path_in_a_message_is_outside_unless_it_resolves_into_the_workspace_or
     assert not names_outside("Array 'b[4]' accessed at index 9, which is out of bounds.", folder, inside)
     assert not names_outside("unable to open '../include/x.h'", folder, inside)
     assert not names_outside("in /usr/include/stdio.h: a/b is n/2", folder, inside)
+    assert not names_outside("see https://cwe.mitre.org/data/definitions/476.html", folder, inside)
     assert names_outside("unable to open '../../secret'", folder, inside)
     assert names_outside(f"unable to open '{tmp_path}/home/id_rsa'", folder, inside)
     assert names_outside("cannot open file '~/.netrc'", folder, inside)
