@@ -53,8 +53,13 @@ def claim(endpoint: str) -> IO[str] | None:
     host, port = _host_port(endpoint)
     if port == 0:
         return None
-    directory = local.private_socket(f"ipc://{local.home_runtime() / local.SOCKET_NAME}").parent
-    held = _lock(directory / f"tcp-{port}.lock", endpoint)
+    try:
+        directory = local.private_socket(f"ipc://{local.home_runtime() / local.SOCKET_NAME}").parent
+    except local.LocalSocketError as exc:  # the port is still probed below, and bind refuses a taken one
+        log.warning("no lock for %s, so two serves starting at once may race for it: %s", endpoint, exc)
+        held = None
+    else:
+        held = _lock(directory / f"tcp-{port}.lock", endpoint)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     _refuse_a_listener(endpoint, family, (host, port))
     return held
