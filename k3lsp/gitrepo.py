@@ -10,8 +10,9 @@ driver: only filters registered in-process, and we register none). On top of tha
   user's own git config lists it in ``safe.directory``, as git does;
 - **which work tree**: the folder that holds ``.git``, as :func:`locate` finds it from the path given, never a
   place the repository's own files name: its ``core.worktree`` is ignored (it would root the model's tools at
-  any ancestor), a git directory given itself (a bare repository, even with ``core.bare = false``) has no work
-  tree, and ``GIT_DIR``/``GIT_WORK_TREE`` are not read (libgit2 reads them only when asked to). A ``.git``
+  any ancestor), a git directory given itself has none unless it is named ``.git`` (a bare repository has
+  none even with ``core.bare = false``, which would make its parent folder the work tree), ``core.bare = true``
+  leaves none, and ``GIT_DIR``/``GIT_WORK_TREE`` are not read (libgit2 reads them only when asked to). A ``.git``
   *file* (or symlink) is followed only to a git directory that names this folder back as its work tree, as
   git's own linked work trees (``worktrees/<name>/gitdir``) and submodules (``core.worktree`` of
   ``modules/<name>``) do; one naming another repository is refused;
