@@ -6,7 +6,8 @@ for the model (at most --load-wait seconds, with ``progress`` messages). Two lin
 are: ``k3-backend listening on ENDPOINT`` once bound, and the ready line (``k3-backend ready on ENDPOINT``)
 once the model is loaded and its kernels compiled, so whoever starts the daemon (tests, a supervisor) knows
 from one line that requests will be served at once, and on which port when it bound tcp port 0. By default
-the socket is ``ipc://`` in a directory only this user may enter (k3lsp/wire/local.py).
+the socket is ``ipc://`` in a directory only this user may enter (k3lsp/wire/local.py). Before anything is loaded
+the endpoint is claimed (backend/endpoint_claim.py): a second serve on it refuses at once, naming the first.
 
 Under `mlx.launch` (hostfiles/README.md) every rank runs this command: each loads its tensor-parallel shard,
 rank 0 alone binds the ROUTER and prints the ready line, the others follow rank 0's scheduling steps
@@ -333,7 +334,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
     except Exception as exc:
         print(f"k3-backend serve: cannot load model {args.model}: {exc}", file=sys.stderr)
         return 1
-    progress = loading.LoadProgress()
+    progress = loading.LoadProgress(say=lambda text: print(f"k3-backend {text}", file=ready, flush=True))
     record = TraceFile(args.trace_file) if args.trace_file else None
     try:
         results = (
