@@ -38,6 +38,7 @@ def _seconds(text: str) -> float:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from k3lsp import __version__
     from k3lsp.terminal import DaemonStatus, print_status
 
     async def ask(endpoint: str) -> DaemonStatus:
@@ -69,6 +70,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(body[0] if len(body) == 1 else body, indent=2, sort_keys=True))
     else:
         print_status(backends)
+        print(f"client: k3lsp {__version__}")  # beside the daemons' `server` row
         print(_witness_line())
     return 0 if len(answered) == len(backends) else 2
 
