@@ -404,6 +404,13 @@ class Session:
             if ran.problem is not None and (ran.tool, ran.problem) not in self._told_witness:
                 self._told_witness.add((ran.tool, ran.problem))
                 self.message(f"witness {ran.tool}: {ran.problem}", lsp.MessageType.Warning)
+        if report.outside and ("outside", doc.relpath) not in self._told_witness:
+            self._told_witness.add(("outside", doc.relpath))  # once per file: a hostile include repeats each save
+            self.message(
+                f"witnesses: {report.outside} alert(s) on {doc.relpath} left out: they named a place outside the "
+                "workspace, which the analyzers may not read (docs/witnesses.md)",
+                lsp.MessageType.Warning,
+            )
         doc.alerts = report.alerts
         await self.republish(doc)
 

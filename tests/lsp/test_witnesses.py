@@ -88,3 +88,22 @@ async def test_the_models_verdicts_hide_the_refuted_and_merge_the_confirmed(tiny
     assert status["silenced"]["refuted"] == 2
     assert "Analyzer:** cppcheck doubleFree" in hover.contents.value
     assert "A2: line 7, cppcheck doubleFree (CWE-415)" in session["messages"][-4]["content"]
+
+
+async def test_alerts_naming_a_place_outside_are_left_out_and_the_editor_is_told_once(tmp_path):
+    """A source including a file beside the workspace: sparse's alert naming it is left out (issue 38, 4), and
+    the person is told how many were, once for the file however often it is saved."""
+    if find("sparse") is None:
+        pytest.skip("sparse is not installed: apt-get install sparse")
+    root = workspace(tmp_path)
+    (root / "bug.c").write_text(f'#include "{tmp_path}/beside/secret.h"\n' + SOURCE)
+    settings = {"witnesses": ["sparse"], "endpoint": f"ipc://{tmp_path}/nobody.sock"}
+    async with editor(root, settings=settings, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("bug.c")
+        for _ in range(2):
+            ed.save(uri)
+            await ed.wait_for(lambda: [m for m in ed.shown(lsp.MessageType.Warning) if "left out" in m])
+        shown = await ed.wait_diagnostics(uri, lambda ds: True)
+    told = [m for m in ed.shown(lsp.MessageType.Warning) if "left out" in m]
+    assert len(told) == 1 and "outside the workspace" in told[0] and "bug.c" in told[0], told
+    assert not [d for d in shown if "beside" in d.message], shown
