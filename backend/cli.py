@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import NamedTuple
 
-from k3lsp.wire import commandline
+from k3lsp.wire import commandline, ending
 
 
 class Command(NamedTuple):
@@ -47,11 +47,19 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Every subcommand ends on a signal or a closed stdout as docs/cli.md says (k3lsp.wire.ending)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = argv[0] if argv and argv[0] in COMMANDS else None
+    return ending.run("k3-backend" if name is None else f"k3-backend {name}", lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command].module)
     try:
         return module.run(args)
+    except BrokenPipeError:
+        raise  # a closed stdout ends the command quietly
     except (ValueError, OSError) as e:
         print(f"k3-backend {args.command}: {e}", file=sys.stderr)
         return 2

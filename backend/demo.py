@@ -9,6 +9,7 @@ noise from random weights: the run proves the installation, not the model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 import platformdirs
 
 from backend import launch
-from k3lsp.wire import isolated
+from k3lsp.wire import ending, isolated
 
 NOTICE = (
     "NOTE: this run uses a tiny checkpoint with RANDOM weights, built on this machine. It proves that the\n"
@@ -39,19 +40,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+CUT_SHORT_NOTE = (
+    'NOTE: on the random-weight checkpoint, units "cut short (length)" are expected: random weights rarely write\n'
+    "      the stop token, so each audit ends at its --max-tokens budget. With a real model they are rare."
+)
+
+
+def say(line: str) -> None:
+    """A phase line on stdout, at once (the demo runs for minutes: each phase says what it does)."""
+    print(line, flush=True)
+
+
+def _echo(line: str) -> None:
+    """A line of the daemon's, from the thread that reads them: a closed stdout ends the demo in its main thread
+    (k3lsp.wire.ending), not here."""
+    with contextlib.suppress(BrokenPipeError):
+        say(f"  {line}")
+
+
 def tiny_checkpoint() -> Path:
     """The demo's tiny checkpoint, built once into the user cache directory."""
     from backend.tiny import make_tiny
 
     path = Path(platformdirs.user_cache_dir("k3lsp")) / "tiny-k3"
     if not (path / "config.json").exists():
-        print(f"building the tiny kimi_k3 checkpoint in {path}", flush=True)
+        say(f"building the tiny kimi_k3 checkpoint in {path} (once: random weights and a tokenizer)")
         make_tiny(path)
     return path
 
 
 def _k3lsp(*args: str) -> int:
-    return subprocess.call(isolated.python_command("k3lsp", *args))
+    """`k3lsp ARGS` as a child; interrupted, it gets the signal and ends as it documents (wire/ending)."""
+    return ending.wait_child(subprocess.Popen(isolated.python_command("k3lsp", *args)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,14 +80,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         print(NOTICE, flush=True)
     model = args.model or str(tiny_checkpoint())
-    print(f"starting k3-backend serve --model {model} (loads the model and compiles CPU kernels)", flush=True)
+    say(f"starting k3-backend serve --model {model} on a private socket")
     # Its own private socket (like the default one, in a fresh 0700 directory): a daemon the user runs is untouched.
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="k3demo-") as private:
         serve_args = ["--model", model, "--bind", f"ipc://{private}/daemon.sock", "--max-tokens", str(args.max_tokens)]
         if args.trust_remote_code or not args.model:  # the tiny checkpoint's tokenizer class is this package's code
             serve_args.append("--trust-remote-code")
         try:
-            proc, endpoint = launch.start(serve_args, stderr=log)
+            proc, endpoint = launch.start(serve_args, stderr=log, echo=_echo)
+            say("the daemon is ready")
         except launch.LaunchError as exc:
             log.seek(0)
             print(f"k3-backend demo: {exc}\n{log.read()[-3000:]}", file=sys.stderr)
@@ -76,12 +97,15 @@ def run(args: argparse.Namespace) -> int:
             return _audit(endpoint, args.paths, allow_incomplete=not args.model)
         finally:
             code = launch.stop(proc)
-            print(f"stopped the daemon (exit code {code})", flush=True)
+            say(f"stopped the daemon (exit code {code})")
 
 
 def _audit(endpoint: str, paths: list[str], *, allow_incomplete: bool = False) -> int:
-    print(f"auditing {' '.join(paths)} through {endpoint}", flush=True)
+    say(f"auditing {' '.join(paths)} through {endpoint}")
     audit = _k3lsp("audit", *paths, "--endpoint", endpoint, *(["--allow-incomplete"] if allow_incomplete else []))
+    if allow_incomplete:
+        say(CUT_SHORT_NOTE)
+    say("the daemon's status:")
     status = _k3lsp("status", "--endpoint", endpoint)
     # `k3lsp audit` exits 1 when it has findings: that is a successful demo, not a failure.
     return 2 if audit >= 2 or status else 0

@@ -7,9 +7,11 @@ the port; its one ready line says which.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -17,6 +19,7 @@ from k3lsp.wire import isolated
 
 READY = "k3-backend ready on "  # printed by serve (followed by the endpoint) once it serves, read here
 LISTENING = "k3-backend listening on "  # printed by serve once bound, before the model is loaded
+EXIT_GRACE = 10.0  # seconds a daemon that closed its stdout has to exit by itself
 
 
 class LaunchError(RuntimeError):
@@ -33,10 +36,12 @@ def start(
     ready_timeout: float = 180.0,
     cwd: Path | None = None,
     line: str = READY,
+    echo: Callable[[str], None] | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Run `python -m backend.cli serve *serve_args`; return the process and the endpoint it serves.
 
     Returns once the daemon printed ``line``: READY (the model is loaded), or LISTENING (bound, still loading).
+    ``echo`` gets each line before it (what the daemon is doing: loading the weights, compiling the kernels).
     The daemon imports nothing from ``cwd`` (k3lsp.wire.isolated): the demo starts it in the user's directory.
     """
     proc = subprocess.Popen(
@@ -46,16 +51,23 @@ def start(
         cwd=cwd,
         text=True,
     )
-    endpoint, exited = wait_ready(proc, ready_timeout, line)
+    try:
+        endpoint, exited = wait_ready(proc, ready_timeout, line, echo)
+    except BaseException:  # interrupted while it starts (k3lsp.wire.ending): the daemon must not outlive us
+        stop(proc)
+        raise
     if endpoint is None:
-        code = stop(proc)
-        if exited:
+        if exited:  # its stdout is closed, its exit may be a moment behind: a SIGTERM now would interrupt it
+            code = stop(proc, grace=EXIT_GRACE)
             raise LaunchError(f"k3-backend serve exited with code {code} before it was ready")
+        code = stop(proc)
         raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (stopped, exit code {code})")
     return proc, endpoint
 
 
-def wait_ready(proc: subprocess.Popen, timeout: float, line: str = READY) -> tuple[str | None, bool]:
+def wait_ready(
+    proc: subprocess.Popen, timeout: float, line: str = READY, echo: Callable[[str], None] | None = None
+) -> tuple[str | None, bool]:
     """(endpoint from the ready line, or the listening line when ``line`` is LISTENING, or None; whether stdout
     ended first): read in a thread so the wait is bounded.
 
@@ -68,6 +80,8 @@ def wait_ready(proc: subprocess.Popen, timeout: float, line: str = READY) -> tup
             if text.startswith(line):
                 found.append(text[len(line) :].strip())
                 return
+            if echo is not None:
+                echo(text.rstrip("\n"))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -76,8 +90,11 @@ def wait_ready(proc: subprocess.Popen, timeout: float, line: str = READY) -> tup
     return (found[0] if found else None), not reader.is_alive() and not found
 
 
-def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
-    """SIGTERM the process we started (by PID), SIGKILL it if it does not exit; returns its exit code."""
+def stop(proc: subprocess.Popen, timeout: float = 30.0, grace: float = 0.0) -> int:
+    """SIGTERM the process we started (by PID) unless it exits within ``grace`` seconds, SIGKILL it if it does not
+    exit then; returns its exit code."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:

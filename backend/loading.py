@@ -30,6 +30,12 @@ from k3lsp.wire.protocol import CodedError, ErrorCode
 
 LOADING, READY, FAILED = "loading", "ready", "failed"
 PROGRESS_EVERY = 2.0  # seconds between the progress messages of a request waiting for the load
+SAY_EVERY = 5.0  # seconds between the lines that say how far the weights are read (LoadProgress.say)
+STAGE_LINES = {  # what a person reads as the load enters each stage after the weights
+    "tokenizer": "loading the model: the tokenizer",
+    "warm-up": "compiling the kernels (the warm-up; the first run on a machine compiles mlx's CPU kernels: longer)",
+    "ranks": "waiting for the other ranks of the pair to load their shards",
+}
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.")
 
 PartDone = Callable[[int, int], None]  # (bytes done, bytes total) after each part
@@ -40,7 +46,9 @@ class LoadProgress:
     """How far the load is: written by the loading thread, read by the event loop (plain attribute writes).
 
     ``stage``: ``weights`` (reading parameters), ``tokenizer``, ``warm-up`` (compiling the kernels),
-    ``ranks`` (waiting for the other ranks of the pair), then ``ready``.
+    ``ranks`` (waiting for the other ranks of the pair), then ``ready``. With ``say``, each stage is said in one
+    line, and how far the weights are every SAY_EVERY seconds: minutes of a load are never silent where a person
+    waits for it (`k3-backend serve` prints them on stdout; the demo passes them on).
     """
 
     state: str = LOADING
@@ -49,14 +57,27 @@ class LoadProgress:
     bytes_total: int = 0
     error: str = ""
     started: float = field(default_factory=time.monotonic)
+    say: Callable[[str], None] | None = field(default=None, repr=False)
+    _said: float = field(default=0.0, repr=False)  # when the last line about the weights was said
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def part_done(self, done: int, total: int) -> None:
         with self._lock:
             self.bytes_done, self.bytes_total = done, total
+        now = time.monotonic()
+        if self.say is None or (done and (done >= total or now - self._said < SAY_EVERY)):
+            return
+        self._said = now
+        if not done:
+            self.say(f"loading the model: reading {_size(total)} of weights")
+        else:
+            eta = self.eta()
+            self.say(f"loading the model: {self.percent()} % read" + (f", about {eta:.0f} s left" if eta else ""))
 
     def enter(self, stage: str) -> None:
         self.stage = stage
+        if self.say is not None and stage in STAGE_LINES:
+            self.say(STAGE_LINES[stage])
 
     def ready(self) -> None:
         self.state, self.stage = READY, READY
@@ -109,6 +130,10 @@ class LoadProgress:
         eta = self.eta()
         left = f", about {eta:.0f} s left" if eta is not None else ""
         return f"backend loading ({self.percent()} %, {self.stage}{left})"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from k3lsp.replies import loading_of
 from k3lsp.wire import sanitize
@@ -101,10 +102,23 @@ def print_status(backends: Sequence[DaemonStatus], console: Console | None = Non
     (console or _Console()).print(table)
 
 
+class _TimeLeft(ProgressColumn):
+    """``about 2:10 left``: the units left at the mean pace of the run so far, once one has finished (a unit takes
+    seconds to minutes, so the mean of the whole run, not rich's last 30 s, which may hold no unit at all)."""
+
+    def render(self, task: Task) -> Text:
+        if not task.completed or task.total is None or task.elapsed is None or task.finished:
+            return Text("")
+        left = int(task.elapsed * (task.total - task.completed) / task.completed)
+        minutes, seconds = divmod(left, 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"about {hours}:{minutes:02}:{seconds:02} left" if hours else f"about {minutes}:{seconds:02} left")
+
+
 @contextlib.contextmanager
 def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Callable[[int, int, str], None]]:
-    """A units-done bar on stderr when ``enabled`` (a terminal), else a callback that prints nothing; the note
-    (the daemon's latest prefill or decode progress) is shown after the bar."""
+    """A units-done bar on stderr when ``enabled`` (a terminal), else a callback that prints nothing: the time
+    spent, an estimate of the time left, and the note (the daemon's latest prefill or decode progress)."""
     if not enabled:
         yield lambda done, total, note="": None
         return
@@ -113,6 +127,7 @@ def progress_bar(enabled: bool, description: str = "auditing") -> Iterator[Calla
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        _TimeLeft(),
         TextColumn("{task.fields[note]}", markup=False),  # the daemon's words: never rich markup
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:

@@ -1,0 +1,186 @@
+"""`k3-backend`'s subcommands end on SIGINT, SIGTERM and a closed stdout as docs/cli.md says, and the README's first
+command (`k3-backend demo`) says what each of its phases does.
+
+The demo's audit runs against the holding daemon of tests/batch/holding.py (`demo --endpoint`: no model needed),
+so a signal reaches it mid-audit; on the tiny checkpoint the signal comes while the daemon it started loads, and
+the daemon must not outlive the demo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from k3lsp.wire.ending import EXIT_CLOSED_PIPE
+from tests.batch.holding import holding
+
+WAIT = 120  # seconds for a command to reach its work, and to end after the signal
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+ONE_UNIT = "int one(int a)\n{\n\treturn a;\n}\n"
+
+
+def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=os.environ | {"K3LSP_CACHE_DIR": str(tmp_path / "cache")} | env,
+    )
+
+
+class Lines:
+    """A process's stdout read in a thread (bounded waits for a line), kept whole for the asserts."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.lines: list[str] = []
+        self._new = threading.Condition()
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            with self._new:
+                self.lines.append(line.rstrip("\n"))
+                self._new.notify_all()
+        with self._new:
+            self.lines.append("")  # the end
+            self._new.notify_all()
+
+    def wait_for(self, text: str) -> bool:
+        """Whether ``text`` came (bounded), before stdout ended."""
+        with self._new:
+            self._new.wait_for(lambda: self.lines[-1:] == [""] or any(text in line for line in self.lines), WAIT)
+            return any(text in line for line in self.lines)
+
+
+def ended_by(sig: int, proc: subprocess.Popen, send: Callable[[], None]) -> str:
+    """Send ``sig`` now; the stderr of the process once it ended (bounded)."""
+    try:
+        proc.send_signal(sig)
+        send()
+        proc.wait(WAIT)
+        return proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def assert_ended_by(sig: int, proc: subprocess.Popen, err: str, prog: str) -> None:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 128 + sig, err
+    assert err.splitlines()[-1] == f"{prog}: interrupted by {signal.Signals(sig).name}", err
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_mid_audit_ends_the_demo_and_its_audit_keeping_what_was_done(tmp_path, sig):
+    (tmp_path / "two.c").write_text(ONE_UNIT + "\nint held(int a)\n{\n\treturn a + 1;\n}\n")
+    with holding({"one": []}) as daemon:
+        proc = start(["demo", "two.c", "--endpoint", daemon.endpoint], tmp_path)
+        assert daemon.held.wait(WAIT), proc.communicate(timeout=WAIT)
+        err = ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend demo")
+    assert "interrupted: 1 of 2 units done" in err  # the audit it ran got the signal, and kept the unit it had
+
+
+def daemons_under(root: Path) -> list[int]:
+    """PIDs of the processes whose command line names ``root`` (a daemon the demo started there)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(root).encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the daemon's process in /proc")
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_the_daemon_loads_ends_the_demo_and_the_daemon(tiny_model, tmp_path, sig):
+    # The demo's temporary folders, the daemon's socket among them: the daemon is found by this path (short: a
+    # socket's path has at most 107 bytes).
+    private = Path(tempfile.mkdtemp(prefix="k3sig-"))
+    (tmp_path / "one.c").write_text(ONE_UNIT)
+    proc = start(["demo", "one.c", "--model", str(tiny_model), "--trust-remote-code"], tmp_path, TMPDIR=str(private))
+    out = Lines(proc)
+    assert out.wait_for("k3-backend listening on"), out.lines  # the daemon is bound and loading
+    err = ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend demo")
+    assert daemons_under(private) == []
+    shutil.rmtree(private, ignore_errors=True)
+
+
+def test_the_demo_says_what_each_phase_does(tmp_path):
+    """The README's first command on a fresh machine (no tiny checkpoint yet), on one small unit: a line for each
+    phase before it starts, and one note on the cut-short audits the random weights make."""
+    (tmp_path / "one.c").write_text(ONE_UNIT)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "demo", "one.c", "--max-tokens", "8"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=os.environ | {"K3LSP_CACHE_DIR": str(tmp_path / "cache")} | env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    phases = [
+        "building the tiny kimi_k3 checkpoint",
+        "starting k3-backend serve",
+        "k3-backend listening on",
+        "k3-backend loading the model: reading",
+        "k3-backend loading the model: the tokenizer",
+        "k3-backend compiling the kernels",
+        "the daemon is ready",
+        "auditing one.c",
+        'units "cut short (length)" are expected',
+        "the daemon's status:",
+        "stopped the daemon",
+    ]
+    lines = done.stdout.splitlines()
+    at = [next((i for i, line in enumerate(lines) if phase in line), None) for phase in phases]
+    assert None not in at and at == sorted(at), done.stdout  # each phase said, in order
+    assert done.stdout.count("are expected") == 1
+
+
+# --- a closed stdout -----------------------------------------------------------------------------------------
+
+
+def test_a_closed_stdout_ends_keys_init_quietly(tmp_path):
+    proc = start(["keys", "init", "--dir", str(tmp_path / "keys")], tmp_path)
+    proc.stdout.close()  # nobody reads what it prints
+    try:
+        err = proc.communicate(timeout=WAIT)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == EXIT_CLOSED_PIPE, err
+
+
+def test_a_closed_stdout_ends_the_demo_quietly_and_stops_what_it_started(tmp_path):
+    (tmp_path / "one.c").write_text(ONE_UNIT)
+    with holding({"one": []}) as daemon:
+        proc = start(["demo", "one.c", "--endpoint", daemon.endpoint], tmp_path)
+        proc.stdout.close()
+        try:
+            err = proc.communicate(timeout=WAIT)[1]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == EXIT_CLOSED_PIPE, err
