@@ -19,7 +19,9 @@ counted per User-Id, so more connections do not raise a client's share. With CUR
 is checked against the allow-list as it arrives, before each message a job streams out, and every
 ``--keys-reload-seconds`` (1 s) for the jobs that stream nothing: a key deleted from ``authorized/`` stops
 being served within that time, with ``error`` code ``unauthorized``. Every request ends in exactly one ``done``,
-``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job.
+``error`` or ``cancelled``: ``_run_job`` is the only code that finishes a job. A ``pong`` lists the sender's open
+requests, so a client ends one this daemon no longer has (it restarted, or the terminal message was dropped for a
+peer whose queue was full) instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -334,7 +336,7 @@ class Daemon:
     async def _dispatch(self, peer: bytes, route: bytes, msg: dict, user: str = "") -> None:
         kind, msg_id = msg["kind"], msg["id"]
         if kind == "ping":
-            await self._send(route, protocol.make("pong", msg_id))
+            await self._send(route, protocol.make("pong", msg_id, **self._open_of(peer)))
         elif kind == "hello":
             await self._send(route, protocol.make("welcome", msg_id, **self.welcome()))
         elif kind == "status":
@@ -347,6 +349,12 @@ class Daemon:
             self._tool_result(peer, msg)
         elif kind in REQUEST_KINDS:
             await self._start(peer, route, msg, user)
+
+    def _open_of(self, peer: bytes) -> dict:
+        """The ``open`` field of a pong: the sender's open requests, which its client checks its own against (one
+        the daemon no longer has would otherwise wait for ever); none beyond the protocol's bound."""
+        ids = [msg_id for owner, msg_id in self._jobs if owner == peer]
+        return {"open": ids} if len(ids) <= protocol.MAX_OPEN_LISTED else {}
 
     def _tool_result(self, peer: bytes, msg: dict) -> None:
         job = self._jobs.get((peer, msg["id"]))

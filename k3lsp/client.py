@@ -6,7 +6,9 @@ that request's queue, so many audits stream at once over one socket. Liveness is
 application ``ping`` (ZMTP heartbeats only prove that libzmq is alive, not the daemon's event loop);
 when the daemon goes away, open requests fail with :class:`DaemonError` within the liveness timeout
 instead of hanging, and ZeroMQ reconnects by itself, so the next request works as soon as the daemon
-is back.
+is back. A daemon that answers pings but no longer has a request open (it restarted within the liveness
+timeout, or the request's end was lost on the way) says so in its ``pong``: a request missing from two pongs
+in a row fails the same way. So every request ends: with its terminal message, or with an error of this side.
 
 Nothing is sent to a daemon whose identity is not established first (``daemon_identity``): with keys,
 CurveZMQ proves the daemon holds the secret half of the configured server key; on an ``ipc://`` socket,
@@ -111,6 +113,8 @@ class DaemonClient:
         self._reader: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
         self._queues: dict[str, asyncio.Queue[dict]] = {}
+        self._sent: set[str] = set()  # streaming requests the daemon has been sent and not yet ended
+        self._missing: set[str] = set()  # ... of those, the ones the last pong did not list as open
         self._ids = itertools.count(1)
         self._prefix = os.urandom(4).hex()
         self._last_heard = 0.0
@@ -349,10 +353,26 @@ class DaemonClient:
             await asyncio.sleep(opts.liveness_interval)
             if not self._busy():
                 continue
+            asked = set(self._sent)  # sent before the ping: the daemon has read them when it answers it
             with contextlib.suppress(DaemonError):
-                await self._one("ping", opts.liveness_interval, prefix="ping-")
+                self._end_forgotten(await self._one("ping", opts.liveness_interval, prefix="ping-"), asked)
             if loop.time() - self._last_heard > opts.liveness_timeout:
                 self._fail_all(ErrorCode.DOWN, f"the audit daemon at {opts.endpoint} stopped answering")
+
+    def _end_forgotten(self, pong: dict, asked: set[str]) -> None:
+        """Fail the requests that two pongs in a row did not list as open: their end will never come. A reply
+        without ``open`` (an older daemon, an error) checks nothing."""
+        if "open" not in pong:
+            self._missing = set()
+            return
+        missing = (asked - set(pong["open"])) & self._sent
+        lost, self._missing = missing & self._missing, missing - self._missing
+        for msg_id in lost:
+            message = (
+                f"the audit daemon at {self.options.endpoint} no longer has request {msg_id} open "
+                "(it restarted, or the request's answer was lost on the way)"
+            )
+            self._queues[msg_id].put_nowait(protocol.error(msg_id, ErrorCode.DOWN, message) | {"local": True})
 
     def _busy(self) -> bool:
         return any(not k.startswith("ping-") for k in self._queues)
@@ -412,6 +432,7 @@ class DaemonClient:
         finished = False
         try:
             await self.send(kind, msg_id, **fields)
+            self._sent.add(msg_id)
             while True:
                 message = await queue.get()
                 if message["kind"] == "tool_request":
@@ -423,5 +444,6 @@ class DaemonClient:
                     return
         finally:
             self._queues.pop(msg_id, None)
+            self._sent.discard(msg_id)
             if not finished:  # left early: the daemon stops the work (never awaited, so a cancel cannot hang)
                 self.send_nowait("cancel", msg_id)

@@ -20,6 +20,7 @@ import msgpack
 VERSION = 1
 MAX_FRAME_BYTES = 8 * 1024 * 1024  # a whole unit + context fits many times; memory amplification stays bounded
 MAX_ID_CHARS = 128
+MAX_OPEN_LISTED = 1024  # request ids a ``pong`` lists at most (more: it lists none, and nothing is checked)
 MAX_TEXT_CHARS = 1024 * 1024  # one code unit, context or tool result
 MAX_DEPTH = 8  # free-form maps (stats, tool args, limits) nest no deeper than this
 
@@ -403,7 +404,7 @@ TO_CLIENT: dict[str, Schema] = {
     "done": {"stats": (free_map, True)},
     "error": {"code": (string(64, nonempty=True), True), "message": (string(4000), True)},
     "cancelled": {},
-    "pong": {},
+    "pong": {"open": (list_of(string(MAX_ID_CHARS, nonempty=True), MAX_OPEN_LISTED), False)},
     "status": {"status": (free_map, True)},
 }
 

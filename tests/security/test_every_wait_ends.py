@@ -14,10 +14,12 @@ import asyncio
 import pytest
 
 from k3lsp import pool as pool_module
+from k3lsp.client import ClientOptions, DaemonClient
 from k3lsp.options import Options
 from k3lsp.pool import Pool
 from k3lsp.wire.cache import ResultCache
 from tests.support.core import audit, targets
+from tests.support.daemon import audit_fields
 from tests.support.peer import WELCOME, peer, reply
 
 SOURCE = "int f(int a)\n{\n\treturn a;\n}\n"
@@ -124,3 +126,29 @@ async def test_a_run_still_waiting_when_its_pool_closes_ends_with_its_units_left
 async def _until(condition) -> None:
     while not condition():
         await asyncio.sleep(0.01)
+
+
+async def test_a_request_the_daemon_no_longer_has_open_ends_instead_of_waiting():
+    """A daemon that took an audit and no longer has it (it restarted within the liveness timeout, or the answer
+    was lost on the way) while it answers every ping: its pongs list the requests it has open, and one missing
+    from two of them in a row ends with an error that says so."""
+    pings: list[str] = []
+
+    async def forgetful(sock, ident, msg):
+        if msg["kind"] == "hello":
+            await reply(sock, ident, "welcome", msg["id"], **WELCOME)
+        elif msg["kind"] == "ping":
+            pings.append(msg["id"])
+            await reply(sock, ident, "pong", msg["id"], open=[])
+
+    async with peer(forgetful) as endpoint:
+        client = DaemonClient(ClientOptions(endpoint=endpoint, liveness_interval=0.1))
+        try:
+            await client.connect()
+            stream = client.stream("audit", audit_fields("f"))
+            message = await asyncio.wait_for(anext(stream), 10)
+            await stream.aclose()
+        finally:
+            await client.close()
+    assert message["kind"] == "error" and message["code"] == "down", message
+    assert "no longer has request" in message["message"] and len(pings) >= 2
