@@ -10,6 +10,7 @@ A patch that does not apply says why in ``error`` (and the ones after it, which 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -100,8 +101,8 @@ def mails(base: Snapshot, series: Sequence[Mail]) -> list[Patch]:
             error = f"not reviewed: an earlier patch of the series did not apply ({failed})"
         else:
             try:
-                files = tuple(patches.parse(mail.diff))
-                after = Applied(state, _applied(state, files))
+                files, left = _applied(state, patches.parse(mail.diff))
+                after = Applied(state, left)
             except patches.PatchError as exc:
                 failed = str(exc)
                 error = f"not reviewed: {failed}"
@@ -110,18 +111,62 @@ def mails(base: Snapshot, series: Sequence[Mail]) -> list[Patch]:
     return out
 
 
-def _applied(before: Snapshot, files: Sequence[FileChange]) -> dict[str, bytes | None]:
+def _applied(before: Snapshot, files: Sequence[FileChange]) -> tuple[tuple[FileChange, ...], dict[str, bytes | None]]:
+    """The files a mail's diffs leave, as ``git apply`` leaves them, and its changes with one per file.
+
+    As git does, a diff of a file an earlier diff of the mail changed applies on top of that one's result; a
+    rename or a copy reads its source as it was before the mail ("git patches do not depend on the order"); a
+    file deleted or renamed away by an earlier diff cannot be changed again, and a new file cannot be where a
+    file is (unless a diff of the mail deletes or renames that one away). A file that several diffs leave is one
+    change, from its first diff's source before the mail to what the last one left: the lines the review marks
+    as changed are every diff's, not the last one's."""
     out: dict[str, bytes | None] = {}
+    gone: set[str] = set()  # deleted or renamed away by a diff of the mail
+    leaving = {c.old_path for c in files if c.old_path is not None and (c.new_path is None or _renames(c))}
+    firsts: dict[str, FileChange] = {}  # each file left, by its first diff
     for change in files:
-        if change.old_path is not None and change.old_path != change.new_path:
-            out[change.old_path] = None
-        if change.new_path is None:
-            continue
-        if change.binary:
-            out[change.new_path] = None
-            continue
-        old = b"" if change.old_path is None else before.read(change.old_path)
+        source, target = change.old_path, change.new_path
+        state = Applied(before, out)
+        if source is None or (target is not None and source != target):
+            if target is not None and target not in gone | leaving and state.read(target) is not None:
+                raise patches.PatchError(f"{target}: the patch creates it, but the files already have it")
+            old = b"" if source is None else before.read(source)
+        elif source in gone:
+            raise patches.PatchError(f"{source}: the patch changes it after a diff of its own deleted or renamed it")
+        else:
+            old = state.read(source)
         if old is None:
-            raise patches.PatchError(f"{change.old_path}: the patch changes it, but the base has no such file")
-        out[change.new_path] = patches.apply(old, change)
-    return out
+            raise patches.PatchError(f"{source}: the patch changes it, but the base has no such file")
+        if source is not None and (target is None or _renames(change)):
+            out[source] = None
+            gone.add(source)
+        if target is None:
+            if not change.binary and patches.apply(old, change):
+                raise patches.PatchError(f"{source}: the patch deletes it, but leaves some of its lines")
+            continue
+        out[target] = None if change.binary else patches.apply(old, change)
+        gone.discard(target)
+        firsts.setdefault(target, change)
+    return tuple(_one_per_file(before, files, firsts, out)), out
+
+
+def _renames(change: FileChange) -> bool:
+    return not change.copy and change.old_path not in (None, change.new_path) and change.new_path is not None
+
+
+def _one_per_file(
+    before: Snapshot, files: Sequence[FileChange], firsts: dict[str, FileChange], out: dict[str, bytes | None]
+) -> list[FileChange]:
+    """``files`` with the diffs of a file several diffs leave made one (at the place of its first)."""
+    count = Counter(c.new_path for c in files if c.new_path is not None)
+    merged: list[FileChange] = []
+    for change in files:
+        target = change.new_path
+        if target is None or count[target] == 1:
+            merged.append(change)
+        elif firsts[target] is change:
+            source, new = change.old_path, out[target]
+            old = before.read(source) if source is not None else b""
+            hunks = patches.between(old, new) if old is not None and new is not None else ()
+            merged.append(FileChange(source, target, new is None, hunks, change.copy))
+    return merged
