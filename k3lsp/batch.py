@@ -15,6 +15,7 @@ rerun audits only the rest.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from collections import Counter
@@ -25,7 +26,7 @@ from typing import TextIO
 
 from lsprotocol import types as lsp
 
-from k3lsp import pipeline, suppress, tasks, units
+from k3lsp import findings_text, pipeline, suppress, tasks, units
 from k3lsp.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.admission import read_sources as read_sources  # its tests read a file as the batch tool does
 from k3lsp.options import Options
@@ -33,7 +34,7 @@ from k3lsp.pool import DEFAULT_SLOTS, Pool
 from k3lsp.run import Counters, Summary, Target, describe
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
-from k3lsp.wire.protocol import Priority
+from k3lsp.wire.protocol import SEVERITIES, Priority
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -291,15 +292,41 @@ def print_problems(report: BatchReport | Admitted, err: TextIO = sys.stderr, sai
         print(sanitize.line(f"k3lsp audit: error: {error}"), file=err)
 
 
-def print_text(report: BatchReport, out: TextIO = sys.stdout) -> None:
-    """`path:line:col: severity CWE-n title`, like a compiler, then one stats line. The path comes from the
-    audited tree and the title from the model: each line is sanitised for the terminal."""
+def print_text(report: BatchReport, out: TextIO = sys.stdout, detailed: bool | None = None) -> None:
+    """`path:line:col: severity CWE-n title` per finding, like a compiler, then one stats line. ``detailed``
+    (default: whether ``out`` is a terminal) adds what a compiler shows under its location line: the message, the
+    source line with a caret, the trace and the fix (``k3lsp.findings_text``); piped, scripts get the one line."""
+    if detailed is None:
+        detailed = out.isatty()
+    source = functools.cache(_lines_of)
     for r in report.findings:
-        print(sanitize.line(f"{r.path}:{r.line}:{r.column}: {r.severity} CWE-{r.cwe} {r.title}"), file=out)
+        for line in findings_text.detailed(r, source) if detailed else [findings_text.headline(r)]:
+            print(line, file=out)
+    print(summary_line(report), file=out)
+
+
+def summary_line(report: BatchReport) -> str:
+    """``k3lsp audit: F files, U units, ...`` (the stats, in order), and the units per daemon when several."""
     line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
     if len(report.by_backend) > 1:
         line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in report.by_backend.items())
-    print(sanitize.line(line), file=out)
+    return sanitize.line(line)
+
+
+def written_summary(report: BatchReport, path: Path) -> str:
+    """What the terminal is told when the report went to a file: the findings by severity, where, and the stats."""
+    by = Counter(r.severity for r in report.findings)
+    severities = ", ".join(f"{by[s]} {s}" for s in SEVERITIES if by[s])
+    found = f"{len(report.findings)} findings" + (f" ({severities})" if severities else "")
+    return sanitize.line(f"k3lsp audit: {found} in {path}; " + summary_line(report).removeprefix("k3lsp audit: "))
+
+
+def _lines_of(path: str) -> list[str] | None:
+    """A reported file's lines, read again to quote them (None when it is gone or unreadable)."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    except OSError:
+        return None
 
 
 def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:
