@@ -170,7 +170,11 @@ def _audit_run(args: argparse.Namespace) -> int:
         "json": lambda out: batch.print_json(result, out),
         "text": lambda out: batch.print_text(result, out),
     }
-    return status if terminal.write_report(args.output, formats, fmt, "audit") else batch.EXIT_ERROR
+    if not terminal.write_report(args.output, formats, fmt, "audit"):
+        return batch.EXIT_ERROR
+    if args.output is not None:  # the report went to a file: the terminal still hears what was found
+        print(batch.written_summary(result, args.output), file=sys.stderr)
+    return status
 
 
 def _eval(args: argparse.Namespace) -> int:
