@@ -5,8 +5,9 @@ colours them), and the recall per CWE. Fixes: the catch rate per subsystem with 
 Without matplotlib the report is written all the same and says how to get the charts.
 
 Every chart is read at a normal size: horizontal bars, so labels are never rotated and the figure grows in
-height with the rows (a page scrolls down), never in width; a title; a legend for what the colours are; and the
-count beside each bar (``2/5``), in its colour, so a zero, which has no bar, is still seen.
+height with the rows (a page scrolls down), never in width; a title; a legend for what the colours are, or a
+panel per configuration when there are more than two; and the count beside each bar (``2/5``), in its colour,
+so a zero, which has no bar, is still seen.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ COLOURS = {"analyzer": "#648fff", "llm": "#ffcc00", "ours": "#dc267f"}  # the pa
 KIND_NAMES = {"ours": "k3lsp (this run)", "analyzer": "analyzers (the paper)", "llm": "LLMs (the paper)"}
 WIDTH = 8  # inches: 960 px at DPI, whatever the number of rows or configurations
 DPI = 120
+GROUPED_AT_MOST = 2  # configurations drawn side by side in one chart; more get a panel each
+PANEL_COLUMNS = 3
 NOISE = " (random weights: noise)"
 
 
@@ -47,8 +50,8 @@ def castle_figures(report: dict) -> dict:
         notes = [f"{r['tp']}/{r['tp'] + r['fn']}" for r in found]
         series.append(Series(c["name"], [r["recall"] for r in found], notes))
     noise = NOISE if report.get("random_weights") else ""
-    recall = _rows(plt, [f"CWE-{w}" for w in cwes], series, "recall: vulnerable tests found (TP / vulnerable)")
-    recall.axes[0].set_title("CASTLE: recall per CWE" + noise)
+    recall = _rows(plt, [f"CWE-{w}" for w in cwes], series, "recall: vulnerable tests found (TP / vulnerable)",
+                   "CASTLE: recall per CWE" + noise)  # fmt: skip
     return {"castle-score.png": _castle_score(plt, report, noise), "castle-cwe-recall.png": recall}
 
 
@@ -67,8 +70,8 @@ def fixes_figures(report: dict) -> dict:
         hi = [r["wilson95"][1] - v if r else 0.0 for v, r in zip(values, rates, strict=True)]
         notes = [f"{r['caught']}/{r['judged']}" if r else "none" for r in rates]
         series.append(Series(c["name"], values, notes, [lo, hi]))
-    fig = _rows(plt, dirs, series, "catch rate: caught / judged, with the 95 % Wilson interval")
-    fig.axes[0].set_title("Fixes: catch rate per subsystem" + (NOISE if report.get("random_weights") else ""))
+    title = "Fixes: catch rate per subsystem" + (NOISE if report.get("random_weights") else "")
+    fig = _rows(plt, dirs, series, "catch rate: caught / judged, with the 95 % Wilson interval", title)
     return {"fixes-subsystems.png": fig}
 
 
@@ -110,31 +113,51 @@ class Series:
     errors: list[list[float]] | None = None
 
 
-def _rows(plt, labels: list[str], series: list[Series], xlabel: str):
-    """Horizontal bars of 0..1 values, one row per label (first on top, as in the report's tables) and one bar
-    per series in it, in the legend's colours; each bar says its count at its end, in its colour."""
-    per_row = max(0.3, 0.22 * len(series))
-    height_in = per_row * len(labels) + 1.6
-    fig, ax = plt.subplots(figsize=(WIDTH, height_in))
+def _rows(plt, labels: list[str], series: list[Series], xlabel: str, title: str):
+    """Horizontal bars of 0..1 values, one row per label (first on top, as in the report's tables). Up to
+    GROUPED_AT_MOST configurations share one chart, a bar each per row in the legend's colours; more get a panel
+    each (small multiples, PANEL_COLUMNS to a row), so the chart grows with the rows, not rows times
+    configurations."""
+    if len(series) <= GROUPED_AT_MOST:
+        height_in = max(0.3, 0.22 * len(series)) * len(labels) + 1.6
+        fig, ax = plt.subplots(figsize=(WIDTH, height_in))
+        _bars(ax, labels, series, xlabel)
+        if series:
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / height_in), fontsize=8, title="configuration",
+                      ncol=min(4, len(series)), title_fontsize=8)  # fmt: skip
+    else:
+        rows = -(-len(series) // PANEL_COLUMNS)
+        fig, axes = plt.subplots(rows, PANEL_COLUMNS, sharey=True, squeeze=False,
+                                 figsize=(WIDTH, rows * (0.2 * len(labels) + 1.2) + 0.6))  # fmt: skip
+        for k, ax in enumerate(axes.flat):
+            if k < len(series):
+                _bars(ax, labels, [series[k]], "", f"C{k}")
+                ax.set_title(series[k].name, fontsize=9)
+            else:
+                ax.set_visible(False)
+        fig.supxlabel(xlabel, fontsize=9)
+    fig.suptitle(title)
+    return fig
+
+
+def _bars(ax, labels: list[str], series: list[Series], xlabel: str, colour: str | None = None) -> None:
+    """One bar per series in each label's row; each bar says its count at its end (after its error bar), in its
+    colour: a zero has no bar, and its count still shows."""
     height = 0.8 / max(1, len(series))
     for k, s in enumerate(series):
         ys = [i + (k - (len(series) - 1) / 2) * height for i in range(len(labels))]
-        bars = ax.barh(ys, s.values, height, xerr=s.errors, capsize=2 if s.errors else 0, label=s.name,
+        bars = ax.barh(ys, s.values, height, xerr=s.errors, capsize=2 if s.errors else 0, label=s.name, color=colour,
                        error_kw={"elinewidth": 0.8, "alpha": 0.6})  # fmt: skip
-        colour = bars.patches[0].get_facecolor() if bars.patches else "black"
+        shade = bars.patches[0].get_facecolor() if bars.patches else "black"
         ends = [v + above for v, above in zip(s.values, s.errors[1], strict=True)] if s.errors else s.values
-        for y, end, note in zip(ys, ends, s.notes, strict=True):  # after the error bar, clear of it
-            ax.text(end, y, f" {note}", va="center", size=7, color=colour)
+        for y, end, note in zip(ys, ends, s.notes, strict=True):
+            ax.text(end, y, f" {note}", va="center", size=7, color=shade)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlim(0, 1.12)  # room for the count after a full bar
-    ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0", "25 %", "50 %", "75 %", "100 %"])
+    ax.set_xlim(0, 1.15)  # room for the count after a full bar
+    ax.set_xticks([0, 0.5, 1], ["0", "50 %", "100 %"])
     ax.grid(axis="x", linewidth=0.4, alpha=0.5)
-    ax.set_xlabel(xlabel)
-    if series:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / height_in), fontsize=8, ncol=min(4, len(series)),
-                  title="configuration", title_fontsize=8)  # fmt: skip
-    return fig
+    ax.set_xlabel(xlabel, fontsize=8)
 
 
 def _save(figures: dict, out: Path) -> list[Path]:
