@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_ERROR = 0, 2
+MAX_LIST_BYTES = 16 * 1024 * 1024  # --list: ~400,000 commit ids
 SEVERITY_DEFAULT = "medium"
 
 
@@ -95,7 +96,14 @@ def _plan(args: argparse.Namespace, on_progress):
     if jobs < 1:
         raise _Refused(f"--jobs must be at least 1, not {jobs}")
     out = args.out or Path("k3lsp-eval") / args.eval_command
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise _Refused(
+            f"--out {out}: it is a file, not a directory; give a directory for the report (it is made when missing)"
+        ) from None
+    except OSError as exc:
+        raise _Refused(f"--out {out}: cannot make the report's directory: {exc.strerror or exc}") from None
     return Plan(out=out, resume=args.resume, jobs=jobs, on_progress=on_progress)
 
 
@@ -147,7 +155,7 @@ def _publish(args: argparse.Namespace, out: Path, report: dict, markdown: str, d
     notes = []
     if charts.available():
         drawn = draw(report, out)
-        notes.append("charts: " + ", ".join(p.name for p in drawn) if drawn else "no charts: nothing was reviewed")
+        notes.append("charts: " + ", ".join(p.name for p in drawn) if drawn else "no charts: nothing was judged")
     else:
         notes.append(charts.INSTALL_HINT)
     (out / "report.md").write_text(markdown, encoding="utf-8")
@@ -236,8 +244,13 @@ def _fixes(args: argparse.Namespace, options) -> int:
 
 
 def _listed(path: Path) -> list[str]:
+    """The commit ids of ``--list``, read as a file a flag names (``k3lsp.wire.supplied``: it may be /dev/zero)."""
+    from k3lsp.wire import supplied
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _Refused(f"cannot read --list {path}: {exc}") from exc
+        text = supplied.read(path, MAX_LIST_BYTES).decode("utf-8")
+    except OSError as exc:
+        raise _Refused(f"cannot read --list {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _Refused(f"cannot read --list {path}: it is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]

@@ -13,11 +13,19 @@ import os
 import re
 import socket
 import stat
+import struct
 from pathlib import Path
 
 import platformdirs
 import zmq
 import zmq.auth
+from zmq.utils import z85
+
+from k3lsp.wire import supplied
+
+MAX_KEY_BYTES = 64 * 1024  # a key file is ~300 bytes; a flag may name /dev/zero
+# One key line of a ZPL certificate (pyzmq's format): `public-key = "z85"`, quotes optional, not in a comment.
+_KEY_LINE = re.compile(rb"^[ \t]*(?P<half>public|secret)-key[ \t]*=[ \t]*[\"']?(?P<key>[^\"'\s]*)", re.M)
 
 
 class KeyFileError(Exception):
@@ -110,11 +118,29 @@ def _stat(path: Path) -> os.stat_result:
 
 
 def _load(path: Path) -> tuple[bytes, bytes | None]:
-    _stat(path)
+    """(public, secret) of a key file as pyzmq writes one (``public-key = "..."`` lines; ``#`` comments), read as a
+    file a flag names (``k3lsp.wire.supplied``: regular, bounded, never blocking) and checked here: pyzmq's own
+    reader read ``/dev/zero`` until memory ran out, raised IndexError on a line without ``=`` and took a key that
+    is no z85, which failed later as "ZMQError: Invalid argument"."""
     try:
-        public, secret = zmq.auth.load_certificate(path)
-    except (OSError, ValueError) as exc:
-        raise KeyFileError(f"{path} is not a CurveZMQ key file: {exc}") from exc
-    if public is None or len(public) != 40:
-        raise KeyFileError(f"{path} holds no valid public key")
+        data = supplied.read(path, MAX_KEY_BYTES)
+    except OSError as exc:
+        raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
+    found: dict[bytes, bytes] = {}
+    for m in _KEY_LINE.finditer(data):
+        found.setdefault(m["half"], m["key"])
+    public, secret = found.get(b"public"), found.get(b"secret")
+    if public is None:
+        raise KeyFileError(f'{path} is not a CurveZMQ key file: it has no public-key = "..." line')
+    for half, key in ((b"public", public), (b"secret", secret)):
+        if key is not None and not _z85_key(key):
+            raise KeyFileError(f"{path} is not a CurveZMQ key file: its {half.decode()} key is not 40 z85 characters")
     return public, secret
+
+
+def _z85_key(key: bytes) -> bool:
+    """Whether ``key`` is a CurveZMQ key in z85: 40 characters that decode to 32 bytes."""
+    try:
+        return len(key) == 40 and len(z85.decode(key)) == 32
+    except (ValueError, KeyError, struct.error):  # a character outside z85, a group over 2**32
+        return False

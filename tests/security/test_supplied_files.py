@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from k3lsp import suppress
-from k3lsp.wire import supplied
+from k3lsp.wire import keys, supplied
 from k3lsp.witnesses import flags
+from tests.eval import castle_data
+from tests.review import repos
 from tests.support.batch import k3lsp_env
 
 DATA_LIMIT = 512 * 1024 * 1024  # far above what a k3lsp command needs, far below what /dev/zero gives
@@ -139,3 +141,80 @@ def test_the_reader_takes_a_regular_file_up_to_its_cap_and_says_why_it_refuses(t
         supplied.read(tmp_path / "fifo", 10)
     with pytest.raises(FileNotFoundError):
         supplied.read(tmp_path / "missing", 10)
+
+
+# --- item 9: files a flag names -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client_keys(tmp_path) -> Path:
+    """A client's real secret key (k3lsp keys init), so only the server key is wrong."""
+    keys.init_keypair(tmp_path / "keys", "me")
+    return tmp_path / "keys" / "me.key_secret"
+
+
+def status(server_key: Path | str, client_key: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """`k3lsp status` with a server key; port 9 (discard) on loopback: the key is read before any connection."""
+    args = ("--server-key", str(server_key), "--client-key", str(client_key), "--endpoint", "tcp://127.0.0.1:9")
+    return bounded_k3lsp("status", *args, cwd=tmp_path)
+
+
+def test_a_server_key_flag_naming_dev_zero_is_refused_in_words(client_keys, tmp_path):
+    done = status("/dev/zero", client_keys, tmp_path)  # before the fix: read until MemoryError (22 GB unbounded)
+    assert done.stderr.strip() == (
+        "k3lsp status: cannot read key file /dev/zero: it is a character device, not a regular file; refused"
+    ), done.stderr
+    assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("public-key\n", 'it has no public-key = "..." line'),  # was IndexError: list index out of range
+        (f'public-key = "{"~" * 40}"\n', "its public key is not 40 z85 characters"),  # was ZMQError: Invalid argument
+        ("# nothing here\n", 'it has no public-key = "..." line'),
+    ],
+)
+def test_a_malformed_server_key_is_named_and_explained(client_keys, tmp_path, text, says):
+    bad = tmp_path / "bad.key"
+    bad.write_text(text)
+    done = status(bad, client_keys, tmp_path)
+    assert done.stderr.strip() == f"k3lsp status: {bad} is not a CurveZMQ key file: {says}", done.stderr
+    assert done.returncode == 2
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    repos.repository(root, {"slot.c": SOURCE})
+    return root
+
+
+def test_eval_fixes_list_naming_dev_zero_or_a_fifo_is_refused_in_words(repo, tmp_path):
+    done = bounded_k3lsp("eval", "fixes", "--repo", str(repo), "--list", "/dev/zero", cwd=tmp_path)
+    assert done.stderr.strip() == (
+        "k3lsp eval fixes: cannot read --list /dev/zero: it is a character device, not a regular file; refused"
+    ), done.stderr  # before the fix: error: MemoryError:
+    os.mkfifo(tmp_path / "fifo")
+    done = bounded_k3lsp("eval", "fixes", "--repo", str(repo), "--list", str(tmp_path / "fifo"), cwd=tmp_path)
+    assert "it is a FIFO (named pipe), not a regular file" in done.stderr, done.stderr  # before: blocked in open()
+    assert done.returncode == 2
+
+
+def test_review_patch_naming_dev_zero_is_refused_in_words(repo, tmp_path):
+    done = bounded_k3lsp("review", "-C", str(repo), "--patch", "/dev/zero", cwd=tmp_path)
+    said = "k3lsp review: error: cannot read /dev/zero: it is a character device, not a regular file"
+    assert said in done.stderr, done.stderr  # before the fix: error: MemoryError:
+    assert "MemoryError" not in done.stderr and done.returncode == 2
+
+
+def test_eval_out_naming_a_file_says_so_in_words(tmp_path):
+    dataset = castle_data.write(tmp_path / "castle.json", castle_data.dataset())
+    (tmp_path / "taken").write_text("a file, not a directory\n")
+    done = bounded_k3lsp(
+        "eval", "castle", str(dataset), "--out", "taken", "--endpoint", "ipc:///nonexistent/d.sock", cwd=tmp_path
+    )
+    assert done.stderr.strip().endswith(
+        "--out taken: it is a file, not a directory; give a directory for the report (it is made when missing)"
+    ), done.stderr  # before the fix: error: FileExistsError: [Errno 17] File exists: 'taken'
+    assert done.returncode == 2
