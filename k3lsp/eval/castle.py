@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from k3lsp.wire import supplied
+
+MAX_DATASET_BYTES = 256 * 1024 * 1024  # CASTLE-C250 is ~1 MB; a dataset of many thousand programs fits
+
 
 class DatasetError(ValueError):
     """The file is not a CASTLE-format dataset; the message says where."""
@@ -78,7 +82,7 @@ class Dataset:
 def load(path: str | Path) -> Dataset:
     """Read and check a CASTLE-format JSON file; raises DatasetError with a clear message for anything wrong."""
     try:
-        raw = Path(path).read_bytes()
+        raw = supplied.read(path, MAX_DATASET_BYTES)  # a file a flag names: it may be /dev/zero or a FIFO
         data = json.loads(raw)
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror or exc}") from exc

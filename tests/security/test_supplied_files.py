@@ -201,6 +201,13 @@ def test_eval_fixes_list_naming_dev_zero_or_a_fifo_is_refused_in_words(repo, tmp
     assert done.returncode == 2
 
 
+def test_eval_castle_naming_dev_zero_as_its_dataset_is_refused_in_words(tmp_path):
+    done = bounded_k3lsp("eval", "castle", "/dev/zero", cwd=tmp_path)
+    assert done.stderr.strip() == (
+        "k3lsp eval castle: cannot read /dev/zero: it is a character device, not a regular file; refused"
+    ), done.stderr  # before the fix: error: MemoryError:
+
+
 def test_review_patch_naming_dev_zero_is_refused_in_words(repo, tmp_path):
     done = bounded_k3lsp("review", "-C", str(repo), "--patch", "/dev/zero", cwd=tmp_path)
     said = "k3lsp review: error: cannot read /dev/zero: it is a character device, not a regular file"
