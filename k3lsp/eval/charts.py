@@ -56,12 +56,12 @@ def castle_figures(report: dict) -> dict:
 
 
 def fixes_figures(report: dict) -> dict:
-    """File name -> figure of a fixes report; none when nothing was reviewed (--cases-only)."""
+    """File name -> figure of a fixes report; none when nothing was judged (--cases-only, or no review whole)."""
     configs = report["configurations"]
-    if not configs:
+    dirs = list(dict.fromkeys(d for c in configs for d in c["directories"]))
+    if not dirs:
         return {}
     plt = _pyplot()
-    dirs = list(dict.fromkeys(d for c in configs for d in c["directories"]))
     series = []
     for c in configs:
         rates = [c["directories"].get(d) for d in dirs]

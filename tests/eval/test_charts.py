@@ -90,5 +90,6 @@ def test_the_files_are_a_normal_size_however_many_configurations(tmp_path):
             assert width == 960 and height < 1600, (n, path.name, width, height)
 
 
-def test_nothing_reviewed_draws_nothing(tmp_path):
-    assert charts.fixes({"configurations": []}, tmp_path) == []
+def test_nothing_judged_draws_nothing(tmp_path):
+    assert charts.fixes({"configurations": []}, tmp_path) == []  # --cases-only
+    assert charts.fixes({"configurations": [{"name": "default", "directories": {}}]}, tmp_path) == []

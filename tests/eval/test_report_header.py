@@ -47,7 +47,7 @@ def test_cases_only_asks_no_daemon_and_says_so(h, tmp_path):
     assert "## Configurations" not in md and "| configuration |" not in md  # no table without a row
     assert "Nothing was reviewed: the cases below are what a run would review." in md
     assert "charts: ;" not in done.stderr
-    assert "no charts: nothing was reviewed; report.json and report.md in" in done.stderr
+    assert "no charts: nothing was judged; report.json and report.md in" in done.stderr
 
 
 def test_witnesses_only_asks_no_daemon_and_says_so(tmp_path):
