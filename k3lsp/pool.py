@@ -237,8 +237,14 @@ class Pool:
         return DaemonState(ConnState.CONNECTED, queued, running, "; ".join(lines) + note)
 
     def _notify(self) -> None:
-        if self._on_state is not None:
+        """Tell the front end the state. What its callback raises is logged, never raised into the pool: a
+        dispatch or a job's end cut short there would leave queued work waiting for an event that never comes."""
+        if self._on_state is None:
+            return
+        try:
             self._on_state(self.state)
+        except Exception:
+            log.exception("the front end failed to take the audit core's state")
 
     def usable(self) -> list[Connection]:
         return [c for c in self.connections if c.state.usable]

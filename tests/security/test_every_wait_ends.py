@@ -107,6 +107,23 @@ async def _collect(results) -> list:
     return [r async for r in results]
 
 
+async def test_a_front_end_whose_state_callback_fails_still_gets_every_unit(tmp_path):
+    """The pool tells the front end its state on every change (``on_state``); one that raises there must not stop
+    the queue: every unit of the run is still sent and answered."""
+    handler, sent = busy_until(0)
+
+    def broken(state):
+        raise RuntimeError("the status bar went away")
+
+    async with peer(handler) as endpoint:
+        pool = Pool(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"), slots=1, on_state=broken)
+        try:
+            results, summary = await audit(pool, targets(SOURCE * 3), timeout=20)
+        finally:
+            await pool.close()
+    assert len(results) == 3 and summary.complete and len(sent) == 3
+
+
 async def test_a_run_still_waiting_when_its_pool_closes_ends_with_its_units_left(tmp_path):
     async def silent(sock, ident, msg):  # welcomes, then never answers an audit
         if msg["kind"] == "hello":
