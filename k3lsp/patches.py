@@ -25,6 +25,7 @@ from unidiff.constants import LINE_TYPE_EMPTY, LINE_TYPE_NO_NEWLINE
 CONTEXT_LINES = 3  # as git diff and git format-patch
 SEARCH_FACTOR = 64  # lines searched to place a patch's hunks, per line of the file and of the patch, at most
 _DEV_NULL = "/dev/null"
+_NO_NEWLINE = "\\ No newline at end of file\n"
 _PATCHED = "\0"  # the code of a line a hunk wrote: no line of a file has it
 _C_SPACE = " \t\n\v\f\r"  # C's isspace, which git's line hash skips
 
@@ -56,9 +57,12 @@ def encode(text: str) -> bytes:
 
 
 def parse(text: str) -> list[FileChange]:
-    """The files of a unified diff (``git diff``, ``git format-patch``, ``diff -u``); text around it is ignored."""
+    """The files of a unified diff (``git diff``, ``git format-patch``, ``diff -u``); text around it is ignored.
+    Any line starting with a backslash and a space is the "\\ No newline at end of file" mark, as git takes it in
+    whatever language ``diff`` wrote it (unidiff knows the English one only, after a hunk)."""
+    lines = [_NO_NEWLINE if line.startswith("\\ ") else line for line in split_lines(text)]
     try:
-        patch = unidiff.PatchSet(split_lines(text))
+        patch = unidiff.PatchSet(lines)
     except unidiff.UnidiffParseError as exc:
         raise PatchError(f"not a unified diff: {exc}") from None
     return [_file(f) for f in patch]

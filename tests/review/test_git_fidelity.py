@@ -194,6 +194,25 @@ def test_a_hunk_away_from_its_header_lands_where_git_apply_puts_it(tmp_path):
             assert ours == theirs, (name, n)
 
 
+def test_a_no_newline_mark_in_another_language_ends_the_line_as_for_git(tmp_path):
+    """git takes any line starting with a backslash and a space after a hunk as "\\ No newline at end of file":
+    here its context line then lacks its newline, and git glues the file's next line to it, into its comment
+    (`kfree(buf);` is gone). The review saw the English mark only, and so a file where the free stayed."""
+    old = "int f(char *buf)\n{\n\tint x = 0; // note\n\tkfree(buf);\n\treturn x;\n}\n"
+    diff = (
+        "--- a/f.c\n+++ b/f.c\n@@ -1,3 +1,4 @@\n int f(char *buf)\n+/* hi */\n {\n \tint x = 0; // note\n"
+        "\\ Kein Zeilenumbruch am Dateiende.\n"
+    )
+    ok(tmp_path, "init", "-q")
+    (tmp_path / "f.c").write_text(old)
+    (tmp_path / "d.patch").write_text(diff)
+    ok(tmp_path, "apply", "d.patch")
+    landed = (tmp_path / "f.c").read_bytes()
+    assert b"// note\tkfree(buf);" in landed  # git's reading
+    (change,) = patches.parse(diff)
+    assert patches.apply(old.encode(), change) == landed
+
+
 LINE = st.text(st.sampled_from("ab{};\t " + SEPARATORS), max_size=5)
 
 
