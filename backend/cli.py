@@ -50,18 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     """Every subcommand ends on a signal or a closed stdout as docs/cli.md says (k3lsp.wire.ending)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = argv[0] if argv and argv[0] in COMMANDS else None
-    return ending.run("k3-backend" if name is None else f"k3-backend {name}", lambda: _main(argv))
+    return ending.run("k3-backend" if name is None else f"k3-backend {name}", lambda: _main(argv, name))
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], name: str | None) -> int:
+    """``name``: the subcommand, which parsing requires (``args.command`` may be a subcommand's own argument:
+    supervise's command line)."""
     args = build_parser(argv).parse_args(argv)
-    module = importlib.import_module(COMMANDS[args.command].module)
+    module = importlib.import_module(COMMANDS[name].module)
     try:
         return module.run(args)
     except BrokenPipeError:
         raise  # a closed stdout ends the command quietly
     except (ValueError, OSError) as e:
-        print(f"k3-backend {args.command}: {e}", file=sys.stderr)
+        print(f"k3-backend {name}: {e}", file=sys.stderr)
         return 2
 
 

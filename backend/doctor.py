@@ -33,6 +33,7 @@ from pathlib import Path
 
 from backend import doctor_checks, memory
 from backend.memory import GIB, HEADROOM
+from k3lsp.wire import ending
 
 MAX_LOGIT_DIFF = 1e-3  # measured: 3e-6 on the tiny checkpoint, two ring ranks against one process
 PROMPT = [1, 5, 9, 42, 77, 100, 3, 8, 250, 17, 64, 2]
@@ -211,6 +212,7 @@ def render(hosts: list[dict], checks: list[Check], ok: bool) -> None:
     for c in checks:
         table.add_row(c.name, c.rank, c.result, "[green]ok[/]" if c.ok else "[red]FAIL[/]")
     console = Console(width=120)
+    console.on_broken_pipe = ending.raise_broken_pipe  # rich would exit 1: end as every command does
     console.print(ranks)
     console.print(table)
     console.print("doctor: all checks passed" if ok else "doctor: FAILED (see the checks above)")

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from k3lsp.replies import loading_of
-from k3lsp.wire import sanitize
+from k3lsp.wire import ending, sanitize
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,6 @@ _ROWS: list[tuple[str, Callable[[dict, dict], object]]] = [
 ]
 
 
-class _Console(Console):
-    """rich's Console, except on a closed stdout: rich exits 1 there, every command here exits as
-    k3lsp.wire.ending says."""
-
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError
-
-
 def print_status(backends: Sequence[DaemonStatus], console: Console | None = None) -> None:
     """One column per endpoint, one row per figure; an endpoint that did not answer shows its error."""
     table = Table(title="k3 audit backends" if len(backends) > 1 else "k3 audit backend")
@@ -99,7 +91,10 @@ def print_status(backends: Sequence[DaemonStatus], console: Console | None = Non
         table.add_row(label, *cells)
     if any(b.error for b in backends):
         table.add_row("error", *(sanitize.rich(b.error or "") for b in backends), style="red")
-    (console or _Console()).print(table)
+    if console is None:
+        console = Console()
+        console.on_broken_pipe = ending.raise_broken_pipe  # rich would exit 1: end as every command does
+    console.print(table)
 
 
 class _TimeLeft(ProgressColumn):

@@ -122,6 +122,12 @@ def _stdout_closed() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
+def raise_broken_pipe() -> None:
+    """For ``rich.console.Console.on_broken_pipe`` (set on the instance): rich exits 1 on a closed stdout by
+    itself; so the command ends as every command does, with 141."""
+    raise BrokenPipeError
+
+
 def _closed_pipe() -> int:
     """Point stdout at /dev/null, so that nothing written later (and the flush at exit) fails again."""
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,11 +156,59 @@ def test_the_demo_says_what_each_phase_does(tmp_path):
     assert done.stdout.count("are expected") == 1
 
 
+def private_dir() -> Path:
+    """A short folder only this user may enter: for a daemon's ipc socket (at most 107 bytes of path)."""
+    return Path(tempfile.mkdtemp(prefix="k3sig-"))
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("when", ["k3-backend listening on", "k3-backend ready on"])
+def test_a_signal_stops_serve_with_one_line_and_status_0(tiny_model, tmp_path, sig, when):
+    """A daemon's stop is no interruption: exit 0, whether it was serving or still loading its model."""
+    private = private_dir()
+    args = ["serve", "--model", str(tiny_model), "--trust-remote-code", "--bind", f"ipc://{private}/d.sock"]
+    proc = start([*args, "--no-store", "--load-pace", "0.2"], tmp_path)  # paced: it is loading for a second
+    out = Lines(proc)
+    assert out.wait_for(when), (out.lines, proc.stderr.read() if proc.poll() is not None else "")
+    err = ended_by(sig, proc, lambda: None)
+    shutil.rmtree(private, ignore_errors=True)
+    assert "Traceback" not in err and proc.returncode == 0, err
+    assert [line for line in err.splitlines() if "stopped" in line], err
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_stops_supervise_and_its_pair_with_status_0(tmp_path, sig):
+    pair = "import time; print('k3-backend ready on ipc:///nowhere', flush=True); time.sleep(120)"
+    proc = start(["supervise", "--", sys.executable, "-c", pair], tmp_path)
+    out = Lines(proc)
+    assert out.wait_for("k3-backend ready on"), out.lines
+    err = ended_by(sig, proc, lambda: None)
+    assert "Traceback" not in err and proc.returncode == 0, err
+    assert f"{signal.Signals(sig).name}: stopping the pair" in err
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_doctor_checks_ends_it_and_removes_its_checkpoint(tmp_path, sig):
+    temp = tmp_path / "t"  # doctor builds the tiny checkpoint in a k3-doctor-* folder here: then it is at work
+    temp.mkdir()
+    proc = start(["doctor"], tmp_path, TMPDIR=str(temp))
+    deadline = time.monotonic() + WAIT
+    while not list(temp.glob("k3-doctor-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(temp.glob("k3-doctor-*")), proc.communicate(timeout=WAIT)
+    err = ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend doctor")
+    assert not list(temp.glob("k3-doctor-*"))  # its temporary checkpoint went on the way out
+
+
 # --- a closed stdout -----------------------------------------------------------------------------------------
 
 
-def test_a_closed_stdout_ends_keys_init_quietly(tmp_path):
-    proc = start(["keys", "init", "--dir", str(tmp_path / "keys")], tmp_path)
+@pytest.mark.parametrize(
+    "args", [["make-tiny", "tiny"], ["doctor"], ["keys", "init", "--dir", "keys"]], ids=lambda a: a[0]
+)
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
+    proc = start(args, tmp_path)
     proc.stdout.close()  # nobody reads what it prints
     try:
         err = proc.communicate(timeout=WAIT)[1]
