@@ -8,24 +8,24 @@ to take it over silently: the first kept its ~0.75 TB of weights loaded and coul
 import asyncio
 import socket
 import subprocess
+import time
 from pathlib import Path
 
-from backend.launch import LISTENING
+from backend.launch import LISTENING, stop, wait_ready
 from k3lsp.wire import isolated
 from tests.support.daemon import REPO, Wire, serving
 
 REFUSAL_TIMEOUT = 60.0  # a bound on the refusal, which comes before mlx is imported (about a second here)
 
 
+def serve_command(model: Path, *args: str) -> list[str]:
+    return isolated.python_command("backend.cli", "serve", "--model", str(model), "--no-store", "--trust-remote-code",
+                                   *args)  # fmt: skip
+
+
 def second_serve(model: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        isolated.python_command(
-            "backend.cli", "serve", "--model", str(model), "--no-store", "--trust-remote-code", *args
-        ),
-        capture_output=True,
-        text=True,
-        timeout=REFUSAL_TIMEOUT,
-        cwd=REPO,
+        serve_command(model, *args), capture_output=True, text=True, timeout=REFUSAL_TIMEOUT, cwd=REPO
     )
 
 
@@ -80,3 +80,27 @@ def test_a_socket_that_answers_without_a_daemons_lock_is_refused(tiny_model, tmp
     assert done.returncode == 2, done.stderr
     assert f"ipc://{path} already answers" in done.stderr
     assert path.is_socket()
+
+
+def test_of_two_serves_started_at_once_one_serves_and_the_other_refuses(tiny_model, tmp_path):
+    endpoint = f"ipc://{tmp_path}/run/daemon.sock"
+    (tmp_path / "run").mkdir(mode=0o700)
+    logs = [tmp_path / f"serve{i}.log" for i in range(2)]  # files, not pipes: a full pipe would stall a daemon
+    procs = []
+    for log in logs:
+        with open(log, "wb") as err:
+            procs.append(subprocess.Popen(serve_command(tiny_model, "--bind", endpoint), stdout=subprocess.PIPE,
+                                          stderr=err, text=True, cwd=REPO))  # fmt: skip
+    try:
+        deadline = time.monotonic() + REFUSAL_TIMEOUT
+        while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (lost,) = [i for i, p in enumerate(procs) if p.poll() is not None]
+        winner = procs[1 - lost]
+        assert procs[lost].returncode == 2
+        assert f"{endpoint} is served by another k3-backend serve (pid " in logs[lost].read_text()
+        assert wait_ready(winner, REFUSAL_TIMEOUT, LISTENING)[0] == endpoint
+        assert answers(endpoint)
+    finally:
+        for p in procs:
+            stop(p)
