@@ -62,8 +62,10 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
 
     stop = ending.Stop()  # SIGINT/SIGTERM: end the requests, report what was reviewed (it is cached)
 
+    cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
+
     async def reviewed(on_progress) -> review.ReviewReport:
-        pool = Pool(options, ResultCache(), client_name="k3lsp-review", slots=jobs)
+        pool = Pool(options, ResultCache(on_problem=cache_said.append), client_name="k3lsp-review", slots=jobs)
         try:
             with stop.catching():
                 return await review.review_patches(found, repo, options, pool, how, on_progress, stop.event)
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace, options: Options, endpoints: Sequence[str], jo
 
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
         report = asyncio.run(reviewed(on_progress))
-    report.warnings[:0] = warnings
+    report.warnings[:0] = warnings + cache_said
     if args.patch is not None and any(_unapplied(p) for p in found):
         base = args.base or "HEAD"
         report.errors.append(
