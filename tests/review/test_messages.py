@@ -4,6 +4,8 @@ daemon answers (nothing here reaches one)."""
 
 from __future__ import annotations
 
+import json
+
 from tests.review import repos
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
@@ -52,3 +54,14 @@ def test_a_series_that_does_not_apply_says_to_name_its_base(tmp_path):
         f"k3lsp review: error: the series does not apply to HEAD ({head}): name the commit it was written "
         "against with --base REV (b4 and git format-patch --base record it as base-commit:)"
     ) in done.stderr, done.stderr
+
+
+def test_an_unusable_cache_dir_is_a_warning_of_the_review(tmp_path):
+    root = history(tmp_path, 1)
+    (tmp_path / "file").write_text("not a directory")
+    done = k3lsp("review", "HEAD..HEAD", "--json", "-C", str(root), "--endpoint", nowhere(tmp_path),
+                 cache=tmp_path / "file", cwd=root, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = f"K3LSP_CACHE_DIR={str(tmp_path / 'file')!r} cannot hold the result cache ("
+    assert f"k3lsp review: warning: {said}" in done.stderr, done.stderr
+    assert any(w.startswith(said) for w in json.loads(done.stdout)["warnings"]), done.stdout
