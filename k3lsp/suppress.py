@@ -125,10 +125,12 @@ class Baseline:
         path = Path(root) / BASELINE_NAME
         try:  # the repository's file: a regular file inside it, bounded (k3lsp.wire.supplied)
             raw = supplied.read(path, MAX_BASELINE_BYTES, root).decode("utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no baseline, or no folder to hold one
             return cls(path)
-        except (OSError, UnicodeDecodeError) as e:
-            return cls(path, error=f"cannot read {path}: {e}")
+        except OSError as e:
+            return cls(path, error=f"cannot read {path}: {e.strerror or e}")
+        except UnicodeDecodeError as e:
+            return cls(path, error=f"cannot read {path}: it is not UTF-8 text ({e.reason} at byte {e.start})")
         try:
             return cls(path, _parse(raw))
         except (ValueError, TypeError, KeyError) as e:
