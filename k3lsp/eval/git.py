@@ -9,7 +9,9 @@ with ``gpg.program``, hooks. So every call here:
   there is one (``diff-tree``, ``cat-file``) and ``--no-ext-diff --no-textconv`` wherever a diff is made;
 - overrides, on the command line (which wins over every config file), every key that could run something for
   the commands used: ``core.fsmonitor``, ``core.hooksPath``, ``core.pager``, ``log.showSignature``,
-  ``diff.external``;
+  ``diff.external``; and ``protocol.allow=never``: in a partial clone a blob it lacks is fetched when read,
+  through the repository's own remote and ``core.sshCommand`` (``GIT_NO_LAZY_FETCH`` stops that fetch too, on
+  git 2.44 and later), so no transport may start;
 - runs with no pager, no terminal prompt, no optional locks, and none of the caller's ``GIT_*`` variables (they
   could point git at another repository, an external diff or a config of their own);
 - runs on the git directory ``k3lsp.gitrepo.locate`` finds, as a bare repository (``--git-dir DIR --bare``), the
@@ -37,6 +39,7 @@ _OVERRIDES = (
     "core.quotePath=false",
     "log.showSignature=false",
     "diff.external=",
+    "protocol.allow=never",  # no transport at all: a partial clone's lazy fetch would run core.sshCommand & co.
 )
 _HEX = re.compile(r"[0-9a-fA-F]{4,64}")
 
@@ -47,7 +50,8 @@ class GitError(RuntimeError):
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    return env | {"GIT_PAGER": "cat", "PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+    quiet = {"GIT_PAGER": "cat", "PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+    return env | quiet | {"GIT_NO_LAZY_FETCH": "1"}  # git 2.44+: a missing object is an error, never a fetch
 
 
 def run(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:

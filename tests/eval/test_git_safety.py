@@ -4,7 +4,8 @@ The repository's config and `.gitattributes` name a program for every hook git o
 ``core.fsmonitor``, ``diff.external``, a diff driver's ``command`` and ``textconv``, a filter's ``clean`` and
 ``smudge``, ``log.showSignature`` with ``gpg.program`` (on a commit that carries a signature), ``core.pager``,
 hooks. Each program leaves a mark. Plain git, run the ordinary way on the same repository, leaves marks (the traps
-are armed); the eval's selection, sampling and blame leave none.
+are armed); the eval's selection, sampling and blame leave none. A partial clone (no blobs) whose promisor remote
+is reached through its own `core.sshCommand`: plain git runs that program to fetch a missing blob, the eval never.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from k3lsp import gitrepo
 from k3lsp.eval import bugs, history
 from k3lsp.options import Options
 from tests.eval import history_repo as hr
@@ -99,4 +101,40 @@ def test_selecting_sampling_and_blaming_run_nothing_of_the_repository(hostile):
     listed = history.candidates(repo, [h.put_fix, h.name_fix], listed=True)
     located = [bugs.locate(repo, case, wants) for case in [*selection.cases, *listed.cases]]
     assert all(isinstance(b, bugs.Bug) for b in located), located
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+@pytest.fixture(params=["bare", "work tree"])
+def partial(request, tmp_path) -> tuple[Path, Path, hr.History]:
+    """A partial clone of the history (no blobs: `--filter=blob:none`) whose promisor remote is reached through the
+    repository's own `core.sshCommand`: reading a missing blob makes git fetch it lazily, running that program."""
+    h = hr.build(tmp_path)
+    hr.git(h.repo, "config", "uploadpack.allowFilter", "true")
+    clone, marks, tools = tmp_path / "partial", tmp_path / "marks", tmp_path / "tools"
+    bare = ["--bare"] if request.param == "bare" else ["--no-checkout"]
+    hr.git(tmp_path, "clone", "-q", *bare, "--filter=blob:none", f"file://{h.repo}", str(clone))
+    marks.mkdir()
+    tools.mkdir()
+    hr.git(clone, "config", "remote.origin.url", "ssh://example.invalid/repo")
+    hr.git(clone, "config", "core.sshCommand", _trap(tools, "ssh", marks))
+    return clone, marks, h
+
+
+def test_plain_git_fetches_a_missing_blob_through_the_repositorys_ssh_command(partial):
+    clone, marks, h = partial
+    _plain_git(clone, "cat-file", "-p", f"{h.put_fix}:net/core/buf.c")
+    assert sorted(p.name for p in marks.iterdir()) == ["ssh"]
+
+
+def test_a_partial_clone_fetches_nothing(partial):
+    """The selection needs no blob; the bug lines do, and git says they are missing instead of fetching them."""
+    clone, marks, h = partial
+    wants = Options().wants
+    selection = history.sample(clone, history.candidates(clone, ["HEAD"]), None, 0, wants)
+    assert {c.introducing for c in selection.cases} == {h.put_bug, h.name_bug, h.count_bug}
+    for case in selection.cases:
+        with pytest.raises(history.git.GitError):
+            bugs.locate(clone, case, wants)
+    repo = gitrepo.Repository(clone)  # the review's libgit2 fetches nothing either: the blob is not there
+    assert repo.tree(repo.commit(h.put_fix)).read("net/core/buf.c") is None
     assert sorted(p.name for p in marks.iterdir()) == []
