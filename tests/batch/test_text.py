@@ -5,12 +5,17 @@ the terminal is a pseudo-terminal from ``pty.openpty()``."""
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import subprocess
 import sys
 import time
+from dataclasses import astuple
 
+from rich.cells import cell_len
+
+from k3lsp import batch
 from tests.batch import corpus
 from tests.support.batch import TIMEOUT, k3lsp, k3lsp_env
 
@@ -94,3 +99,25 @@ def test_piped_each_finding_is_one_line_and_with_o_the_summary_goes_to_stderr(co
         "k3lsp audit: 3 findings (1 high, 1 medium, 1 low) in audit.sarif; 3 files, 5 units, 0 audited, 5 cached, "
         "0 failed, 3 findings, 0 suppressed, 0 baselined, 0 refuted, 0 tokens, 0 incomplete"
     )
+
+
+def test_a_hostile_source_line_reaches_the_terminal_as_text_with_the_caret_still_under_its_column(tmp_path):
+    """The quoted line is the audited tree's: an escape sequence or a bidi control in it must not reach the
+    terminal, and whatever replaces it keeps one cell per character so the caret stays under the range."""
+    source = tmp_path / "evil.c"
+    source.write_text("int f(void)\n{\n\t/*\x1b]0;owned\x07\u202e*/ return 中[x];\n}\n")
+    line = "\t/*\x1b]0;owned\x07\u202e*/ return 中[x];"
+    start = line.index("中") + 1  # 1-based UTF-16 column of the range: 中[x]
+    span = batch.Span(3, start, 3, start + len("中[x]"))
+    found = batch.Reported(
+        str(source), "evil.c", *astuple(span), "high", 125, "read out of bounds\x1b[2J", "x \x1b[31mis\x1b[0m big",
+        "f", "0" * 32, trace=(batch.Step(span, "indexed\u202e here"),),
+    )  # fmt: skip
+    out = io.StringIO()
+    batch.print_text(batch.BatchReport(tmp_path, 1, 1, [found]), out, detailed=True)
+    shown = out.getvalue().split("\n")
+    assert not [c for c in out.getvalue() if not c.isprintable() and c != "\n"], shown
+    assert shown[2] == "    3 |         /*?]0;owned??*/ return 中[x];"
+    assert shown[3] == "      | " + " " * (8 + len("/*?]0;owned??*/ return ")) + "^~~~~"  # 中 is two cells wide
+    assert shown[3].index("^") == cell_len(shown[2][: shown[2].index("中")])
+    assert shown[4] == f"{source}:3:{start}: note: indexed here"
