@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError, default_endpoint, endpoint_problem
+from k3lsp.client import ENDPOINT_FORMS, ClientOptions, DaemonClient, DaemonError, default_endpoint, endpoint_problem
 from k3lsp.eval import command as eval_command
 from k3lsp.options import THINKING_EFFORTS
 from k3lsp.wire import commandline, ending, sanitize
@@ -122,7 +122,8 @@ def _settings(args: argparse.Namespace):
     if args.endpoint is None:  # K3LSP_ENDPOINT, else this user's socket: said as the variable, not as a flag
         errors += filter(None, map(endpoint_problem, endpoints))
     else:
-        errors += [f"--endpoint {e}: {msg}" for e in endpoints for msg in options.parse({"endpoint": e})[1]]
+        errors += [f"--endpoint {e} is not a ZeroMQ endpoint such as {ENDPOINT_FORMS}" for e in endpoints
+                   if endpoint_problem(e)]  # fmt: skip
     jobs = getattr(args, "jobs", None)  # eval has no --jobs
     jobs = DEFAULT_SLOTS if jobs is None else jobs
     if jobs < 1:
