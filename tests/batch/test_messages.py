@@ -62,3 +62,12 @@ def test_an_invalid_cache_size_is_a_warning_that_names_it_and_the_default(tmp_pa
         "k3lsp audit: warning: K3LSP_CACHE_MAX_BYTES='lots' is not a positive whole number of bytes: the cache "
         "keeps its default bound, 268,435,456 bytes; set it to one such as 1000000000, or unset it"
     ) in done.stderr, done.stderr
+
+
+def test_an_endpoint_flag_that_is_no_endpoint_is_refused_without_naming_another(tmp_path):
+    (tmp_path / "a.c").write_text(FUNCTION)
+    done = k3lsp("audit", "a.c", "--endpoint", "garbage", cache=tmp_path / "c", cwd=tmp_path, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "k3lsp audit: --endpoint garbage is not a ZeroMQ endpoint such as ipc:///path/daemon.sock or tcp://HOST:PORT\n"
+    )
