@@ -8,12 +8,15 @@ what follows the commit message: from the first ``diff --git`` line (or the firs
 end (git apply, and the patch parser, skip the ``-- `` signature after the last hunk). A mail without a diff (the
 cover letter, ``[PATCH 0/3]``) is no patch and is left out.
 
-The mails are cut as ``git am`` cuts them (``git mailsplit``), so that the review reads the diff git applies: an
-mbox splits only at a ``From `` line with a time and a year (a ``From`` in a commit message starts no mail), a
-file that does not start with one is one mail, and a line's ``\\r\\n`` end becomes ``\\n``. Python's mail parser
-also ends a line at a lone ``\\r``, where git does not: a mail with one in its headers (which could hide a header
-from git, or show one only to Python), or in the body of a multipart mail (a part boundary), is refused. So is a
-header over ``MAX_HEADER_BYTES``: Python decodes one of many RFC 2047 words in quadratic time.
+The mails are read as ``git am`` reads them, so that the review reads the diff git applies: an mbox is cut as
+``git mailsplit`` cuts it (only at a ``From `` line with a time and a year, so a ``From`` in a commit message
+starts no mail; a file that does not start with one is one mail; a line's ``\\r\\n`` end becomes ``\\n``); the
+headers end where git mailinfo ends them, and the body is decoded as it decodes it (base64 and quoted-printable
+alone). Python's mail parser reads the headers for the subject, ids, author and date only. A mail is refused when
+git would read it in a way not followed here: multipart (git applies every part's diff, attachments too) or
+``format=flowed`` (git rewraps its lines); so is one with a ``\\r`` in its headers (Python's parser ends a line
+there, git does not) or a header over ``MAX_HEADER_BYTES`` (Python decodes one of many RFC 2047 words in
+quadratic time).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import email
 import email.policy
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +35,9 @@ MAX_HEADER_BYTES = 16384  # a header longer than this is refused before it is de
 _DIFF_START = re.compile(r"^diff --git |^--- \S.*\n\+\+\+ ", re.M)
 _LINE = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 _YEAR = re.compile(rb"\s*([+-]?\d+)")
-_HEADER = re.compile(rb"^([!-9;-~]+):(.*(?:\n[ \t].*)*)", re.M)  # a header's name and its value, folded lines too
+_HEADER_LINE = re.compile(rb">?From |[!-9;-~]*:")  # git's is_rfc2822_header
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_QP_ESCAPE = re.compile(rb"=([0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True)
@@ -94,29 +98,36 @@ def _from_line(line: bytes) -> bool:
 
 
 def _parse(path: Path, n: int, raw: bytes) -> Mail:
-    end = raw.find(b"\n\n") + 1 or len(raw)
-    head, rest = raw[:end], raw[end:]
+    """One mail: its diff from the body as git mailinfo reads it (:func:`_cut`, :func:`_decoded`), its subject,
+    ids, author and date from Python's parse of its headers."""
+    headers, body = _cut(raw)
+    head = raw[: len(raw) - len(body)]
     if b"\r" in head:
         raise patches.PatchError(
             f"{path}: mail {n} has a carriage return inside its headers, where git and Python's mail parser read "
             "different headers; remove it (or send the patch with git format-patch)"
         )
-    _check_lengths(path, n, ((m.group(1).decode(), len(m.group(2))) for m in _HEADER.finditer(head)))
-    msg = email.message_from_bytes(raw, policy=email.policy.default)
-    if msg.is_multipart() and b"\r" in rest:
+    for name, value in headers:
+        if len(value) > MAX_HEADER_BYTES:
+            raise patches.PatchError(
+                f"{path}: mail {n} has a {name} header of {len(value)} bytes, over the {MAX_HEADER_BYTES} that are "
+                "read; shorten it"
+            )
+    kind = _last(headers, "content-type")
+    if b"boundary=" in kind or b"format=flowed" in kind:
         raise patches.PatchError(
-            f"{path}: mail {n} is multipart with a carriage return inside its body, where git and Python's mail "
-            "parser find different parts; send the patch inline (git format-patch without --attach)"
+            f"{path}: mail {n} is {'multipart' if b'boundary=' in kind else 'format=flowed'}, which git reads in "
+            "ways this review does not follow (every part's diff, or lines rewrapped); send the patch inline, as "
+            "git format-patch writes it without --attach"
         )
-    _check_lengths(path, n, ((name, len(value)) for part in msg.walk() for name, value in part.raw_items()))
-    body = "".join(_text(part) for part in msg.walk() if not part.is_multipart())
+    msg = email.message_from_bytes(head, policy=email.policy.default)
     refs = tuple(str(msg.get("references", "")).split())
     reply_to = str(msg.get("in-reply-to", "")).strip()
     if reply_to and reply_to not in refs:
         refs += (reply_to,)
     return Mail(
         subject=" ".join(str(msg.get("subject", "")).split()),
-        diff=_diff(body),
+        diff=_diff(patches.decode(_decoded(body, _last(headers, "content-transfer-encoding")))),
         message_id=str(msg.get("message-id", "")).strip(),
         references=refs,
         author=" ".join(str(msg.get("from", "")).split()),
@@ -124,21 +135,69 @@ def _parse(path: Path, n: int, raw: bytes) -> Mail:
     )
 
 
-def _check_lengths(path: Path, n: int, headers: Iterable[tuple[str, int]]) -> None:
-    for name, length in headers:
-        if length > MAX_HEADER_BYTES:
-            raise patches.PatchError(
-                f"{path}: mail {n} has a {name} header of {length} bytes, over the {MAX_HEADER_BYTES} that are "
-                "read; shorten it"
-            )
+def _cut(raw: bytes) -> tuple[list[tuple[str, bytes]], bytes]:
+    """A mail's headers (name, value with its folded lines) and its body, cut where git mailinfo cuts them: at
+    the first line that is blank (whitespace alone) or no header, which is the body's first line."""
+    headers: list[tuple[str, bytes]] = []
+    for match in _LINE.finditer(raw):
+        line = match.group()
+        if headers and line[:1] in b" \t":
+            headers[-1] = (headers[-1][0], headers[-1][1] + line)
+        elif not line.strip() or not _HEADER_LINE.match(line):
+            return headers, raw[match.start() :]
+        else:
+            name, _, value = line.partition(b":")
+            headers.append((name.decode("latin-1"), value))
+    return headers, b""
 
 
-def _text(part: email.message.Message) -> str:
-    """A text part's content as the patch's bytes (no charset guess: patches are compared byte for byte)."""
-    if part.get_content_maintype() != "text":
-        return ""
-    data = part.get_payload(decode=True) or b""
-    return patches.decode(data)
+def _last(headers: list[tuple[str, bytes]], name: str) -> bytes:
+    """The value of the last header of that name (git's reading: each one overrides the one before), lower case."""
+    return next((value.lower() for key, value in reversed(headers) if key.lower() == name), b"")
+
+
+def _decoded(body: bytes, encoding: bytes) -> bytes:
+    """The body as git mailinfo decodes it, line by line: base64 or quoted-printable when the encoding's value
+    holds the word (anywhere in it, as git looks), else as it is (git knows no other: Python's mail parser also
+    decodes uuencode, which showed the review another diff than git's)."""
+    if b"base64" in encoding:
+        decode = _base64
+    elif b"quoted-printable" in encoding:
+        decode = _quoted_printable
+    else:
+        return body
+    return b"".join(decode(line.split(b"\0", 1)[0]) for line in _LINE.findall(body))
+
+
+def _base64(line: bytes) -> bytes:
+    """git's ``decode_b_segment``: every character outside the alphabet skipped, ``=`` too; a group cut short
+    gives the bytes it holds."""
+    out = bytearray()
+    acc = pos = 0
+    for c in line:
+        value = _BASE64.find(c)
+        if value < 0:
+            continue
+        if pos == 0:
+            acc = value << 2
+        elif pos == 1:
+            out.append(acc | value >> 4)
+            acc = (value & 15) << 4
+        elif pos == 2:
+            out.append(acc | value >> 2)
+            acc = (value & 3) << 6
+        else:
+            out.append(acc | value)
+        pos = (pos + 1) % 4
+    return bytes(out)
+
+
+def _quoted_printable(line: bytes) -> bytes:
+    """git's ``decode_q_segment``: ``=`` and two hex digits is that byte, ``=`` at the line's end joins the next
+    line, any other ``=`` is itself; trailing white space is kept (Python's decoder drops it)."""
+    soft = re.search(rb"=\n?\Z", line)
+    kept = line[: soft.start()] if soft else line
+    return _QP_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), kept)
 
 
 def _diff(body: str) -> str:

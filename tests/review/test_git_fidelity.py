@@ -11,6 +11,8 @@ hostile patch: counted, never timed.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 import subprocess
@@ -211,6 +213,64 @@ def test_a_no_newline_mark_in_another_language_ends_the_line_as_for_git(tmp_path
     assert b"// note\tkfree(buf);" in landed  # git's reading
     (change,) = patches.parse(diff)
     assert patches.apply(old.encode(), change) == landed
+
+
+def mail(body: bytes, headers: str = "") -> bytes:
+    """A mail of ``git format-patch``'s shape with ``body`` under ``headers``."""
+    top = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: Ann <ann@example.org>\n"
+    return f"{top}Subject: [PATCH] drv: one\n{headers}\n".encode() + body
+
+
+def driver_change(tmp_path: Path, patched: str) -> tuple[Path, str, bytes]:
+    """(repository, base commit, the mail body `git format-patch` writes) of the driver patched to ``patched``."""
+    ids = history(tmp_path / "src", [{"drv.c": repos.DRIVER_C.encode()}, {"drv.c": patched.encode()}])
+    box = format_patch(tmp_path / "src", "-1")
+    return tmp_path / "src", ids[0], box[box.index(b"\n\n") + 2 :]
+
+
+def test_a_mail_body_is_decoded_as_git_am_decodes_it(tmp_path):
+    """Python's mail parser decoded a body marked x-uuencode, which git leaves as it is: the mail carried the
+    bound's removal in plain text, which git applies, and a harmless diff uuencoded, which the review saw. A
+    quoted-printable body with white space at a line's end (Python's decoder drops it, git keeps it) and a base64
+    one are read as git reads them."""
+    patched = repos.DRIVER_PATCHED.replace("\tr->len = n;\n", "\tr->len = n; \n")
+    source, base, body = driver_change(tmp_path, patched)
+    decoy = repos.DRIVER_C.replace("\treturn v;", "\treturn v + 0;")
+    _, _, harmless = driver_change(tmp_path / "decoy", decoy)
+    uu = b"".join(binascii.b2a_uu(harmless[i : i + 45]) for i in range(0, len(harmless), 45))
+    quoted = body.replace(b"=", b"=3D").replace(b"buf, from,", b"buf, f=\nrom,")
+    mails = {
+        "x-uuencode": body + b"begin 644 harmless.patch\n" + uu + b"`\nend\n",
+        "quoted-printable": quoted,
+        "base64": base64.encodebytes(body),
+    }
+    for encoding, text in mails.items():
+        box = tmp_path / f"{encoding}.mbx"
+        box.write_bytes(mail(text, f"Content-Transfer-Encoding: {encoding}\n"))
+        (tree,) = landed(source, base, box, tmp_path / f"am-{encoding}")
+        assert tree["drv.c"] == patched.encode(), encoding
+        (patch,) = reviewed(source, base, box)
+        assert_same(patch, tree)
+
+
+def test_a_multipart_mail_is_refused_since_git_applies_every_part(tmp_path):
+    """git am applies the diff of every part, an attachment of any type too; the review read the text parts
+    only (and without the newline before a part's boundary). Such a mail is refused, in one sentence."""
+    source, base, body = driver_change(tmp_path, repos.DRIVER_PATCHED)
+    text, diff = body.split(b"---\n", 1)
+    second = diff.rindex(b"\n@@ ") + 1  # the drv_index hunk goes to the attachment, under the same file header
+    first, attached = diff[:second], diff[: diff.index(b"\n@@ ") + 1] + diff[second:]
+    parts = (
+        b"--XX\nContent-Type: text/plain\n\n" + text + b"---\n" + first + b"--XX\n"
+        b"Content-Type: application/octet-stream\n\n" + attached + b"--XX--\n"
+    )
+    box = tmp_path / "mp.mbx"
+    box.write_bytes(mail(parts, 'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="XX"\n'))
+    (tree,) = landed(source, base, box, tmp_path / "am")
+    assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()  # both parts' hunks
+    with pytest.raises(patches.PatchError, match="multipart") as refused:
+        mbox.read(box)
+    assert str(refused.value).count(". ") == 0
 
 
 LINE = st.text(st.sampled_from("ab{};\t " + SEPARATORS), max_size=5)
