@@ -15,9 +15,9 @@ For each patch (``k3lsp.series.Patch``: a commit, the index, the work tree, a ma
    tree's symbol index and a whole-word search, ``k3lsp.sandbox.references``) are audited too, at background
    priority, as ordinary units (their cache is the editor's);
 4. **introduced or pre-existing**: every finding goes through the findings pipeline (``k3lsp.pipeline``: the
-   same acceptance, severity, suppressions, baseline and fingerprints as the editor, less what the patch itself
-   adds to silence it: a directive on a line it adds or modifies, a baseline entry its parent did not have; such a
-   finding is reported with ``silenced_by_patch``) and is *introduced* when
+   same acceptance, severity, suppressions, baseline and fingerprints as the editor, less what the patches under
+   review add to silence it: ``k3lsp.silencing``; such a finding is reported with ``silenced_by_patch``) and is
+   *introduced* when
    its lines meet the lines the patch added or modified (``why`` ``lines``), or when the model says the change
    introduced it (``why`` ``model``); otherwise it is pre-existing, kept and shown apart (the reviewer
    decides). Findings in callers are pre-existing (their code did not change).
@@ -53,14 +53,13 @@ commit as a patch)::
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import unidiff
 
-from k3lsp import batch, findings, pipeline, sandbox, suppress, symbols, tasks, units
+from k3lsp import batch, findings, sandbox, suppress, symbols, tasks, units
 from k3lsp.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Reported, Source
 from k3lsp.gitrepo import Repository, WorktreeSnapshot
 from k3lsp.options import Options
@@ -68,6 +67,7 @@ from k3lsp.patches import changed_lines
 from k3lsp.pool import Pool
 from k3lsp.run import Changes, Counters, Target, UnitResult, describe
 from k3lsp.series import Patch, commit
+from k3lsp.silencing import Silencers
 from k3lsp.wire.protocol import Priority
 
 LINES, MODEL = "lines", "model"  # why a finding is introduced: its lines meet the change's, or the model says so
@@ -132,11 +132,6 @@ class PatchReview:
         """Its findings that only what the patch itself adds would silence (reported, not silenced)."""
         return [f for f in self.findings if f.silenced_by_patch]
 
-    @functools.cached_property
-    def baseline_before(self) -> frozenset[str]:
-        """The fingerprints the baseline held before the patch: only those silence a finding in its review."""
-        return suppress.fingerprints(self.patch.before.read(suppress.BASELINE_NAME))
-
     @property
     def preexisting(self) -> list[ReviewFinding]:
         return [f for f in self.findings if not f.introduced]
@@ -191,6 +186,7 @@ async def review_patches(
     baseline = suppress.Baseline.load(tools) if tools is not None else None
     if baseline is not None and baseline.error:
         report.errors.append(baseline.error)
+    silencers = Silencers.of(baseline, patches[0].before if patches else None)  # what the patches add does not count
     reviews = [plan(p, tools, repo.root, options) for p in patches]
     if how.callers:
         await _find_callers(reviews, tools, repo.root, options, report)
@@ -215,7 +211,7 @@ async def review_patches(
             done += 1
             report.results.append(result)
             for owner in owners[result.target]:
-                _record(owner, result, options, baseline)
+                _record(owner, result, options, silencers)
             progress("")
         errors, warnings = batch.problems(run.summary, how.allow_incomplete)
         report.errors += errors
@@ -283,28 +279,24 @@ def _units_before(patch: Patch, old_path: str | None, options: Options) -> dict[
     return {u.name: u for u in units.split(data.decode("utf-8", "surrogateescape"), options.kernel_macros)}
 
 
-def _record(review: PatchReview, result: UnitResult, options: Options, baseline: suppress.Baseline | None) -> None:
-    """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced.
-
-    A patch cannot silence its own findings: only the directives on lines it did not add or modify and the
-    baseline entries from before it apply (``applied``); what the work tree's comments and baseline would
-    silence beyond that (``claimed``) is reported, with how the patch tried (``silenced_by_patch``)."""
+def _record(review: PatchReview, result: UnitResult, options: Options, silencers: Silencers) -> None:
+    """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced (by what the
+    base of the patches had: ``k3lsp.silencing``)."""
     target = result.target
     caller = target.changes is None
     reviewed = review.files[target.path]
     changed = frozenset() if caller else reviewed.changed
-    lines = reviewed.source.lines
-    kept = baseline.restricted(review.baseline_before) if baseline is not None else None
-    unpatched = suppress.disarmed(lines, (n - 1 for n in reviewed.changed))
-    applied = pipeline.screened(target.unit, result.findings, unpatched, options.min_severity, kept)
-    claimed = pipeline.screened(target.unit, result.findings, lines, options.min_severity, baseline)
-    for (r, silenced), (_, tried) in zip(applied, claimed, strict=True):
+    source = reviewed.source
+    path = reviewed.old_path or target.path
+    screened = silencers.screened(
+        target.unit, result.findings, source.lines, path, reviewed.changed, options.min_severity
+    )
+    for r, silenced, by_patch in screened:
         first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1
         why = (
             LINES if any(first <= n <= last for n in changed) else MODEL if r.finding.introduced and not caller else ""
         )
-        by_patch = tried if silenced is None and tried in (pipeline.IN_SOURCE, pipeline.EXTERNAL) else ""
-        found = ReviewFinding(batch.row(reviewed.source, r, silenced), bool(why), why, caller, by_patch)
+        found = ReviewFinding(batch.row(source, r, silenced), bool(why), why, caller, by_patch)
         (review.findings if silenced is None else review.silenced).append(found)
 
 

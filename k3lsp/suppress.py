@@ -7,9 +7,9 @@ no CWE: every finding) on the flagged line or the line above. Only a comment hol
 (``k3lsp.comments``): the same words in a string literal or in code are not one. The baseline is
 `.k3audit-baseline.json` at the workspace root: finding fingerprints (findings.fingerprint, stable when
 code above moves) with the CWE, title and path for the humans reviewing it, read as the repository's file
-(``k3lsp.wire.supplied``). In ``k3lsp review`` a patch cannot silence its own finding: directives on the lines it
-adds or modifies are ``disarmed`` and only the baseline's entries from before it (``fingerprints`` of its
-parent's copy) apply.
+(``k3lsp.wire.supplied``). In ``k3lsp review`` a patch cannot silence its own finding (``k3lsp.silencing``):
+directives on the lines it adds are ``disarmed``, and only the entries the base's copy of the baseline holds
+(``fingerprints``) apply.
 """
 
 from __future__ import annotations

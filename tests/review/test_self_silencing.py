@@ -104,3 +104,20 @@ async def test_a_baseline_entry_from_before_the_patch_still_applies(tmp_path):
     assert code == 0, err
     (patch,) = json.loads(out)["patches"]
     assert patch["findings"] == [] and [f["silenced_by_patch"] for f in patch["silenced"]] == [""]
+
+
+async def test_a_series_cannot_silence_a_later_patch_with_an_earlier_one(tmp_path):
+    """The first commit of a range adds the baseline entry and a directive on the line above the bad line, the
+    second the bad line: a range is reviewed against its base, so neither applies."""
+    root = repos.repository(tmp_path / "drv", {"drv.c": repos.DRIVER_C})
+    ahead = repos.DRIVER_C.replace("size_t n)\n{\n", "size_t n)\n{ /* k3-audit: ignore */\n", 1)
+    repos.commit(root, {"drv.c": ahead, suppress.BASELINE_NAME: baseline_of_copy(repos.DRIVER_PATCHED)}, "prepare")
+    bad = repos.DRIVER_PATCHED.replace("size_t n)\n{\n", "size_t n)\n{ /* k3-audit: ignore */\n", 1)
+    repos.commit(root, {"drv.c": bad}, "drv: copy the whole request")
+    async with peer(answer) as endpoint:
+        args = ("review", "--endpoint", endpoint, "-C", str(root), "HEAD~2..HEAD", "--json")
+        code, out, err = await run_k3lsp(*args, cache=tmp_path / "c", cwd=root)
+    assert code == 1, err  # before: 0, silenced by what the range's first commit added
+    first, second = json.loads(out)["patches"]
+    (finding,) = second["findings"]
+    assert (finding["cwe"], finding["introduced"], finding["silenced_by_patch"]) == (787, True, "inSource")
