@@ -197,6 +197,13 @@ class Repository:
             self._repo.workdir = str(where.worktree)  # over core.worktree; the config file is left as it is
         self.workdir = where.worktree
 
+    def config_values(self, key: str) -> list[str]:
+        """Every value of a (multi-valued) key, from every config file git would read for this repository."""
+        try:
+            return list(self._repo.config.get_multivar(key))
+        except pygit2.GitError as exc:
+            raise GitError(f"{self.root}: its config cannot be read ({exc})") from None
+
     @property
     def unborn(self) -> bool:
         """HEAD names a branch with no commit yet (a new repository)."""

@@ -12,6 +12,10 @@ with ``gpg.program``, hooks. So every call here:
   ``diff.external``; and ``protocol.allow=never``: in a partial clone a blob it lacks is fetched when read,
   through the repository's own remote and ``core.sshCommand`` (``GIT_NO_LAZY_FETCH`` stops that fetch too, on
   git 2.44 and later), so no transport may start;
+- reads no file the config names outside the repository: ``mailmap.file`` and ``core.attributesFile`` are
+  emptied on the command line (``/dev/zero`` held ``log``, ``blame`` and ``diff-tree`` until the timeout), and
+  ``blame.ignoreRevsFile``, a list no override empties, must name a file of the work tree (git quoted the first
+  line of one outside in its error, which became the case's reason in the report);
 - runs with no pager, no terminal prompt, no optional locks, and none of the caller's ``GIT_*`` variables (they
   could point git at another repository, an external diff or a config of their own);
 - runs on the git directory ``k3lsp.gitrepo.locate`` finds, as a bare repository (``--git-dir DIR --bare``), the
@@ -40,7 +44,10 @@ _OVERRIDES = (
     "log.showSignature=false",
     "diff.external=",
     "protocol.allow=never",  # no transport at all: a partial clone's lazy fetch would run core.sshCommand & co.
+    "mailmap.file=",  # files the config names, read by log and blame, and by diff-tree: /dev/zero holds them
+    "core.attributesFile=",
 )
+_IGNORE_REVS = "blame.ignoreRevsFile"  # a list: no -c empties it, so blame checks where its files are
 _HEX = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
@@ -54,18 +61,24 @@ def _env() -> dict[str, str]:
     return env | quiet | {"GIT_NO_LAZY_FETCH": "1"}  # git 2.44+: a missing object is an error, never a fetch
 
 
-def run(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """``git --git-dir <REPO's> --bare <overrides> ARGS``: its stdout; GitError when it fails."""
+def _located(repo: Path) -> gitrepo.Location:
     try:
-        gitdir = gitrepo.locate(repo).gitdir
+        return gitrepo.locate(repo)
     except gitrepo.GitError as exc:
         raise GitError(str(exc)) from None
-    cmd = ["git", "--git-dir", str(gitdir), "--bare", "--no-pager"]
+
+
+def run(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """``git --git-dir <REPO's> --bare <overrides> ARGS`` in its work tree (where the config's relative paths
+    are), or its git directory: its stdout; GitError when it fails."""
+    where = _located(repo)
+    cmd = ["git", "--git-dir", str(where.gitdir), "--bare", "--no-pager"]
     for override in _OVERRIDES:
         cmd += ["-c", override]
+    cwd = where.worktree or where.gitdir
     try:
         done = subprocess.run(
-            [*cmd, *args], input=stdin, capture_output=True, cwd=gitdir, env=_env(), timeout=TIMEOUT, check=False
+            [*cmd, *args], input=stdin, capture_output=True, cwd=cwd, env=_env(), timeout=TIMEOUT, check=False
         )
     except FileNotFoundError as exc:
         raise GitError("git is not installed (it is on PATH nowhere)") from exc
@@ -144,6 +157,7 @@ def blame(repo: Path, commit: str, path: str, lines: Sequence[int]) -> dict[int,
     wanted = sorted(set(lines))
     if not wanted:
         return {}
+    _check_ignore_revs(repo)
     args = ["blame", "--line-porcelain", "-w", "--no-textconv"]
     for start, end in _runs(wanted):
         args += ["-L", f"{start},{end}"]
@@ -160,6 +174,24 @@ def blame(repo: Path, commit: str, path: str, lines: Sequence[int]) -> dict[int,
         elif line.startswith("filename "):
             name = line[len("filename ") :]
     return out
+
+
+def _check_ignore_revs(repo: Path) -> None:
+    """Refuse a ``blame.ignoreRevsFile`` outside the repository: git reads it (its first bad line came back in
+    git's error, and /dev/zero never ends). One in the work tree (``.git-blame-ignore-revs``) is honoured."""
+    where = _located(repo)
+    base = where.worktree or where.gitdir
+    try:
+        named = gitrepo.Repository(repo).config_values(_IGNORE_REVS)
+    except gitrepo.GitError as exc:
+        raise GitError(str(exc)) from None
+    for value in filter(None, named):  # "" empties the list
+        relative = not value.startswith(("/", "~", "%("))  # git expands ~ and %(prefix)
+        if not (relative and (base / value).resolve().is_relative_to(base)):
+            raise GitError(
+                f"the repository's config names {_IGNORE_REVS} {value!r}, outside the repository, and eval reads no "
+                f"file outside it: name a file of the work tree, or remove it (git config --unset-all {_IGNORE_REVS})"
+            )
 
 
 def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:

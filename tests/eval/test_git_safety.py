@@ -138,3 +138,47 @@ def test_a_partial_clone_fetches_nothing(partial):
     repo = gitrepo.Repository(clone)  # the review's libgit2 fetches nothing either: the blob is not there
     assert repo.tree(repo.commit(h.put_fix)).read("net/core/buf.c") is None
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+SECRET = "K3TOKEN-a-file-beside-the-repository"
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("blame.ignoreRevsFile", "SECRET"),  # git quoted its first line: "invalid object name: K3TOKEN..."
+        ("blame.ignoreRevsFile", "/dev/zero"),  # read for ever
+        ("mailmap.file", "/dev/zero"),  # blame and log
+        ("core.attributesFile", "/dev/zero"),  # the fix's diff
+    ],
+)
+def test_files_the_config_names_outside_the_repository_are_not_read(tmp_path, monkeypatch, key, value):
+    """A file the repository's config names is read by git for `blame`, `log` or `diff-tree`: outside the
+    repository its line reached the report (the case's reason), and an endless one held every case until git's
+    timeout (bounded here to 20 s, so the old code fails fast)."""
+    monkeypatch.setattr(history.git, "TIMEOUT", 20.0)
+    h = hr.build(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f"{SECRET}\n")
+    hr.git(h.repo, "config", key, str(secret) if value == "SECRET" else value)
+    wants = Options().wants
+    selection = history.sample(h.repo, history.candidates(h.repo, ["HEAD"]), None, 0, wants)
+    assert {c.introducing for c in selection.cases} == {h.put_bug, h.name_bug, h.count_bug}
+    for case in selection.cases:
+        try:
+            found = bugs.locate(h.repo, case, wants)
+        except history.git.GitError as exc:
+            assert key == "blame.ignoreRevsFile" and "outside the repository" in str(exc), exc
+            assert SECRET not in str(exc)
+        else:
+            assert key != "blame.ignoreRevsFile" and isinstance(found, bugs.Bug), found
+
+
+def test_an_ignore_revs_file_in_the_repository_is_honoured(tmp_path):
+    """`blame.ignoreRevsFile = .git-blame-ignore-revs`, as projects ask: read from the work tree, so the commit it
+    names (the one that brought buf_put's bug in) is looked through and the case has no line of its own."""
+    h = hr.build(tmp_path)
+    (h.repo / ".git-blame-ignore-revs").write_text(f"{h.put_bug}\n")
+    hr.git(h.repo, "config", "blame.ignoreRevsFile", ".git-blame-ignore-revs")
+    case = next(c for c in history.candidates(h.repo, ["HEAD"]).cases if c.introducing == h.put_bug)
+    assert bugs.locate(h.repo, case, Options().wants) == "the introducing commit wrote no line that the fix changes"
