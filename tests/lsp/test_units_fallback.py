@@ -89,7 +89,7 @@ async def test_a_workspace_audit_goes_on_past_the_file_and_audits_it(daemon, tmp
     root = workspace(tmp_path)
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         result = await ed.command("k3lsp.auditWorkspace", timeout=120)
-        assert result == {"files": 3, "error": None, "left_out": 0}
+        assert result == {"files": 3, "error": None, "left_out": 0, "cancelled": False}
         demo = await ed.wait_diagnostics(ed.uri("demo.c"), lambda d: len(d) == 2)
         assert {d.code for d in demo} == {"CWE-787", "CWE-129"}
         notes = [m.message for m in ed.client.messages if "line windows" in m.message]
