@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import BinaryIO
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -24,7 +25,6 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
-_CHUNK = 1024 * 1024
 
 
 class Refused(OSError):
@@ -36,6 +36,15 @@ def read(path: str | os.PathLike[str], cap: int, root: str | os.PathLike[str] | 
     """The bytes of a regular file of at most ``cap`` bytes; ``root``: a repository's file, which must be inside
     it (no link out). Raises :class:`Refused` for anything else, and ``OSError`` as ``open`` does (a missing
     file is ``FileNotFoundError``)."""
+    with _opened(path, cap, root) as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise Refused(f"it grew past the limit of {describe_size(cap)} while it was read; refused")
+    return data
+
+
+def _opened(path: str | os.PathLike[str], cap: int, root: str | os.PathLike[str] | None) -> BinaryIO:
+    """The file open for reading, when it is a regular file of at most ``cap`` bytes by the descriptor's status."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     if root is not None:
         path = inside(path, root)
@@ -49,18 +58,10 @@ def read(path: str | os.PathLike[str], cap: int, root: str | os.PathLike[str] | 
         raise
     try:
         _regular(os.fstat(fd), cap)
-        chunks, size = [], 0
-        while size <= cap:
-            chunk = os.read(fd, min(_CHUNK, cap + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
+    except OSError:
         os.close(fd)
-    if size > cap:
-        raise Refused(f"it grew past the limit of {describe_size(cap)} while it was read; refused")
-    return b"".join(chunks)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
