@@ -12,8 +12,9 @@ status 2): the paths named are most likely wrong.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from k3lsp import units
@@ -54,7 +55,8 @@ def audit_root(paths: Sequence[Path]) -> Path:
 
 def admit(paths: Sequence[Path], root: Path, options: Options) -> Admitted:
     """Named files as given (any extension, any size: the user asked for them), directories walked with the
-    include/exclude globs and maxFileBytes; each file read and split, a binary one skipped."""
+    include/exclude globs and maxFileBytes (the files over it counted in a warning); each file read and split, a
+    binary one skipped."""
     out = Admitted()
     files: list[Path] = []
     empty: list[str] = []  # directories that admit no file
@@ -62,8 +64,13 @@ def admit(paths: Sequence[Path], root: Path, options: Options) -> Admitted:
         if path.is_file():
             files.append(path.resolve())
         elif path.is_dir():
-            found = list(admitted_files(path.resolve(), root, options))
+            wanted = list(admitted_files(path.resolve(), root, replace(options, max_file_bytes=sys.maxsize)))
+            sized = [(p, p.stat().st_size) for p in wanted]
+            found = [p for p, size in sized if size <= options.max_file_bytes]
             files += found
+            large = [(p, size) for p, size in sized if size > options.max_file_bytes]
+            if large:
+                out.warnings.append(_too_large(path, large, options))
             if not found:
                 empty.append(f"{path}: no file to audit in it ({walk_rule(options)})")
         else:
@@ -75,7 +82,7 @@ def admit(paths: Sequence[Path], root: Path, options: Options) -> Admitted:
     for source in out.sources:
         if source.path in named and (size := source.path.stat().st_size) > options.max_file_bytes:
             out.warnings.append(_oversized(source, size, options))
-    _say_what_is_left(out, empty, options)
+    _say_what_is_left(out, empty)
     return out
 
 
@@ -126,7 +133,16 @@ def _oversized(source: Source, size: int, options: Options) -> str:
     )
 
 
-def _say_what_is_left(out: Admitted, empty: list[str], options: Options) -> None:
+def _too_large(folder: Path, large: list[tuple[Path, int]], options: Options) -> str:
+    """The files of a directory walk over maxFileBytes (Semgrep's cap: generated code, amalgamations), counted."""
+    path, size = max(large, key=lambda found: found[1])
+    return (
+        f"{folder}: {_files(len(large))} over maxFileBytes ({options.max_file_bytes:,}) not audited, the largest "
+        f"{shown(path)} ({size:,} bytes); name a file on the command line to audit it whatever its size"
+    )
+
+
+def _say_what_is_left(out: Admitted, empty: list[str]) -> None:
     """Directories that admitted nothing are warnings beside other files and errors when nothing is left; a run
     with files but no function says so."""
     if out.sources:

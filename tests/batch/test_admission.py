@@ -69,3 +69,19 @@ def test_a_named_file_over_max_file_bytes_is_announced_with_its_units_and_cost_b
     assert first.startswith(f"k3lsp audit: warning: gen.c: {len(body):,} bytes, over maxFileBytes (1,000,000)"), lines
     assert "20,000 units" in first and "tokens" in first
     assert any("not reachable" in line for line in lines[1:]), lines
+
+
+def test_files_a_directory_walk_skips_as_too_large_are_counted_with_the_largest_named(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "small.h").write_text("int f(int a);\n")
+    (src / "gen.c").write_text("/*" + "x" * 1_200_000 + "*/\n")
+    (src / "big.c").write_text("/*" + "x" * 1_100_000 + "*/\n")
+    done = audit(tmp_path, "src", "--json")
+    assert done.returncode == 0, done.stderr
+    said = (
+        "src: 2 files over maxFileBytes (1,000,000) not audited, the largest src/gen.c (1,200,005 bytes); "
+        "name a file on the command line to audit it whatever its size"
+    )
+    assert f"k3lsp audit: warning: {said}" in done.stderr, done.stderr
+    assert json.loads(done.stdout)["stats"]["files"] == 1
