@@ -59,8 +59,9 @@ def read(path: Path) -> list[Mail]:
         data = supplied.read(path, MAX_MBOX_BYTES)
     except OSError as exc:
         raise patches.PatchError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if data.startswith(b"From ") or (
-        re.match(rb"(?:[A-Za-z-]+:.*\r?\n)+\r?\n", data) and re.search(rb"^Subject:", data, re.M)
+    top = data.lstrip()  # git am looks past blank lines for a mail's first line
+    if top.startswith(b"From ") or (
+        re.match(rb"(?:[A-Za-z-]+:.*\r?\n)+\r?\n", top) and re.search(rb"^Subject:", top, re.M)
     ):
         messages = [_parse(path, n, raw) for n, raw in enumerate(split(data), 1)]
     else:
