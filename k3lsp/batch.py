@@ -2,8 +2,10 @@
 
 Same units, same cache, the same audit core and the same filtering as the language server, so a finding
 seen in the editor is the finding reported here and a tree audited once is not audited again. Three steps:
-collect the files, audit their units into plain reports, then format the reports (text, JSON, SARIF in
-``k3lsp.sarif``) and map them to an exit status (0 clean, 1 findings at or above the threshold, 2 errors).
+collect the files (``k3lsp.admission``, which says what it skipped and what a run will cost before it starts),
+audit their units into plain reports, then format the reports (text, with ``k3lsp.findings_text`` on a terminal;
+JSON; SARIF in ``k3lsp.sarif``) and map them to an exit status (0 clean, 1 findings at or above the threshold, 2
+errors).
 
 The whole tree is one run of the audit core (``k3lsp.pool``) at background priority: several daemons
 (``--endpoint`` repeated) take units from its one queue, ``jobs`` at a time each, so a faster daemon simply
