@@ -2,13 +2,14 @@
 completion scripts shtab generates from the parser, with every subcommand's flags (which the parser adds only
 for the chosen subcommand otherwise, so that `--help` does not import mlx)."""
 
+import shutil
 import subprocess
 
 import pytest
 
 import k3lsp
 from backend.cli import COMMANDS, build_parser
-from tests.support.parsers import problems, run
+from tests.support.parsers import bash_completes, completion, problems, run
 
 
 def backend_run(*args: str) -> subprocess.CompletedProcess:
@@ -34,8 +35,15 @@ def test_a_default_is_in_the_help_as_a_user_reads_it():
     [("bash", "complete -o bashdefault -F _shtab_k3_backend k3-backend"), ("zsh", "#compdef k3-backend")],
 )
 def test_the_completion_script_names_every_subcommand_and_their_flags(shell, registers):
-    done = backend_run("--print-completion", shell)
+    done = completion("backend.cli", shell)
     assert done.returncode == 0, done.stderr
     assert registers in done.stdout.splitlines()
     for name in (*COMMANDS, "--prefill-step-size", "--bind", "--max-failures"):
         assert name in done.stdout, name
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_bash_completes_a_subcommands_flags_with_the_script():
+    script = completion("backend.cli", "bash").stdout
+    assert bash_completes(script, "_shtab_k3_backend", ["k3-backend", "su"]) == ["supervise"]
+    assert bash_completes(script, "_shtab_k3_backend", ["k3-backend", "serve", "--prefill"]) == ["--prefill-step-size"]

@@ -2,13 +2,14 @@
 generates from the parser (so they name every subcommand without anyone keeping a script by hand)."""
 
 import importlib.metadata
+import shutil
 import subprocess
 
 import pytest
 
 import k3lsp
 from k3lsp.cli import build_parser
-from tests.support.parsers import problems, run
+from tests.support.parsers import bash_completes, completion, problems, run
 
 SUBCOMMANDS = ("status", "witnesses", "audit", "review", "eval", "keys")
 
@@ -35,7 +36,7 @@ def test_a_default_is_in_the_help_as_a_user_reads_it():
     ("shell", "registers"), [("bash", "complete -o bashdefault -F _shtab_k3lsp k3lsp"), ("zsh", "#compdef k3lsp")]
 )
 def test_the_completion_script_names_every_subcommand(shell, registers):
-    done = k3lsp_run("--print-completion", shell)
+    done = completion("k3lsp", shell)
     assert done.returncode == 0, done.stderr
     assert registers in done.stdout.splitlines()
     for name in (*SUBCOMMANDS, "castle", "fixes", "--thinking-effort", "--min-severity"):
@@ -46,3 +47,12 @@ def test_a_shell_it_does_not_know_is_refused():
     done = k3lsp_run("--print-completion", "fish")
     assert done.returncode == 2
     assert "argument --print-completion: invalid choice: 'fish'" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_bash_completes_subcommands_flags_and_choices_with_the_script():
+    script = completion("k3lsp", "bash").stdout
+    assert bash_completes(script, "_shtab_k3lsp", ["k3lsp", "au"]) == ["audit"]
+    assert bash_completes(script, "_shtab_k3lsp", ["k3lsp", "eval", "f"]) == ["fixes"]
+    assert bash_completes(script, "_shtab_k3lsp", ["k3lsp", "audit", "--for"]) == ["--format"]
+    assert bash_completes(script, "_shtab_k3lsp", ["k3lsp", "audit", "--format", "s"]) == ["sarif"]

@@ -5,6 +5,7 @@ k3-backend)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,26 @@ from k3lsp.wire.commandline import says_nothing
 def run(module: str, *args: str) -> subprocess.CompletedProcess:
     """``python -m MODULE *args`` (a command as the user runs it), bounded."""
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+
+
+@functools.cache
+def completion(module: str, shell: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE --print-completion SHELL``, run once per test process (k3-backend's imports mlx)."""
+    return run(module, "--print-completion", shell)
+
+
+def bash_completes(script: str, function: str, words: list[str]) -> list[str]:
+    """What a real bash offers for the last of ``words`` with ``script`` (a completion script) sourced: the
+    completion ``function`` called as bash calls it (COMP_WORDS, COMP_CWORD, COMP_LINE, COMP_POINT set)."""
+    line = " ".join(words)
+    program = (
+        'source /dev/stdin; COMP_WORDS=("${@}"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; '
+        f'{function} "$1" "${{@: -1}}" "${{@: -2:1}}"; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    )
+    done = subprocess.run(["bash", "-c", program, "bash", *words], input=script, capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 0, (line, done.stderr)
+    return done.stdout.split()
 
 
 def every(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
