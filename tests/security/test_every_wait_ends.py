@@ -17,6 +17,7 @@ from k3lsp import pool as pool_module
 from k3lsp.client import ClientOptions, DaemonClient
 from k3lsp.options import Options
 from k3lsp.pool import Pool
+from k3lsp.run import Summary
 from k3lsp.wire.cache import ResultCache
 from tests.support.core import audit, targets
 from tests.support.daemon import audit_fields
@@ -49,18 +50,23 @@ def quick_retries(monkeypatch):
     monkeypatch.setattr(pool_module, "RETRY_DELAYS", (0.01, 0.02, 0.04))
 
 
-def new_pool(endpoint: str, tmp_path) -> Pool:
-    return Pool(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"))
+def new_pool(endpoint: str, tmp_path, **kw) -> Pool:
+    return Pool(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"), **kw)
+
+
+async def audited_by(handler, tmp_path, source: str = SOURCE, **kw) -> tuple[list, Summary]:
+    """One run of ``source``'s units on a pool (``kw``: its options) whose daemon answers with ``handler``."""
+    async with peer(handler) as endpoint:
+        pool = new_pool(endpoint, tmp_path, **kw)
+        try:
+            return await audit(pool, targets(source), timeout=20)
+        finally:
+            await pool.close()
 
 
 async def test_a_unit_the_daemon_keeps_refusing_as_busy_is_left_with_the_reason(tmp_path, quick_retries):
     handler, sent = busy_until(10_000)
-    async with peer(handler) as endpoint:
-        pool = new_pool(endpoint, tmp_path)
-        try:
-            results, summary = await audit(pool, targets(SOURCE), timeout=20)
-        finally:
-            await pool.close()
+    results, summary = await audited_by(handler, tmp_path)
     assert results == [] and [t.unit.name for t in summary.left] == ["f"]
     assert "busy" in summary.unavailable and "requests already open" in summary.unavailable, summary.unavailable
     assert len(sent) > pool_module.ATTEMPTS  # busy is not a failed daemon: asked until the deadline, not 4 times
@@ -68,12 +74,7 @@ async def test_a_unit_the_daemon_keeps_refusing_as_busy_is_left_with_the_reason(
 
 async def test_a_busy_daemon_that_frees_a_slot_gets_the_unit(tmp_path, quick_retries):
     handler, sent = busy_until(6, deadline=30.0)
-    async with peer(handler) as endpoint:
-        pool = new_pool(endpoint, tmp_path)
-        try:
-            results, summary = await audit(pool, targets(SOURCE), timeout=20)
-        finally:
-            await pool.close()
+    results, summary = await audited_by(handler, tmp_path)
     assert [r.unit.name for r in results] == ["f"] and summary.complete and len(sent) == 7
 
 
@@ -115,12 +116,7 @@ async def test_a_front_end_whose_state_callback_fails_still_gets_every_unit(tmp_
     def broken(state):
         raise RuntimeError("the status bar went away")
 
-    async with peer(handler) as endpoint:
-        pool = Pool(Options(endpoint=endpoint), ResultCache(tmp_path / "c.sqlite"), slots=1, on_state=broken)
-        try:
-            results, summary = await audit(pool, targets(SOURCE * 3), timeout=20)
-        finally:
-            await pool.close()
+    results, summary = await audited_by(handler, tmp_path, SOURCE * 3, slots=1, on_state=broken)
     assert len(results) == 3 and summary.complete and len(sent) == 3
 
 
