@@ -18,7 +18,7 @@ from k3lsp import __version__, actions
 from k3lsp.client import DaemonClient
 from k3lsp.connection import TransportFactory
 from k3lsp.session import Session
-from k3lsp.wire import sanitize
+from k3lsp.wire import ending, sanitize
 
 
 class Utf16Protocol(LanguageServerProtocol):
@@ -151,4 +151,4 @@ def serve_stdio(transport: TransportFactory = DaemonClient) -> None:
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
-    create(transport).start_io()
+    create(transport).start_io(stdout=ending.ProtocolStdout(sys.stdout.buffer))  # no editor left: end at once

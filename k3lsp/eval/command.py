@@ -69,6 +69,8 @@ def run(args: argparse.Namespace, options, errors: list[str]) -> int:
         return exc.status
     except _Refused as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        raise  # a closed stdout ends the command quietly (k3lsp.wire.ending)
     except Exception as exc:
         from k3lsp.wire import sanitize
 

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import BinaryIO, NoReturn
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141
@@ -120,6 +121,38 @@ def _stdout_closed() -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+class ProtocolStdout:
+    """The stdout of a program that answers a peer on it (the language server, for its editor): once nobody reads
+    it, nobody is left to answer, so the process ends at the write that finds no reader, as SIGPIPE ends a C
+    server (clangd), with EXIT_CLOSED_PIPE and no traceback (pygls would log one per message until stdin closed).
+    Files, threads and daemons need no goodbye: each audited unit is cached as it finishes."""
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError:
+            _end_at_closed_pipe()
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _end_at_closed_pipe()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.close()
+
+
+def _end_at_closed_pipe() -> NoReturn:
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+    os._exit(EXIT_CLOSED_PIPE)
 
 
 def raise_broken_pipe() -> None:

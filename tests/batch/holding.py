@@ -26,8 +26,11 @@ class Holding:
 
 
 @contextlib.contextmanager
-def holding(answered: dict[str, list[dict]] | None = None, *, hold_status: bool = False) -> Iterator[Holding]:
-    """The daemon, for the ``with`` block; ``answered``: unit name -> the findings its audit reports."""
+def holding(
+    answered: dict[str, list[dict]] | None = None, *, hold_status: bool = False, hold: bool = True
+) -> Iterator[Holding]:
+    """The daemon, for the ``with`` block; ``answered``: unit name -> the findings its audit reports; with
+    ``hold`` False, every other unit is answered too, with no finding."""
     answered = answered or {}
     state = Holding()
     ready, done = threading.Event(), threading.Event()
@@ -36,8 +39,8 @@ def holding(answered: dict[str, list[dict]] | None = None, *, hold_status: bool 
         kind, msg_id = msg["kind"], msg["id"]
         if kind == "hello":
             await reply(sock, ident, "welcome", msg_id, **WELCOME)
-        elif kind == "audit" and msg["unit"] in answered:
-            for finding in answered[msg["unit"]]:
+        elif kind == "audit" and (msg["unit"] in answered or not hold):
+            for finding in answered.get(msg["unit"], []):
                 await reply(sock, ident, "finding", msg_id, finding=finding)
             await reply(sock, ident, "done", msg_id, stats={"finish_reason": "stop"})
         elif kind == "audit" or (kind == "status" and hold_status):

@@ -247,11 +247,37 @@ PIPED: dict[str, Callable[[Path, Holding], list[str]]] = {
     "audit": lambda t, d: _audit(t, d.endpoint),
     "review": lambda t, d: _review(t, d.endpoint)[:-4],  # the text report, on stdout
     "keys init": lambda t, d: ["keys", "init", "--dir", str(t / "keys")],
+    "eval castle": lambda t, d: _castle(t, d.endpoint),
 }
 
 
 @pytest.mark.parametrize("name", PIPED)
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path, name):
-    with holding({"good": [], "held": [], "drv_read": [BAD_READ], "drv_index": []}) as daemon:
+    with holding({"drv_read": [BAD_READ]}, hold=False) as daemon:
         proc, err = closed_stdout(PIPED[name](tmp_path, daemon), tmp_path)
+    assert_quiet(proc, err)
+
+
+def test_a_closed_stdout_ends_the_language_server_quietly(tmp_path):
+    """The editor is gone: nobody reads the answers, so the server ends at its first one, as SIGPIPE ends a C
+    server (clangd), instead of logging a traceback for every message until stdin closes."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k3lsp.cli"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=k3lsp_env(tmp_path / "cache"),
+    )
+    proc.stdout.close()
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}, "processId": None}}
+        proc.stdin.write(lsp_message(init))
+        proc.stdin.flush()  # stdin stays open: the server must end by itself
+        proc.wait(WAIT)
+        err = proc.stderr.read().decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
     assert_quiet(proc, err)
