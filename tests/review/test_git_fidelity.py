@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import quopri
 import re
 import subprocess
 import sys
@@ -78,6 +79,18 @@ def one_mail(box: bytes) -> bytes:
     diff = second[second.index(b"\ndiff --git ") + 1 : second.rindex(b"\n-- \n") + 1]
     end = first.rindex(b"\n-- \n") + 1
     return first[:end] + diff + first[end:]
+
+
+def encoded(box: bytes, encoding: str) -> bytes:
+    """The mails of ``box`` with their bodies in ``encoding`` (8bit: as they are), as a mail client may send them."""
+    if encoding == "8bit":
+        return box
+    out = []
+    for one in re.split(rb"(?m)^(?=From [0-9a-f]{40} )", box)[1:]:
+        head, body = one.split(b"\n\n", 1)
+        data = quopri.encodestring(body) if encoding == "quoted-printable" else base64.encodebytes(body)
+        out.append(head + f"\nContent-Transfer-Encoding: {encoding}\n\n".encode() + data)
+    return b"".join(out)
 
 
 def landed(source: Path, base: str, box: Path, scratch: Path) -> list[dict[str, bytes]] | None:
@@ -303,14 +316,15 @@ def text(lines: list[str], newline_at_end: bool) -> bytes:
 def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     """Generated files (every separator inside their lines, a missing last newline at times), changed by two
     commits that modify, rename or copy a file and change it again: sent as a series of two mails and as one
-    mail naming the file twice. Where git applies it, the review audits git's files; where git refuses, the
-    review refuses too."""
+    mail naming the file twice, each body as format-patch writes it, quoted-printable or base64. Where git
+    applies it, the review audits git's files; where git refuses, the review refuses too."""
     tmp = tmp_path_factory.mktemp("am")
     base = data.draw(st.lists(LINE, min_size=3, max_size=10), label="base")
     middle = data.draw(edited(base), label="middle")
     final = data.draw(edited(middle), label="final")
     ends = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()), label="newline at end")
     how = data.draw(st.sampled_from(["modify", "rename", "copy"]), label="first commit")
+    encoding = data.draw(st.sampled_from(["8bit", "quoted-printable", "base64"]), label="body encoding")
     first = "a.c" if how == "modify" else "b.c"
     commits: list[dict[str, bytes | None]] = [
         {"a.c": text(base, ends[0]), "z.c": b"int z;\n"},
@@ -323,7 +337,7 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     two = format_patch(tmp / "src", f"{ids[0]}..{ids[2]}")
     for name, box in (("series", two), ("one", one_mail(two))):
         path = tmp / f"{name}.mbx"
-        path.write_bytes(box)
+        path.write_bytes(encoded(box, encoding))
         trees = landed(tmp / "src", ids[0], path, tmp / f"am-{name}")
         found = reviewed(tmp / "src", ids[0], path)
         if trees is None:
@@ -339,7 +353,7 @@ def test_a_hunk_that_matches_nowhere_in_many_identical_lines_costs_linear_work()
     the search that compared the hunk at every place ran N x H of them (120 KB mail: 30 s)."""
     n, h = 4000, 400
     old = b"x;\n" * n
-    diff = f"--- a/f.c\n+++ b/f.c\n@@ -1,{h + 1} +1,{h + 1} @@\n" + " x;\n" * h + "-y;\n+z;\n"
+    diff = f"--- a/f.c\n+++ b/f.c\n@@ -2000,{h + 2} +2000,{h + 2} @@\n" + " x;\n" * h + "-y;\n+z;\n x;\n"
     (change,) = patches.parse(diff)
     budget = 60 * (n + h)
     counted = 0
