@@ -224,6 +224,9 @@ def _add_effort_flag(
     parser.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=default, help=help)
 
 
+ENDPOINT_HELP = "daemon endpoint (default: $K3LSP_ENDPOINT, else this user's private socket)"
+
+
 def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-key", type=Path, help="the daemon's public key file (turns CurveZMQ on)")
     parser.add_argument("--client-key", type=Path, help="this client's secret key file (k3lsp keys init)")
@@ -238,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")
-    status.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+    status.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument("--timeout", type=_seconds, default=5.0, help="seconds to wait for the daemon")
     _add_key_flags(status)
@@ -253,11 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--endpoint",
         action="append",
-        help="daemon endpoint (env K3LSP_ENDPOINT); repeat it to spread the units over several",
+        help=ENDPOINT_HELP + "; repeat it to spread the units over several",
     )
     audit.add_argument("--format", choices=("text", "json", "sarif"), default="text", help="output format")
     audit.add_argument("--json", action="store_true", help="same as --format json")
-    audit.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
+    audit.add_argument(
+        "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
+    )
     audit.add_argument(
         "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
     )
@@ -303,11 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument(
         "--sarif-runs", choices=("patch", "range"), default="patch", help="one SARIF run per patch, or one"
     )
-    review.add_argument("-o", "--output", type=Path, default=None, help="write the report to this file")
+    review.add_argument(
+        "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
+    )
     review.add_argument(
         "--fail-on", choices=SEVERITIES, default="info", help="exit 1 for an introduced finding at or above"
     )
-    review.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+    review.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
     review.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
     review.add_argument(
         "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
@@ -323,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     fixes = modes.add_parser("fixes", help="did the review of each commit a Fixes: tag names catch its bug?")
     eval_command.add_arguments(castle, fixes)
     for mode in (castle, fixes):
-        mode.add_argument("--endpoint", action="append", help="daemon endpoint (env K3LSP_ENDPOINT); repeatable")
+        mode.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
         _add_effort_flag(mode)
         _add_key_flags(mode)
         mode.set_defaults(run=_eval)
