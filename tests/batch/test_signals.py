@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,8 +175,6 @@ def slow_analyzer(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 def appears(path: Path, proc: subprocess.Popen) -> bool:
     """Wait (bounded) until ``path`` exists, or the process ended."""
-    import time
-
     deadline = time.monotonic() + WAIT
     while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -188,6 +187,32 @@ def test_a_signal_while_witnesses_asks_the_analyzers(tmp_path, sig):
     proc = start(["witnesses"], tmp_path, **env)
     _, err = interrupted(proc, sig, lambda: appears(started, proc))
     assert_ended_by(sig, proc, err, "k3lsp witnesses: interrupted by")
+
+
+def blocked_on_fifo(proc: subprocess.Popen) -> bool:
+    """Wait (bounded) until the process waits for a reader of a FIFO it opens (Linux: its wait channel)."""
+    wchan = Path(f"/proc/{proc.pid}/wchan")
+    deadline = time.monotonic() + WAIT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if wchan.read_text() == "wait_for_partner":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="sees the FIFO wait in /proc")
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize(("program", "name"), [("k3lsp.cli", "client"), ("backend.cli", "server")])
+def test_a_signal_while_keys_init_writes_ends_it(tmp_path, sig, program, name):
+    """`keys init --force` over a key file that is a FIFO nobody reads: the write waits, and the signal ends it."""
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    os.mkfifo(keys / f"{name}.key")
+    args = [sys.executable, "-m", program, "keys", "init", "--dir", str(keys), "--force"]
+    proc = subprocess.Popen([*args, "--name", name] if program == "k3lsp.cli" else args, stderr=subprocess.PIPE)
+    _, err = interrupted(proc, sig, lambda: blocked_on_fifo(proc))
+    prog = "k3lsp keys" if program == "k3lsp.cli" else "k3-backend keys"
+    assert_ended_by(sig, proc, err.decode(), f"{prog}: interrupted by")
 
 
 def lsp_message(body: dict) -> bytes:
