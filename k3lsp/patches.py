@@ -132,8 +132,9 @@ def apply(old: bytes, change: FileChange) -> bytes:
         budget -= spent
         if budget < 0:
             raise PatchError(
-                f"{where}: hunk {n} (line {hunk.source_start}) lies too far from where its header says to be "
-                "placed at a bounded cost, so the patch is refused"
+                f"{where}: hunk {n} (line {hunk.source_start}) lies too far from where its header puts it: placing "
+                f"the patch's hunks would search more than {SEARCH_FACTOR} lines per line of the file and the patch, "
+                "so the patch is refused"
             )
         if at is None:
             raise PatchError(f"{where}: hunk {n} (line {hunk.source_start}) does not apply")

@@ -378,6 +378,24 @@ def test_a_hunk_that_matches_nowhere_in_many_identical_lines_costs_linear_work()
     assert 0 < counted <= budget
 
 
+def test_hunks_far_from_their_headers_are_refused_past_the_cap():
+    """Every hunk's header says line 2 while its lines are a thousand and more lines down: git searches that far
+    for each; placing them all here would cost more than the cap (64 lines searched per line of file and patch),
+    so the patch is refused in one sentence. The same hunks with true headers apply."""
+    old = "".join(f"l{i};\n" for i in range(1, 2001)).encode()
+    starts = range(1000, 2000, 10)
+    hunk = "@@ -{at},3 +{at},3 @@\n l{a};\n-l{b};\n+m{b};\n l{c};\n"
+    lying = "".join(hunk.format(at=2, a=a, b=a + 1, c=a + 2) for a in starts)
+    (change,) = patches.parse("--- a/f.c\n+++ b/f.c\n" + lying)
+    with pytest.raises(patches.PatchError, match="lies too far") as refused:
+        patches.apply(old, change)
+    assert str(refused.value).count(". ") == 0
+    (true,) = patches.parse(
+        "--- a/f.c\n+++ b/f.c\n" + "".join(hunk.format(at=a, a=a, b=a + 1, c=a + 2) for a in starts)
+    )
+    assert patches.apply(old, true).count(b"\nm") == len(starts)
+
+
 def test_a_subject_of_many_encoded_words_is_refused_past_the_cap(tmp_path):
     """Python's mail parser decodes a header of many RFC 2047 words in quadratic time (560 KB: 29 s): a header
     longer than the cap is refused, in one sentence naming it, before it is decoded."""
