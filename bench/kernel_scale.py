@@ -126,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         tree = quick_tree(Path(scratch)) if args.quick else args.tree.resolve()
         files = list(options.admitted_files(tree, tree, options.Options()))
+        if not files:
+            print(f"kernel_scale.py: {tree} has no C file the default include/exclude admits: nothing to measure",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         print(f"tree: {tree} ({len(files)} files admitted by the default include/exclude/maxFileBytes)")
         if "splitter" in only:
             splitter(tree, files, args.list_misses)
