@@ -201,17 +201,40 @@ def test_a_signal_while_doctor_checks_ends_it_and_removes_its_checkpoint(tmp_pat
     assert not list(temp.glob("k3-doctor-*"))  # its temporary checkpoint went on the way out
 
 
+def fidelity_record(tiny_model: Path, tmp_path: Path) -> list[str]:
+    """`fidelity record` of the tiny checkpoint on a corpus of ten files: it says each window it runs."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for n in range(10):
+        (corpus / f"f{n}.c").write_text(ONE_UNIT * 40)
+    model = ["--model", str(tiny_model), "--trust-remote-code"]
+    return ["fidelity", "record", *model, "--corpus", str(corpus), "-o", str(tmp_path / "base")]
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_mid_fidelity_record_ends_it(tiny_model, tmp_path, sig):
+    proc = start(fidelity_record(tiny_model, tmp_path), tmp_path)
+    said: list[str] = []
+    deadline = time.monotonic() + WAIT
+    while not any(line.startswith("[1/") for line in said) and time.monotonic() < deadline:
+        line = proc.stderr.readline()  # "[1/10] ...": the first window is running
+        if not line:
+            break
+        said.append(line)
+    assert any(line.startswith("[1/") for line in said), said
+    err = "".join(said) + ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend fidelity")
+
+
 # --- a closed stdout -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "args", [["make-tiny", "tiny"], ["doctor"], ["keys", "init", "--dir", "keys"]], ids=lambda a: a[0]
-)
-def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
+def assert_quiet_on_closed_stdout(args: list[str], tmp_path: Path) -> None:
+    """Run the command with nobody reading its stdout: it ends at its first write, quietly, with 141."""
     proc = start(args, tmp_path)
-    proc.stdout.close()  # nobody reads what it prints
+    proc.stdout.close()
     try:
-        err = proc.communicate(timeout=WAIT)[1]
+        err = proc.communicate(timeout=600)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -220,16 +243,18 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
     assert proc.returncode == EXIT_CLOSED_PIPE, err
 
 
-def test_a_closed_stdout_ends_the_demo_quietly_and_stops_what_it_started(tmp_path):
+@pytest.mark.parametrize(
+    "args", [["make-tiny", "tiny"], ["doctor"], ["keys", "init", "--dir", "keys"]], ids=lambda a: a[0]
+)
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
+    assert_quiet_on_closed_stdout(args, tmp_path)
+
+
+def test_a_closed_stdout_ends_the_demo_quietly(tmp_path):
     (tmp_path / "one.c").write_text(ONE_UNIT)
     with holding({"one": []}) as daemon:
-        proc = start(["demo", "one.c", "--endpoint", daemon.endpoint], tmp_path)
-        proc.stdout.close()
-        try:
-            err = proc.communicate(timeout=WAIT)[1]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-    assert "Traceback" not in err and "BrokenPipe" not in err, err
-    assert proc.returncode == EXIT_CLOSED_PIPE, err
+        assert_quiet_on_closed_stdout(["demo", "one.c", "--endpoint", daemon.endpoint], tmp_path)
+
+
+def test_a_closed_stdout_ends_fidelity_record_quietly(tiny_model, tmp_path):
+    assert_quiet_on_closed_stdout(fidelity_record(tiny_model, tmp_path), tmp_path)  # its last line: "wrote BASE"
