@@ -22,13 +22,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from lsprotocol import types as lsp
 
 from k3lsp import suppress
 from k3lsp.wire import keys, supplied
 from k3lsp.witnesses import flags
 from tests.eval import castle_data
 from tests.review import repos
+from tests.support import kimi
 from tests.support.batch import k3lsp_env
+from tests.support.fake_daemon import FakeScript
+from tests.support.lsp import editor
 
 DATA_LIMIT = 512 * 1024 * 1024  # far above what a k3lsp command needs, far below what /dev/zero gives
 TIMEOUT = 60  # a run here takes a second or two; the code before the fix blocked forever on a FIFO
@@ -225,3 +229,15 @@ def test_eval_out_naming_a_file_says_so_in_words(tmp_path):
         "--out taken: it is a file, not a directory; give a directory for the report (it is made when missing)"
     ), done.stderr  # before the fix: error: FileExistsError: [Errno 17] File exists: 'taken'
     assert done.returncode == 2
+
+
+async def test_the_language_server_with_a_fifo_baseline_answers_and_says_why(proj, tmp_path):
+    """The language server loads the baseline when it starts: a FIFO there blocked its event loop for good."""
+    os.mkfifo(proj / suppress.BASELINE_NAME)
+    script = FakeScript(tmp_path / "fake-daemon.json")
+    script.write({"units": {"slot": {"findings": [kimi.finding(cwe=129, start_line=3, end_line=3, trace=[])]}}})
+    async with editor(proj, fake=script, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("slot.c")
+        assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 1
+        said = await ed.wait_for(lambda: [m for m in ed.shown(lsp.MessageType.Error) if "baseline" in m])
+    assert "it is a FIFO (named pipe), not a regular file; refused" in said[0]
