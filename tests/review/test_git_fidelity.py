@@ -146,6 +146,21 @@ def test_a_line_with_a_form_feed_in_it_is_reviewed_as_the_one_line_git_applies(t
     assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"}
 
 
+def test_a_commit_with_a_form_feed_in_a_line_is_reviewed_with_that_line_changed(tmp_path):
+    """A commit under review is diffed blob to blob (libgit2) and the diff parsed as a patch's: the line with two
+    frees is one changed line of drv_read, as git shows it; the parse broke it in two, ended the hunk early by
+    its count and lost the change after it."""
+    patched = repos.DRIVER_C.replace("\tr->len = n;\n", "\tr->len = n;\f kfree(r);\u2028\n").replace(
+        "\treturn 0;", "\treturn 1;"
+    )
+    history(tmp_path / "src", [{"drv.c": repos.DRIVER_C.encode()}, {"drv.c": patched.encode()}])
+    repo = gitrepo.Repository(tmp_path / "src")
+    patch = series.commit(repo, repo.commit("HEAD"), OPTIONS.wants)
+    plan = review.plan(patch, None, tmp_path, OPTIONS)
+    assert plan.files["drv.c"].changed == {repos.line_of(patched, "kfree(r)"), repos.line_of(patched, "return 1")}
+    assert [t.unit.name for t in plan.units] == ["drv_read"]
+
+
 def test_a_mail_naming_one_file_twice_is_applied_diff_after_diff(tmp_path):
     """The first diff takes drv_read's bound out, the second changes drv_index: git applies both; reviewing
     each against the base kept the bound in what was audited, and showed drv_read as unchanged."""
