@@ -16,8 +16,7 @@ import stat
 import time
 from pathlib import Path
 
-import zmq.auth
-from zmq.utils import z85
+from k3lsp.wire import keys, supplied
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +33,15 @@ def unsafe(path: Path, info: os.stat_result) -> str | None:
 
 
 def read_key(path: Path) -> bytes:
-    """The z85 public key of one ``.key`` file; ValueError (or OSError) says what is wrong with it."""
+    """The z85 public key of one ``.key`` file, parsed as k3lsp parses one (``k3lsp.wire.keys``); ValueError (or
+    OSError) says what is wrong with it."""
     info = path.lstat()
     if not stat.S_ISREG(info.st_mode):
         raise ValueError("not a regular file")
     problem = unsafe(path, info)
     if problem:
         raise ValueError(problem)
-    try:
-        public, _ = zmq.auth.load_certificate(path)
-    except FileNotFoundError:  # deleted meanwhile: simply gone
-        raise
-    except Exception as exc:  # pyzmq's parser raises whatever the text makes it raise
-        raise ValueError(f"not a CurveZMQ key file ({exc.__class__.__name__}: {exc})") from None
-    if public is None or len(public) != 40:
-        raise ValueError("holds no 40-character public key")
-    try:
-        z85.decode(public)
-    except Exception:
-        raise ValueError("its public key is not valid z85") from None
+    public, _ = keys.parse(supplied.read(path, keys.MAX_KEY_BYTES))  # FileNotFoundError: deleted meanwhile
     return public
 
 

@@ -118,23 +118,31 @@ def _stat(path: Path) -> os.stat_result:
 
 
 def _load(path: Path) -> tuple[bytes, bytes | None]:
-    """(public, secret) of a key file as pyzmq writes one (``public-key = "..."`` lines; ``#`` comments), read as a
-    file a flag names (``k3lsp.wire.supplied``: regular, bounded, never blocking) and checked here: pyzmq's own
-    reader read ``/dev/zero`` until memory ran out, raised IndexError on a line without ``=`` and took a key that
-    is no z85, which failed later as "ZMQError: Invalid argument"."""
+    """(public, secret) of a key file, read as a file a flag names (``k3lsp.wire.supplied``: regular, bounded, never
+    blocking): pyzmq's own reader read ``/dev/zero`` until memory ran out."""
     try:
         data = supplied.read(path, MAX_KEY_BYTES)
     except OSError as exc:
         raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise KeyFileError(f"{path} is not a CurveZMQ key file: {exc}") from None
+
+
+def parse(data: bytes) -> tuple[bytes, bytes | None]:
+    """(public, secret) of a key file's bytes as pyzmq writes them (``public-key = "..."`` lines, ``#`` comments);
+    ValueError says in words what is wrong. pyzmq's parser raised IndexError on a line without ``=`` and took a key
+    that is no z85, which failed later as "ZMQError: Invalid argument"."""
     found: dict[bytes, bytes] = {}
     for m in _KEY_LINE.finditer(data):
         found.setdefault(m["half"], m["key"])
     public, secret = found.get(b"public"), found.get(b"secret")
     if public is None:
-        raise KeyFileError(f'{path} is not a CurveZMQ key file: it has no public-key = "..." line')
+        raise ValueError('it has no public-key = "..." line')
     for half, key in ((b"public", public), (b"secret", secret)):
         if key is not None and not _z85_key(key):
-            raise KeyFileError(f"{path} is not a CurveZMQ key file: its {half.decode()} key is not 40 z85 characters")
+            raise ValueError(f"its {half.decode()} key is not 40 z85 characters")
     return public, secret
 
 

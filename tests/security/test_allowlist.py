@@ -105,3 +105,17 @@ def test_the_directory_is_looked_at_once_per_reload_period(keydir, monkeypatch):
     assert slow.allows(key)  # stale until the period ends
     live = AllowList(keydir, reload_seconds=0)
     assert not live.allows(key)
+
+
+def test_a_key_file_the_parser_cannot_read_is_said_in_words_and_a_huge_one_is_not_read(keydir):
+    """pyzmq's reader raised IndexError on a key line without `=` and read any file to its end; the daemon now
+    reads key files as k3lsp does (k3lsp.wire.keys, k3lsp.wire.supplied)."""
+    alice = _client(keydir, "alice")
+    (keydir / "noeq.key").write_text("public-key\n")
+    with open(keydir / "huge.key", "wb") as f:  # sparse: no disk, and nothing to read before the cap refuses it
+        f.truncate(64 << 20)  # one line of 64 MiB: what pyzmq's reader held at once
+    allow = AllowList(keydir)
+    assert allow.allows(alice)
+    said = {Path(p.split(":")[0]).name: p for p in allow.problems}
+    assert 'it has no public-key = "..." line' in said["noeq.key"] and "IndexError" not in said["noeq.key"]
+    assert "67,108,864 bytes are over the limit of 64 KiB" in said["huge.key"]
