@@ -126,6 +126,8 @@ def _applied(before: Snapshot, files: Sequence[FileChange]) -> tuple[tuple[FileC
     firsts: dict[str, FileChange] = {}  # each file left, by its first diff
     for change in files:
         source, target = change.old_path, change.new_path
+        for path in (source, target):
+            _verify(path)
         state = Applied(before, out)
         if source is None or (target is not None and source != target):
             if target is not None and target not in gone | leaving and state.read(target) is not None:
@@ -148,6 +150,18 @@ def _applied(before: Snapshot, files: Sequence[FileChange]) -> tuple[tuple[FileC
         gone.discard(target)
         firsts.setdefault(target, change)
     return tuple(_one_per_file(before, files, firsts, out)), out
+
+
+def _verify(path: str | None) -> None:
+    """Refuse a path ``git apply`` refuses (its ``verify_path``): absolute, or with an empty, ``.``, ``..`` or
+    ``.git`` part (in any case), which would name a file outside the tree or in its git directory."""
+    if path is not None and (
+        path.startswith("/") or any(p in ("", ".", "..") or p.lower() == ".git" for p in path.split("/"))
+    ):
+        raise patches.PatchError(
+            f"{path}: git refuses a path that is absolute or has an empty, '.', '..' or '.git' part, so the patch "
+            "is not reviewed"
+        )
 
 
 def _renames(change: FileChange) -> bool:

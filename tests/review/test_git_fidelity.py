@@ -127,6 +127,20 @@ def assert_same(patch: series.Patch, tree: dict[str, bytes]) -> None:
         assert file.source.lines == patches.decode(tree[path]).split("\n"), path
 
 
+def test_a_path_git_refuses_is_not_reviewed(tmp_path):
+    """A diff creating `../up.c`, `.git/x.c`, `d/./x.c`, `D/.GIT/x.c` or `d//x.c`: `git apply` refuses each; the
+    review reviewed the file (outside the tree, or in its git directory) as if it had landed."""
+    history(tmp_path / "src", [{"f.c": b"int f;\n"}])
+    for path in ("../up.c", ".git/x.c", "d/./x.c", "D/.GIT/x.c", "d//x.c"):
+        diff = (
+            f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+int x;\n"
+        )
+        (tmp_path / "d.patch").write_text(diff)
+        assert git(tmp_path / "src", "apply", "--index", str(tmp_path / "d.patch")).returncode != 0, path
+        (patch,) = reviewed(tmp_path / "src", "HEAD", tmp_path / "d.patch")
+        assert patch.error is not None and path in patch.error and "git refuses" in patch.error, path
+
+
 def test_a_line_with_a_form_feed_in_it_is_reviewed_as_the_one_line_git_applies(tmp_path):
     """The issue's double free: `kfree(r);\\f kfree(r);` is one added line for git (and two calls for the
     compiler); every other separator Python's splitlines breaks on rides along inside lines of the same patch."""
