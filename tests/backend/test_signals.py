@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.wire.ending import EXIT_CLOSED_PIPE
+from tests.batch import processes
 from tests.batch.holding import holding
+from tests.batch.processes import assert_quiet, reaped
 
 WAIT = 120  # seconds for a command to reach its work, and to end after the signal
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
@@ -30,15 +31,7 @@ ONE_UNIT = "int one(int a)\n{\n\treturn a;\n}\n"
 
 
 def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=os.environ | {"K3LSP_CACHE_DIR": str(tmp_path / "cache")} | env,
-    )
+    return processes.start("backend.cli", args, tmp_path, **env)
 
 
 class Lines:
@@ -67,15 +60,11 @@ class Lines:
 
 def ended_by(sig: int, proc: subprocess.Popen, send: Callable[[], None]) -> str:
     """Send ``sig`` now; the stderr of the process once it ended (bounded)."""
-    try:
+    with reaped(proc):
         proc.send_signal(sig)
         send()
         proc.wait(WAIT)
         return proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def assert_ended_by(sig: int, proc: subprocess.Popen, err: str, prog: str) -> None:
@@ -231,16 +220,10 @@ def test_a_signal_mid_fidelity_record_ends_it(tiny_model, tmp_path, sig):
 
 def assert_quiet_on_closed_stdout(args: list[str], tmp_path: Path) -> None:
     """Run the command with nobody reading its stdout: it ends at its first write, quietly, with 141."""
-    proc = start(args, tmp_path)
-    proc.stdout.close()
-    try:
+    with reaped(start(args, tmp_path)) as proc:
+        proc.stdout.close()
         err = proc.communicate(timeout=600)[1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert "Traceback" not in err and "BrokenPipe" not in err, err
-    assert proc.returncode == EXIT_CLOSED_PIPE, err
+    assert_quiet(proc, err)
 
 
 @pytest.mark.parametrize(

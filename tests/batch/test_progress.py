@@ -19,6 +19,7 @@ import threading
 import time
 
 from tests.batch.holding import holding
+from tests.batch.processes import reaped
 from tests.support.batch import k3lsp_env
 
 WAIT = 60
@@ -53,17 +54,13 @@ def test_the_progress_bar_estimates_the_time_left(tmp_path):
         os.close(terminal)
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        try:
+        with reaped(proc):
             assert daemon.held.wait(WAIT)
             deadline = time.monotonic() + WAIT
             while not re.search(r"1/2.*about 0:\d\d left", "".join(shown)) and time.monotonic() < deadline:
                 time.sleep(0.1)
             proc.send_signal(signal.SIGINT)
             proc.wait(WAIT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
         reader.join(10)
         os.close(master)
     assert re.search(r"auditing .* 1/2 .*about 0:\d\d left", "".join(shown)), "".join(shown)[-2000:]

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.wire.ending import EXIT_CLOSED_PIPE
+from tests.batch import processes
 from tests.batch.holding import Holding, holding
+from tests.batch.processes import assert_quiet, reaped
 from tests.eval import castle_data, history_repo
 from tests.review import repos
 from tests.support.batch import k3lsp_env
@@ -120,28 +121,16 @@ CASES = {
 
 
 def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "k3lsp.cli", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=k3lsp_env(tmp_path / "cache") | env,
-    )
+    return processes.start("k3lsp.cli", args, tmp_path, **env)
 
 
 def interrupted(proc: subprocess.Popen, sig: int, working: Callable[[], bool]) -> tuple[str, str]:
     """Send ``sig`` once the command is working; (stdout, stderr) after it ended (bounded)."""
-    try:
+    with reaped(proc):
         assert working(), proc.communicate(timeout=WAIT)
         assert proc.poll() is None, "the command ended before the signal"
         proc.send_signal(sig)
         return proc.communicate(timeout=WAIT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def assert_ended_by(sig: int, proc: subprocess.Popen, err: str, said: str) -> None:
@@ -215,13 +204,9 @@ def test_a_signal_while_keys_init_writes_ends_it(tmp_path, sig, program, name):
     assert_ended_by(sig, proc, err.decode(), f"{prog}: interrupted by")
 
 
-def lsp_message(body: dict) -> bytes:
-    data = json.dumps(body).encode()
-    return b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
-
-
-@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_a_signal_ends_the_language_server(tmp_path, sig):
+def language_server(tmp_path: Path, *, reading: bool = True) -> subprocess.Popen:
+    """`k3lsp` on stdio as an editor starts it, sent ``initialize``; with ``reading`` False, the editor has
+    already stopped reading the server's answers."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "k3lsp.cli"],
         stdin=subprocess.PIPE,
@@ -230,17 +215,20 @@ def test_a_signal_ends_the_language_server(tmp_path, sig):
         cwd=tmp_path,
         env=k3lsp_env(tmp_path / "cache"),
     )
-    try:
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}, "processId": None}}
-        proc.stdin.write(lsp_message(init))
-        proc.stdin.flush()
+    if not reading:
+        proc.stdout.close()
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
+    proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    proc.stdin.flush()  # stdin stays open: the server ends by itself
+    return proc
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_ends_the_language_server(tmp_path, sig):
+    with reaped(language_server(tmp_path)) as proc:
         assert proc.stdout.readline().startswith(b"Content-Length"), "the server did not answer initialize"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=WAIT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert_ended_by(sig, proc, err.decode(errors="replace"), "k3lsp: interrupted by")
 
 
@@ -249,20 +237,10 @@ def test_a_signal_ends_the_language_server(tmp_path, sig):
 
 def closed_stdout(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
     """Run the command with a stdout whose reader is gone before it writes: (process, stderr)."""
-    proc = start(args, tmp_path)
-    proc.stdout.close()  # `| head -0`: nobody reads what the command prints
-    try:
+    with reaped(start(args, tmp_path)) as proc:
+        proc.stdout.close()  # `| head -0`: nobody reads what the command prints
         _, err = proc.communicate(timeout=WAIT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     return proc, err
-
-
-def assert_quiet(proc: subprocess.Popen, err: str) -> None:
-    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err
-    assert proc.returncode == EXIT_CLOSED_PIPE, err
 
 
 PIPED: dict[str, Callable[[Path, Holding], list[str]]] = {
@@ -286,23 +264,7 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, name):
 def test_a_closed_stdout_ends_the_language_server_quietly(tmp_path):
     """The editor is gone: nobody reads the answers, so the server ends at its first one, as SIGPIPE ends a C
     server (clangd), instead of logging a traceback for every message until stdin closes."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "k3lsp.cli"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-        env=k3lsp_env(tmp_path / "cache"),
-    )
-    proc.stdout.close()
-    try:
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}, "processId": None}}
-        proc.stdin.write(lsp_message(init))
-        proc.stdin.flush()  # stdin stays open: the server must end by itself
+    with reaped(language_server(tmp_path, reading=False)) as proc:
         proc.wait(WAIT)
         err = proc.stderr.read().decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert_quiet(proc, err)
