@@ -121,3 +121,5 @@ async def test_a_series_cannot_silence_a_later_patch_with_an_earlier_one(tmp_pat
     first, second = json.loads(out)["patches"]
     (finding,) = second["findings"]
     assert (finding["cwe"], finding["introduced"], finding["silenced_by_patch"]) == (787, True, "inSource")
+    # the first commit's directive is over a line it did not change: shown there as pre-existing, tried too
+    assert [(f["introduced"], f["silenced_by_patch"]) for f in first["findings"]] == [(False, "inSource")]
