@@ -114,21 +114,25 @@ def mails(base: Snapshot, series: Sequence[Mail]) -> list[Patch]:
 def _applied(before: Snapshot, files: Sequence[FileChange]) -> tuple[tuple[FileChange, ...], dict[str, bytes | None]]:
     """The files a mail's diffs leave, as ``git apply`` leaves them, and its changes with one per file.
 
-    As git does, a diff of a file an earlier diff of the mail changed applies on top of that one's result; a
-    rename or a copy reads its source as it was before the mail ("git patches do not depend on the order"); a
-    file deleted or renamed away by an earlier diff cannot be changed again, and a new file cannot be where a
-    file is (unless a diff of the mail deletes or renames that one away). A file that several diffs leave is one
-    change, from its first diff's source before the mail to what the last one left: the lines the review marks
-    as changed are every diff's, not the last one's."""
-    out: dict[str, bytes | None] = {}
-    gone: set[str] = set()  # deleted or renamed away by a diff of the mail
+    Each diff reads what git's does: a diff of a file an earlier diff of the mail wrote applies on top of that
+    one's result; a rename or a copy reads its source as it was before the mail ("git patches do not depend on
+    the order"); a file deleted or renamed away by an earlier diff cannot be changed again, and a new file cannot
+    be where a file is (unless a diff of the mail deletes or renames that one away). Then git writes the results
+    in two rounds: it removes every file a diff deletes, renames away or rewrites, and writes every diff's result,
+    the last diff of a path winning; so a file a diff changes stays, with that change, when a later diff deletes
+    or renames it. A file that several diffs write is one change, from its first diff's source before the mail to
+    what it ends as: the lines the review marks as changed are every diff's, not the last one's."""
+    view: dict[str, bytes | None] = {}  # each file as the diffs so far left it, as the next diff reads it
+    gone: set[str] = set()  # deleted or renamed away by a diff so far
     leaving = {c.old_path for c in files if c.old_path is not None and (c.new_path is None or _renames(c))}
-    firsts: dict[str, FileChange] = {}  # each file left, by its first diff
+    removed: set[str] = set()  # git's first round
+    written: dict[str, bytes | None] = {}  # its second (None: binary, which cannot be applied here)
+    firsts: dict[str, FileChange] = {}  # each file written, by its first diff
     for change in files:
         source, target = change.old_path, change.new_path
         for path in (source, target):
             _verify(path)
-        state = Applied(before, out)
+        state = Applied(before, view)
         if source is None or (target is not None and source != target):
             if target is not None and target not in gone | leaving and state.read(target) is not None:
                 raise patches.PatchError(f"{target}: the patch creates it, but the files already have it")
@@ -139,17 +143,20 @@ def _applied(before: Snapshot, files: Sequence[FileChange]) -> tuple[tuple[FileC
             old = state.read(source)
         if old is None:
             raise patches.PatchError(f"{source}: the patch changes it, but the base has no such file")
+        if source is not None and not change.copy:
+            removed.add(source)
         if source is not None and (target is None or _renames(change)):
-            out[source] = None
+            view[source] = None
             gone.add(source)
         if target is None:
             if not change.binary and patches.apply(old, change):
                 raise patches.PatchError(f"{source}: the patch deletes it, but leaves some of its lines")
             continue
-        out[target] = None if change.binary else patches.apply(old, change)
+        view[target] = written[target] = None if change.binary else patches.apply(old, change)
         gone.discard(target)
         firsts.setdefault(target, change)
-    return tuple(_one_per_file(before, files, firsts, out)), out
+    final = {**dict.fromkeys(removed), **written}
+    return tuple(_one_per_file(before, files, firsts, final)), final
 
 
 def _verify(path: str | None) -> None:
@@ -169,17 +176,21 @@ def _renames(change: FileChange) -> bool:
 
 
 def _one_per_file(
-    before: Snapshot, files: Sequence[FileChange], firsts: dict[str, FileChange], out: dict[str, bytes | None]
+    before: Snapshot, files: Sequence[FileChange], firsts: dict[str, FileChange], final: dict[str, bytes | None]
 ) -> list[FileChange]:
-    """``files`` with the diffs of a file several diffs leave made one (at the place of its first)."""
+    """``files`` with the diffs of a file several diffs write made one (at the place of its first), and without
+    the deletion of a file a diff wrote (git wrote it after removing it)."""
     count = Counter(c.new_path for c in files if c.new_path is not None)
     merged: list[FileChange] = []
     for change in files:
         target = change.new_path
-        if target is None or count[target] == 1:
+        if target is None:
+            if change.old_path not in firsts:
+                merged.append(change)
+        elif count[target] == 1:
             merged.append(change)
         elif firsts[target] is change:
-            source, new = change.old_path, out[target]
+            source, new = change.old_path, final[target]
             old = before.read(source) if source is not None else b""
             hunks = patches.between(old, new) if old is not None and new is not None else ()
             merged.append(FileChange(source, target, new is None, hunks, change.copy))

@@ -316,6 +316,26 @@ def test_a_multipart_mail_is_refused_since_git_applies_every_part(tmp_path):
     assert str(refused.value).count(". ") == 0
 
 
+def test_a_file_changed_then_deleted_in_one_mail_stays_changed_as_git_leaves_it(tmp_path):
+    """git removes every file a diff deletes or rewrites, then writes every diff's result: a file one diff changes
+    and a later one deletes stays, changed. The review had it deleted, and the change (the bound taken out of
+    drv_read) was never audited."""
+    commits = [
+        {"drv.c": repos.DRIVER_C.encode(), "z.c": b"int z;\n"},
+        {"drv.c": repos.DRIVER_PATCHED.encode()},
+        {"drv.c": None, "z.c": b"int z = 1;\n"},
+    ]
+    ids = history(tmp_path / "src", commits)
+    box = tmp_path / "p.mbx"
+    box.write_bytes(one_mail(format_patch(tmp_path / "src", f"{ids[0]}..{ids[2]}")))
+    (tree,) = landed(tmp_path / "src", ids[0], box, tmp_path / "am")
+    assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()
+    (patch,) = reviewed(tmp_path / "src", ids[0], box)
+    assert_same(patch, tree)
+    plan = review.plan(patch, None, tmp_path, OPTIONS)
+    assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"} and not plan.notes
+
+
 LINE = st.text(st.sampled_from("ab{};\t " + SEPARATORS), max_size=5)
 
 
@@ -344,7 +364,7 @@ def text(lines: list[str], newline_at_end: bool) -> bytes:
 @given(data=st.data())
 def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     """Generated files (every separator inside their lines, a missing last newline at times), changed by two
-    commits that modify, rename or copy a file and change it again: sent as a series of two mails and as one
+    commits that modify, rename or copy a file and change or delete it: sent as a series of two mails and as one
     mail naming the file twice, each body as format-patch writes it, quoted-printable or base64. Where git
     applies it, the review audits git's files; where git refuses, the review refuses too."""
     tmp = tmp_path_factory.mktemp("am")
@@ -354,6 +374,7 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     ends = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()), label="newline at end")
     how = data.draw(st.sampled_from(["modify", "rename", "copy"]), label="first commit")
     encoding = data.draw(st.sampled_from(["8bit", "quoted-printable", "base64"]), label="body encoding")
+    deleted = data.draw(st.booleans(), label="second commit deletes it")
     first = "a.c" if how == "modify" else "b.c"
     commits: list[dict[str, bytes | None]] = [
         {"a.c": text(base, ends[0]), "z.c": b"int z;\n"},
@@ -362,6 +383,8 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     ]
     if how == "rename":
         commits[1]["a.c"] = None
+    if deleted:
+        commits[2][first] = None
     ids = history(tmp / "src", commits)
     two = format_patch(tmp / "src", f"{ids[0]}..{ids[2]}")
     for name, box in (("series", two), ("one", one_mail(two))):
