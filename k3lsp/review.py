@@ -288,8 +288,9 @@ def _record(review: PatchReview, result: UnitResult, options: Options, silencers
     changed = frozenset() if caller else reviewed.changed
     source = reviewed.source
     path = reviewed.old_path or target.path
+    after = review.patch.after
     screened = silencers.screened(
-        target.unit, result.findings, source.lines, path, reviewed.changed, options.min_severity
+        target.unit, result.findings, source.lines, path, reviewed.changed, after, options.min_severity
     )
     for r, silenced, by_patch in screened:
         first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1

@@ -123,3 +123,17 @@ async def test_a_series_cannot_silence_a_later_patch_with_an_earlier_one(tmp_pat
     assert (finding["cwe"], finding["introduced"], finding["silenced_by_patch"]) == (787, True, "inSource")
     # the first commit's directive is over a line it did not change: shown there as pre-existing, tried too
     assert [(f["introduced"], f["silenced_by_patch"]) for f in first["findings"]] == [(False, "inSource")]
+
+
+async def test_a_baseline_entry_added_after_the_reviewed_commit_is_not_called_its_own(tmp_path):
+    """Reviewing an older commit: the work tree's baseline holds an entry a later commit added. It does not apply
+    (the base did not have it), and the report does not say the reviewed commit added it."""
+    root = repos.repository(tmp_path / "drv", {"drv.c": repos.DRIVER_C})
+    repos.commit(root, {"drv.c": repos.DRIVER_PATCHED}, "drv: copy the whole request")
+    repos.commit(root, {suppress.BASELINE_NAME: baseline_of_copy(repos.DRIVER_PATCHED)}, "accept it later")
+    async with peer(answer) as endpoint:
+        args = ("review", "--endpoint", endpoint, "-C", str(root), "HEAD~1", "--json")
+        code, out, err = await run_k3lsp(*args, cache=tmp_path / "c", cwd=root)
+    assert code == 1, err
+    _, finding = one_finding(out)
+    assert (finding["introduced"], finding["silenced_by_patch"]) == (True, ""), out
