@@ -364,9 +364,9 @@ def text(lines: list[str], newline_at_end: bool) -> bytes:
 @given(data=st.data())
 def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     """Generated files (every separator inside their lines, a missing last newline at times), changed by two
-    commits that modify, rename or copy a file and change or delete it: sent as a series of two mails and as one
-    mail naming the file twice, each body as format-patch writes it, quoted-printable or base64. Where git
-    applies it, the review audits git's files; where git refuses, the review refuses too."""
+    commits that modify, rename or copy a file and then change, delete or rename it: sent as a series of two
+    mails and as one mail naming the file twice, each body as format-patch writes it, quoted-printable or base64.
+    Where git applies it, the review audits git's files; where git refuses, the review refuses too."""
     tmp = tmp_path_factory.mktemp("am")
     base = data.draw(st.lists(LINE, min_size=3, max_size=10), label="base")
     middle = data.draw(edited(base), label="middle")
@@ -374,7 +374,7 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     ends = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()), label="newline at end")
     how = data.draw(st.sampled_from(["modify", "rename", "copy"]), label="first commit")
     encoding = data.draw(st.sampled_from(["8bit", "quoted-printable", "base64"]), label="body encoding")
-    deleted = data.draw(st.booleans(), label="second commit deletes it")
+    then = data.draw(st.sampled_from(["modify", "delete", "rename"]), label="second commit")
     first = "a.c" if how == "modify" else "b.c"
     commits: list[dict[str, bytes | None]] = [
         {"a.c": text(base, ends[0]), "z.c": b"int z;\n"},
@@ -383,8 +383,10 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
     ]
     if how == "rename":
         commits[1]["a.c"] = None
-    if deleted:
+    if then != "modify":
         commits[2][first] = None
+    if then == "rename":
+        commits[2]["c.c"] = text(final, ends[2])
     ids = history(tmp / "src", commits)
     two = format_patch(tmp / "src", f"{ids[0]}..{ids[2]}")
     for name, box in (("series", two), ("one", one_mail(two))):
