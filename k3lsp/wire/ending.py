@@ -99,7 +99,8 @@ def remembered() -> Iterator[None]:
 
 
 def interrupting() -> int:
-    """The signal behind the KeyboardInterrupt being handled: SIGTERM when it came first, else SIGINT."""
+    """The signal behind the KeyboardInterrupt being handled: the first one remembered, else SIGINT (Python's own
+    handler raised it)."""
     return _received[0] if _received else signal.SIGINT
 
 
