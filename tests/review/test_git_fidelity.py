@@ -127,6 +127,18 @@ def assert_same(patch: series.Patch, tree: dict[str, bytes]) -> None:
         assert file.source.lines == patches.decode(tree[path]).split("\n"), path
 
 
+def spliced(tmp_path: Path, commits: list[dict[str, bytes | None]]) -> tuple[dict[str, bytes], series.Patch]:
+    """The changes of ``commits`` after the first as one mail (:func:`one_mail`): the files `git am` lands, and the
+    patch the review reads, shown to be the same."""
+    ids = history(tmp_path / "src", commits)
+    box = tmp_path / "p.mbx"
+    box.write_bytes(one_mail(format_patch(tmp_path / "src", f"{ids[0]}..{ids[2]}")))
+    (tree,) = landed(tmp_path / "src", ids[0], box, tmp_path / "am")
+    (patch,) = reviewed(tmp_path / "src", ids[0], box)
+    assert_same(patch, tree)
+    return tree, patch
+
+
 def test_a_path_git_refuses_is_not_reviewed(tmp_path):
     """A diff creating `../up.c`, `.git/x.c`, `d/./x.c`, `D/.GIT/x.c` or `d//x.c`: `git apply` refuses each; the
     review reviewed the file (outside the tree, or in its git directory) as if it had landed."""
@@ -184,13 +196,8 @@ def test_a_mail_naming_one_file_twice_is_applied_diff_after_diff(tmp_path):
         {"drv.c": stepped.encode()},
         {"drv.c": repos.DRIVER_PATCHED.encode()},
     ]
-    ids = history(tmp_path / "src", commits)
-    box = tmp_path / "p.mbx"
-    box.write_bytes(one_mail(format_patch(tmp_path / "src", f"{ids[0]}..{ids[2]}")))
-    (tree,) = landed(tmp_path / "src", ids[0], box, tmp_path / "am")
+    tree, patch = spliced(tmp_path, commits)
     assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()
-    (patch,) = reviewed(tmp_path / "src", ids[0], box)
-    assert_same(patch, tree)
     plan = review.plan(patch, None, tmp_path, OPTIONS)
     assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"}  # the removed bound is in view
     assert repos.line_of(repos.DRIVER_PATCHED, "r->len + n") in plan.files["drv.c"].changed
@@ -203,13 +210,8 @@ def test_a_rename_then_a_change_of_the_renamed_file_in_one_mail(tmp_path):
         {"old.c": None, "drv.c": repos.DRIVER_C.encode()},
         {"drv.c": repos.DRIVER_PATCHED.encode()},
     ]
-    ids = history(tmp_path / "src", commits)
-    box = tmp_path / "p.mbx"
-    box.write_bytes(one_mail(format_patch(tmp_path / "src", f"{ids[0]}..{ids[2]}")))
-    (tree,) = landed(tmp_path / "src", ids[0], box, tmp_path / "am")
+    tree, _ = spliced(tmp_path, commits)
     assert tree == {"drv.c": repos.DRIVER_PATCHED.encode()}
-    (patch,) = reviewed(tmp_path / "src", ids[0], box)
-    assert_same(patch, tree)
 
 
 def test_a_hunk_away_from_its_header_lands_where_git_apply_puts_it(tmp_path):
@@ -325,13 +327,8 @@ def test_a_file_changed_then_deleted_in_one_mail_stays_changed_as_git_leaves_it(
         {"drv.c": repos.DRIVER_PATCHED.encode()},
         {"drv.c": None, "z.c": b"int z = 1;\n"},
     ]
-    ids = history(tmp_path / "src", commits)
-    box = tmp_path / "p.mbx"
-    box.write_bytes(one_mail(format_patch(tmp_path / "src", f"{ids[0]}..{ids[2]}")))
-    (tree,) = landed(tmp_path / "src", ids[0], box, tmp_path / "am")
+    tree, patch = spliced(tmp_path, commits)
     assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()
-    (patch,) = reviewed(tmp_path / "src", ids[0], box)
-    assert_same(patch, tree)
     plan = review.plan(patch, None, tmp_path, OPTIONS)
     assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"} and not plan.notes
 
