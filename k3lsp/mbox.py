@@ -115,11 +115,15 @@ def _parse(path: Path, n: int, raw: bytes) -> Mail:
                 "read; shorten it"
             )
     kind = _last(headers, "content-type")
-    if b"boundary=" in kind or b"format=flowed" in kind:
+    if b"boundary=" in kind:
         raise patches.PatchError(
-            f"{path}: mail {n} is {'multipart' if b'boundary=' in kind else 'format=flowed'}, which git reads in "
-            "ways this review does not follow (every part's diff, or lines rewrapped); send the patch inline, as "
-            "git format-patch writes it without --attach"
+            f"{path}: mail {n} is multipart, and git applies the diff of every part (attachments too), which this "
+            "review does not follow; send the patch inline, as git format-patch writes it without --attach"
+        )
+    if b"format=flowed" in kind:
+        raise patches.PatchError(
+            f"{path}: mail {n} is format=flowed, whose lines git rewraps, which this review does not follow; send "
+            "the patch as git format-patch writes it"
         )
     msg = email.message_from_bytes(head, policy=email.policy.default)
     refs = tuple(str(msg.get("references", "")).split())
