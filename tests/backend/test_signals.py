@@ -30,8 +30,8 @@ SIGNALS = [signal.SIGINT, signal.SIGTERM]
 ONE_UNIT = "int one(int a)\n{\n\treturn a;\n}\n"
 
 
-def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    return processes.start("backend.cli", args, tmp_path, **env)
+def start(args: list[str], tmp_path: Path, *, closed_stdout: bool = False, **env: str) -> subprocess.Popen:
+    return processes.start("backend.cli", args, tmp_path, closed_stdout=closed_stdout, **env)
 
 
 class Lines:
@@ -220,8 +220,7 @@ def test_a_signal_mid_fidelity_record_ends_it(tiny_model, tmp_path, sig):
 
 def assert_quiet_on_closed_stdout(args: list[str], tmp_path: Path) -> None:
     """Run the command with nobody reading its stdout: it ends at its first write, quietly, with 141."""
-    with reaped(start(args, tmp_path)) as proc:
-        proc.stdout.close()
+    with reaped(start(args, tmp_path, closed_stdout=True)) as proc:
         err = proc.communicate(timeout=600)[1]
     assert_quiet(proc, err)
 

@@ -4,6 +4,7 @@ end them (both programs' signal tests share these)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,12 +14,24 @@ from k3lsp.wire.ending import EXIT_CLOSED_PIPE
 from tests.support.batch import k3lsp_env
 
 
-def start(module: str, args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    """`python -m MODULE ARGS` in ``tmp_path`` with a result cache of its own, stdout and stderr read as text."""
+def start(module: str, args: list[str], tmp_path: Path, *, closed_stdout: bool = False, **env: str) -> subprocess.Popen:
+    """`python -m MODULE ARGS` in ``tmp_path`` with a result cache of its own, stdout and stderr read as text; with
+    ``closed_stdout``, its stdout is a pipe whose reader is gone before it starts (``| head -0``: every write fails)."""
+    if not closed_stdout:
+        return _popen(module, args, tmp_path, env, subprocess.PIPE)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return _popen(module, args, tmp_path, env, write)
+    finally:
+        os.close(write)
+
+
+def _popen(module: str, args: list[str], tmp_path: Path, env: dict[str, str], stdout: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,

@@ -120,8 +120,8 @@ CASES = {
 }
 
 
-def start(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    return processes.start("k3lsp.cli", args, tmp_path, **env)
+def start(args: list[str], tmp_path: Path, *, closed_stdout: bool = False, **env: str) -> subprocess.Popen:
+    return processes.start("k3lsp.cli", args, tmp_path, closed_stdout=closed_stdout, **env)
 
 
 def interrupted(proc: subprocess.Popen, sig: int, working: Callable[[], bool]) -> tuple[str, str]:
@@ -237,8 +237,7 @@ def test_a_signal_ends_the_language_server(tmp_path, sig):
 
 def closed_stdout(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
     """Run the command with a stdout whose reader is gone before it writes: (process, stderr)."""
-    with reaped(start(args, tmp_path)) as proc:
-        proc.stdout.close()  # `| head -0`: nobody reads what the command prints
+    with reaped(start(args, tmp_path, closed_stdout=True)) as proc:
         _, err = proc.communicate(timeout=WAIT)
     return proc, err
 
