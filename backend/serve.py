@@ -2,10 +2,12 @@
 
 The socket is bound before the weights are read (minutes for ~375 GB per Mac): meanwhile ``hello`` and
 ``status`` are answered with state ``loading`` and how far the load is (backend/loading.py), and requests wait
-for the model (at most --load-wait seconds, with ``progress`` messages). Two lines on stdout say where things
-are: ``k3-backend listening on ENDPOINT`` once bound, and the ready line (``k3-backend ready on ENDPOINT``)
-once the model is loaded and its kernels compiled, so whoever starts the daemon (tests, a supervisor) knows
-from one line that requests will be served at once, and on which port when it bound tcp port 0. By default
+for the model (at most --load-wait seconds, with ``progress`` messages). Stdout carries the daemon's own lines
+only, each starting ``k3-backend ``: ``k3-backend listening on ENDPOINT`` once bound, what the load is doing
+(``k3-backend loading the model: ...``, for the demo's phases), and the ready line (``k3-backend ready on
+ENDPOINT``) once the model is loaded and its kernels compiled, so whoever starts the daemon (tests, a
+supervisor) knows from one line that requests will be served at once, and on which port when it bound tcp
+port 0. By default
 the socket is ``ipc://`` in a directory only this user may enter (k3lsp/wire/local.py). Before anything is loaded
 the endpoint is claimed (backend/endpoint_claim.py): a second serve on it refuses at once, naming the first.
 
