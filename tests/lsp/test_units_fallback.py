@@ -65,8 +65,9 @@ def test_the_batch_audit_keeps_its_exit_codes_and_writes_sarif(daemon, tmp_path)
     run = valid_sarif(result.stdout)["runs"][0]
     assert sorted(r["ruleId"] for r in run["results"]) == ["CWE-129", "CWE-787"]
     notes = [n["message"]["text"] for n in run["invocations"][0]["toolExecutionNotifications"]]
-    assert len(notes) == 1 and notes[0].startswith("a_deep.c: ") and "audited as 11 windows" in notes[0]
-    assert "k3lsp audit: warning: a_deep.c: " in result.stderr
+    # the file as the user named it (from the current directory), as its findings are
+    assert len(notes) == 1 and notes[0].startswith("ws/a_deep.c: ") and "audited as 11 windows" in notes[0]
+    assert "k3lsp audit: warning: ws/a_deep.c: " in result.stderr
 
     clean = k3lsp("audit", "ws/a_deep.c", *args, "--json", cache=tmp_path / "c", cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr
