@@ -8,6 +8,7 @@ the port; its one ready line says which.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -50,6 +51,7 @@ def start(
         stderr=stderr,
         cwd=cwd,
         text=True,
+        process_group=0,  # its own group: what it starts (mlx's kernel compilers) ends with it in stop()
     )
     try:
         endpoint, exited = wait_ready(proc, ready_timeout, line, echo)
@@ -92,16 +94,29 @@ def wait_ready(
 
 def stop(proc: subprocess.Popen, timeout: float = 30.0, grace: float = 0.0) -> int:
     """SIGTERM the process we started (by PID) unless it exits within ``grace`` seconds, SIGKILL it if it does not
-    exit then; returns its exit code."""
+    exit then; returns its exit code. A process leading its own group (``start``'s) takes its group with it: a
+    daemon stopped while mlx JIT-compiles its kernels would otherwise leave the compilers running."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(grace)
     if proc.poll() is None:
+        leads = _leads_group(proc.pid)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout)
+        if leads:  # the group outlives its leader only through what it started; no one else can hold its id
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
     if proc.stdout:
         proc.stdout.close()
     return proc.returncode
+
+
+def _leads_group(pid: int) -> bool:
+    """Whether the live process ``pid`` leads its own process group."""
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
