@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
@@ -34,6 +36,23 @@ class Utf16Protocol(LanguageServerProtocol):
         if params.capabilities.general is not None:
             params.capabilities.general.position_encodings = None
         return (yield from super().lsp_initialize(params))
+
+    def _execute_handler(
+        self,
+        msg_id: Any,
+        handler: Callable[..., Any],
+        callback: Callable[..., Any],
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """A command's coroutine runs as a step of pygls's ``workspace/executeCommand`` generator, under an id of
+        its own: ``$/cancelRequest`` cancels the request's answer but not the command (a cancelled workspace
+        audit went on). Cancelling the answer now cancels the step that is running."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        answer = getattr(callback, "keywords", {}).get("result_future")  # functools.partial(_run_generator, ...)
+        step = self._request_futures.get(msg_id)
+        if answer is not None and step is not None and step is not answer:
+            answer.add_done_callback(lambda done: step.cancel() if done.cancelled() else None)
 
 
 def create(transport: TransportFactory = DaemonClient) -> LanguageServer:

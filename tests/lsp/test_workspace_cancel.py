@@ -36,3 +36,22 @@ async def test_cancelling_the_workspace_progress_answers_the_request_as_cancelle
     assert 0 < report["files"] < 3  # demo.c and leaky.c, not the held slow.c
     assert counters["cancelled"] == 1 and state["running"] == state["queued"] == 0
     assert not [line for line in ed.stderr if "CancelledError" in line or "ERROR" in line], ed.stderr
+
+
+async def test_cancelling_the_request_itself_stops_its_work(fake, tmp_path):
+    """``$/cancelRequest`` on ``k3lsp.auditWorkspace``: answered as cancelled (pygls does it), and the work stops
+    with it: the held unit is cancelled at the daemon and the progress ends, as with the progress's cancel."""
+    root = scripted.workspace(tmp_path)
+    async with editor(root, fake=fake, cache_dir=tmp_path / "c") as ed:
+        params = lsp.ExecuteCommandParams(command="k3lsp.auditWorkspace", arguments=[])
+        answer = asyncio.ensure_future(ed.client.workspace_execute_command_async(params))
+        await ed.wait_for_status(lambda c: c["sent"] >= 1 and c["audited"] >= 1)  # slow_unit held, the rest done
+        token = await ed.wait_for(lambda: ed.progress_token("k3 audit workspace"))
+        (request,) = ed.client.protocol._request_futures  # the command's: the status requests were answered
+        ed.client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=request))
+        with pytest.raises(Exception, match="cancel"):
+            await asyncio.wait_for(answer, WAIT)
+        counters = await ed.wait_for_status(lambda c: c["cancelled"] >= 1)
+        reports = ed.client.progress_reports[token]
+        await ed.wait_for(lambda: isinstance(reports[-1], lsp.WorkDoneProgressEnd))
+    assert counters["cancelled"] == 1
