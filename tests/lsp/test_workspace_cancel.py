@@ -19,13 +19,19 @@ from tests.support.lsp import WAIT, editor
 pytestmark = pytest.mark.logic
 
 
+async def held_workspace_audit(ed) -> tuple[asyncio.Future, str]:
+    """Start ``k3lsp.auditWorkspace`` and wait until the fake holds ``slow_unit`` with the rest done: (the
+    request's answer to come, its progress token)."""
+    params = lsp.ExecuteCommandParams(command="k3lsp.auditWorkspace", arguments=[])
+    answer = asyncio.ensure_future(ed.client.workspace_execute_command_async(params))
+    await ed.wait_for_status(lambda c: c["sent"] >= 1 and c["audited"] >= 1)
+    return answer, await ed.wait_for(lambda: ed.progress_token("k3 audit workspace"))
+
+
 async def test_cancelling_the_workspace_progress_answers_the_request_as_cancelled(fake, tmp_path):
     root = scripted.workspace(tmp_path)
     async with editor(root, fake=fake, cache_dir=tmp_path / "c") as ed:
-        params = lsp.ExecuteCommandParams(command="k3lsp.auditWorkspace", arguments=[])
-        answer = asyncio.ensure_future(ed.client.workspace_execute_command_async(params))
-        await ed.wait_for_status(lambda c: c["sent"] >= 1 and c["audited"] >= 1)  # slow_unit held, the rest done
-        token = await ed.wait_for(lambda: ed.progress_token("k3 audit workspace"))
+        answer, token = await held_workspace_audit(ed)
         ed.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
         report = await asyncio.wait_for(answer, WAIT)
         counters = await ed.wait_for_status(lambda c: c["cancelled"] >= 1)
@@ -43,10 +49,7 @@ async def test_cancelling_the_request_itself_stops_its_work(fake, tmp_path):
     with it: the held unit is cancelled at the daemon and the progress ends, as with the progress's cancel."""
     root = scripted.workspace(tmp_path)
     async with editor(root, fake=fake, cache_dir=tmp_path / "c") as ed:
-        params = lsp.ExecuteCommandParams(command="k3lsp.auditWorkspace", arguments=[])
-        answer = asyncio.ensure_future(ed.client.workspace_execute_command_async(params))
-        await ed.wait_for_status(lambda c: c["sent"] >= 1 and c["audited"] >= 1)  # slow_unit held, the rest done
-        token = await ed.wait_for(lambda: ed.progress_token("k3 audit workspace"))
+        answer, token = await held_workspace_audit(ed)
         (request,) = ed.client.protocol._request_futures  # the command's: the status requests were answered
         ed.client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=request))
         with pytest.raises(Exception, match="cancel"):
