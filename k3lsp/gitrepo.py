@@ -39,6 +39,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode, RepositoryOpenFlag, SortMode
 
 from k3lsp import confine
+from k3lsp.wire import supplied
 
 DEFAULT_MAX_BYTES = 1_000_000  # as the maxFileBytes setting
 _REGULAR = (FileMode.BLOB, FileMode.BLOB_EXECUTABLE)
@@ -175,13 +176,13 @@ def _self_contained(gitdir: Path) -> None:
 
 
 def _small_text(path: Path) -> str:
-    """The start of a small file git keeps (a ``.git`` file, ``commondir``, ``alternates``): a regular file only
-    (a FIFO would block), ``_SMALL_BYTES`` at most."""
-    if not path.is_file():
-        raise GitError(f"{path}: not a regular file; this is no repository git made")
+    """A small file git keeps (a ``.git`` file, ``commondir``, ``alternates``), whole, as git reads it: a regular
+    file only (a FIFO would block), ``_SMALL_BYTES`` at most (past that refused, not cut: a line after the part
+    read would go unchecked)."""
     try:
-        with path.open("rb") as f:
-            return f.read(_SMALL_BYTES).decode("utf-8", "replace")
+        return supplied.read(path, _SMALL_BYTES).decode("utf-8", "replace")
+    except supplied.Refused as exc:
+        raise GitError(f"{path}: {exc}; this is no repository git made") from None
     except OSError as exc:
         raise GitError(f"{path}: cannot read it ({exc.strerror})") from None
 

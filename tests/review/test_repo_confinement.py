@@ -164,6 +164,18 @@ def test_objects_borrowed_from_outside_the_repository_are_refused(tmp_path):
     assert repo.tree(repo.commit("HEAD")).read("secret.c") == LEAK_C.encode()
 
 
+def test_objects_borrowed_past_a_padding_of_comments_are_refused(tmp_path):
+    """The alternates file as git reads it, whole: a line naming the victim's objects after 64 KiB of comments
+    (past what was read of it) borrowed them unseen; a file too long to check is refused."""
+    victim = repos.repository(tmp_path / "victim", {"secret.c": LEAK_C})
+    evil = repos.repository(tmp_path / "evil", {"README": "nothing here\n"})
+    alternates = evil / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text("# padding\n" * 8_000 + f"{victim / '.git' / 'objects'}\n")
+    repos.git(evil, "update-ref", "refs/heads/main", repos.git(victim, "rev-parse", "HEAD"))
+    with pytest.raises(gitrepo.GitError, match=r"alternates.*over the limit"):
+        gitrepo.Repository(evil)
+
+
 def armed_submodule(tmp_path: Path) -> tuple[Path, Path, dict[str, str], dict[str, str]]:
     """(repository, marker, its commits, an environment): the introducing commit of a driver bug also adds a
     submodule whose URL is an `ext::` command leaving the marker, and a later fix names that commit in its
