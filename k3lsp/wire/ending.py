@@ -62,11 +62,20 @@ def run(prog: str, command: Callable[[], int]) -> int:
         return _closed_pipe()
     finally:
         signal.signal(signal.SIGTERM, before)
+    _forget_unhandled_interrupt()
     signum = interrupting()
     say(f"{prog}: interrupted by {signal_name(signum)}")
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()
     return exit_status(signum)
+
+
+def _forget_unhandled_interrupt() -> None:
+    """Keep the exit status this module chose. CPython marks a KeyboardInterrupt that leaves code run by
+    ``exec`` of a string as unhandled even when it is caught further up (dataclasses and namedtuples make their
+    methods so, so a signal during an import lands there), and under ``python -m`` ends the process with SIGINT at
+    exit whatever status it returns. Every ``exec`` of a string clears that mark before it runs."""
+    exec("None")  # a constant: what matters is the clearing exec does first
 
 
 _received: list[int] = []  # signals that came while a command ran (SIGINT only under `remembered`), first first
