@@ -7,7 +7,7 @@ figure measures the batch tool's work sharing plus whatever parallelism the core
 On a 2-core machine expect well under 2x; the script prints the core count and load beside the ratio.
 
 Each run audits a fresh set of units (new function bodies, an empty result cache) through
-`k3lsp.batch.audit_paths`, the code behind `k3lsp audit`; runs alternate one backend / two backends /
+`k3lsp.cli.batch.audit_paths`, the code behind `k3lsp audit`; runs alternate one backend / two backends /
 one backend with twice the jobs (the same number of units in flight as two backends) REPEATS times and
 the median of each is reported. Prints `ratio two_backends_speedup = X` (one-backend time over two).
 
@@ -33,8 +33,8 @@ os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx 
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import batch  # noqa: E402
-from k3lsp.options import Options  # noqa: E402
+from k3lsp.cli import batch  # noqa: E402
+from k3lsp.core.options import Options  # noqa: E402
 from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 

@@ -4,7 +4,7 @@
     uv run python bench/kernel_scale.py --quick        # a small tree the script builds (what tests/bench runs)
 
 TREE is a directory; the files are those a workspace audit visits with the default settings (`include`
-`**/*.c`, `**/*.h`, `exclude`, `maxFileBytes`: k3lsp.options). One function per section, called by `main`:
+`**/*.c`, `**/*.h`, `exclude`, `maxFileBytes`: k3lsp.core.options). One function per section, called by `main`:
 
 - **splitter** (`splitter`): every file is split with `units.parse` (uncached, what a changed text costs) and
   checked against universal-ctags' function extents (`ctags --fields=+ne`: line and `end:` of every function
@@ -24,7 +24,7 @@ TREE is a directory; the files are those a workspace audit visits with the defau
 - **language server** (`server`): hover p99 on an open file while a workspace audit of the whole tree runs on
   the fake daemon of the logic tests, beside the same hover idle in the same run (`ratio
   hover_p99_busy_over_idle = X`), the audit's time and its diagnostic refreshes.
-- **workspace tools**: the model's `find_definition`, `find_references` and `grep` (k3lsp.sandbox.run_tool)
+- **workspace tools**: the model's `find_definition`, `find_references` and `grep` (k3lsp.tools.sandbox.run_tool)
   on TREE, the symbol index built first in a fresh cache directory (a temporary K3LSP_CACHE_DIR: the user's
   cache is not touched).
   - `ratio find_definition_found = X`: over SYMBOLS (Linux's and XNU's; those universal-ctags, run on the whole
@@ -63,7 +63,10 @@ sys.path.insert(0, str(REPO))  # for tests.support (run as a script from anywher
 
 from tree_sitter import Parser  # noqa: E402
 
-from k3lsp import kernelc, options, sandbox, search, symbols, units  # noqa: E402
+from k3lsp.core import options  # noqa: E402
+from k3lsp.tools import sandbox, search, symbols  # noqa: E402
+from k3lsp.units import kernelc  # noqa: E402
+from k3lsp.units import split as units  # noqa: E402
 from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
 
 # Names a unit must never have (a statement keyword; C++ words a broken header may leave).

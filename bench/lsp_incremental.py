@@ -40,7 +40,7 @@ from pathlib import Path
 import platformdirs
 from tree_sitter import Parser
 
-from k3lsp import units
+from k3lsp.units import split as units
 from k3lsp.wire import cache
 
 PACKAGE = "better-sqlite3@12"

@@ -30,10 +30,10 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import units  # noqa: E402
-from k3lsp.client import ClientOptions, DaemonClient  # noqa: E402
-from k3lsp.options import Options  # noqa: E402
-from k3lsp.replies import Welcome  # noqa: E402
+from k3lsp.core.client import ClientOptions, DaemonClient  # noqa: E402
+from k3lsp.core.options import Options  # noqa: E402
+from k3lsp.core.replies import Welcome  # noqa: E402
+from k3lsp.units import split as units  # noqa: E402
 from k3lsp.wire import cache  # noqa: E402
 from k3lsp.wire.address import ResultKey  # noqa: E402
 from k3lsp.wire.protocol import Priority  # noqa: E402
@@ -45,7 +45,7 @@ NO_FINDINGS = [{"unit": "*", "turns": [kimi.turn(content="no findings")]}]
 
 
 async def _result_key(endpoint: str) -> str:
-    """The key the server's cached results are filed under for this daemon (as k3lsp.connection files them),
+    """The key the server's cached results are filed under for this daemon (as k3lsp.core.connection files them),
     at the effort of an audit on save."""
     options = ClientOptions(endpoint=endpoint)
     async with DaemonClient(options) as client:

@@ -10,7 +10,7 @@ of sqlite3.c that bench/lsp_incremental.py uses (lines 150,001-160,000, fetched 
 
 How: builds the tiny checkpoint; for each file starts a fresh `k3-backend serve --script` (every unit is
 answered "no findings" through the real engine, so nothing depends on the random model) and audits the file
-whole with `k3lsp.batch.audit_paths`, the code behind `k3lsp audit` (the same units and contexts, 4 units in
+whole with `k3lsp.cli.batch.audit_paths`, the code behind `k3lsp audit` (the same units and contexts, 4 units in
 flight), on an empty result cache. Tokens actually prefilled = the daemon's prompt tokens less those served
 from its prompt cache, over the whole audit (its `status`). File tokens: the daemon's tokenizer on the file
 text; the system/tools prompt: the rendered audit prompt up to its first segment. With `--compare` every file
@@ -44,9 +44,10 @@ from lsp_incremental import SLICE_START, fetch_sqlite  # noqa: E402
 from backend import prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import batch, units  # noqa: E402
-from k3lsp.client import ClientOptions, DaemonClient  # noqa: E402
-from k3lsp.options import Options  # noqa: E402
+from k3lsp.cli import batch  # noqa: E402
+from k3lsp.core.client import ClientOptions, DaemonClient  # noqa: E402
+from k3lsp.core.options import Options  # noqa: E402
+from k3lsp.units import split as units  # noqa: E402
 from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support.daemon import serving  # noqa: E402
 

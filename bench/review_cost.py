@@ -3,13 +3,13 @@
 For each of the last N commits of a repository that touch C files (merges left out), both ways of looking at the
 commit are priced in tokens:
 
-- **review** (``k3lsp review``): the units the commit changed (``k3lsp.review.plan``), each sent with its change
+- **review** (``k3lsp review``): the units the commit changed (``k3lsp.review.changed.plan``), each sent with its change
   (the changed lines marked, the function before the commit);
 - **whole files** (the peer): every unit of every C file the commit touched, in the post-image.
 
 A root commit (the import of a tree) is left out: it is no patch.
 
-Prefill: each unit's audit request (``k3lsp.request.fields_for``) is turned into the daemon's conversation
+Prefill: each unit's audit request (``k3lsp.core.request.fields_for``) is turned into the daemon's conversation
 (``backend.agent.conversation``) and rendered by the model's own renderer (``backend.prompts.render``, the tiny
 checkpoint's release-shaped tokenizer; thinking effort ``high``); the daemon's prompt cache is credited as it
 works: the system prompt and tools once per commit, a file's shared context once per file, then each unit's own
@@ -40,9 +40,13 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 from backend import agent, prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import gitrepo, request, review, series, units  # noqa: E402
-from k3lsp.options import Options  # noqa: E402
-from k3lsp.run import Target  # noqa: E402
+from k3lsp.core import request  # noqa: E402
+from k3lsp.core.options import Options  # noqa: E402
+from k3lsp.core.run import Target  # noqa: E402
+from k3lsp.git import repo as gitrepo  # noqa: E402
+from k3lsp.review import changed as review  # noqa: E402
+from k3lsp.review import series  # noqa: E402
+from k3lsp.units import split as units  # noqa: E402
 from k3lsp.wire.protocol import Priority  # noqa: E402
 
 EFFORT = "high"

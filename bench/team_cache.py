@@ -4,7 +4,7 @@ A team shares one Mac pair, and every editor keeps its own result cache, so with
 person pays the pair for every unit of the repository again. Here five clients (each with its own CurveZMQ
 key, its own empty editor cache and its own checkout, in which everyone after the first has changed
 ``--edits`` functions of their own) audit the same tree one after another through
-`k3lsp.batch.audit_paths` (the code behind `k3lsp audit`), once against a daemon started with `--no-store`
+`k3lsp.cli.batch.audit_paths` (the code behind `k3lsp audit`), once against a daemon started with `--no-store`
 and once against one with a store. The figure is the model's work: the sum of `generated_tokens` in every
 `done` the clients received (read back from their editor caches, which keep the stats of each unit the model
 audited for them; an answer from the store, 0 generated tokens, is shown but not kept there).
@@ -37,8 +37,8 @@ os.environ.setdefault("TMPDIR", str(REPO / ".cache" / "tmp"))  # the shared mlx 
 Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp import batch  # noqa: E402
-from k3lsp.options import Options  # noqa: E402
+from k3lsp.cli import batch  # noqa: E402
+from k3lsp.core.options import Options  # noqa: E402
 from k3lsp.wire import keys  # noqa: E402
 from k3lsp.wire.cache import ResultCache  # noqa: E402
 from tests.support import kimi  # noqa: E402

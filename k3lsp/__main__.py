@@ -2,6 +2,6 @@
 
 import sys
 
-from k3lsp.cli import main
+from k3lsp.cli.main import main
 
 sys.exit(main())

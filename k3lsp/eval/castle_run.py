@@ -4,7 +4,7 @@ audited, and its findings scored as the authors score a tool's report.
 Each program is a workspace of its own (``programs/<hash>/<hash>.c`` in the output directory): the model's tools
 read its own file and nothing else, as each LLM of the paper saw one program at a time; the files stay there, so
 what the model was shown can be checked. A program's findings are those of all its units, through the same
-findings pipeline as the editor's (``k3lsp.pipeline``), each at its first line in the program.
+findings pipeline as the editor's (``k3lsp.findings.pipeline``), each at its first line in the program.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from k3lsp import pipeline, units
+from k3lsp.core.options import Options
+from k3lsp.core.run import Summary, Target, UnitResult
 from k3lsp.eval import castle_score, castle_witnesses, running
 from k3lsp.eval.castle import Dataset, Program
 from k3lsp.eval.castle_score import Reported, Score, TestResult
 from k3lsp.eval.cost import Cost
 from k3lsp.eval.matrix import Configuration
-from k3lsp.options import Options
-from k3lsp.run import Summary, Target, UnitResult
+from k3lsp.findings import pipeline
+from k3lsp.units import split as units
 from k3lsp.witnesses import shown
 from k3lsp.witnesses.analyze import Report
 

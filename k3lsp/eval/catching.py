@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from k3lsp.eval.bugs import Bug, BugLine
 from k3lsp.eval.review import CommitReview, Introduced
-from k3lsp.findings import SEVERITIES, severity_rank
+from k3lsp.findings.model import SEVERITIES, severity_rank
 
 Z_95 = 1.959963984540054  # the standard normal's 97.5th percentile
 DEFAULT_WINDOW = 3

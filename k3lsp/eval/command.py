@@ -1,5 +1,5 @@
 """`k3lsp eval castle DATASET` and `k3lsp eval fixes --repo PATH [RANGE | --list FILE]`: the flags of their own
-(``k3lsp.cli`` adds the endpoint, key and effort flags every batch command shares), the run, the reports.
+(``k3lsp.cli.main`` adds the endpoint, key and effort flags every batch command shares), the run, the reports.
 
 Both write ``report.json``, ``report.md`` and the PNG charts into ``--out`` and print the Markdown (or, with
 ``--json``, the JSON). Exit status 0 when every unit was audited, 2 otherwise (a unit failed or was left, the
@@ -91,8 +91,8 @@ class _Stopped(Exception):
 
 
 def _plan(args: argparse.Namespace, on_progress):
+    from k3lsp.core.pool import DEFAULT_SLOTS
     from k3lsp.eval.running import Plan
-    from k3lsp.pool import DEFAULT_SLOTS
 
     jobs = DEFAULT_SLOTS if args.jobs is None else args.jobs
     if jobs < 1:
@@ -122,7 +122,8 @@ def _measured(args: argparse.Namespace, work) -> object:
     """Run ``work(plan)`` under a progress bar, SIGINT/SIGTERM ending it early (what finished stays cached)."""
     import asyncio
 
-    from k3lsp import tasks, terminal
+    from k3lsp.cli import terminal
+    from k3lsp.core import tasks
     from k3lsp.wire import ending
 
     stop = ending.Stop()

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 
-from k3lsp.replies import count
-from k3lsp.run import UnitResult
+from k3lsp.core.replies import count
+from k3lsp.core.run import UnitResult
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3lsp.core.replies import Welcome
 from k3lsp.eval import catching, running
 from k3lsp.eval.bugs import Bug
 from k3lsp.eval.catching import Judged, Rate, Tally
 from k3lsp.eval.cost import Cost
 from k3lsp.eval.matrix import Configuration
 from k3lsp.eval.review import CommitReview, CommitReviewer
-from k3lsp.replies import Welcome
 from k3lsp.wire import sanitize
 
 

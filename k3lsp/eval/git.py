@@ -18,7 +18,7 @@ with ``gpg.program``, hooks. So every call here:
   line of one outside in its error, which became the case's reason in the report);
 - runs with no pager, no terminal prompt, no optional locks, and none of the caller's ``GIT_*`` variables (they
   could point git at another repository, an external diff or a config of their own);
-- runs on the git directory ``k3lsp.gitrepo.locate`` finds, as a bare repository (``--git-dir DIR --bare``), the
+- runs on the git directory ``k3lsp.git.repo.locate`` finds, as a bare repository (``--git-dir DIR --bare``), the
   same one the review opens: a ``.git`` file naming another repository, or objects borrowed from outside it
   (``objects/info/alternates``), are refused before git starts, and no ``core.worktree`` gives git a work tree.
 
@@ -33,7 +33,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from k3lsp import gitrepo
+from k3lsp.git import repo as gitrepo
 
 TIMEOUT = 300.0  # seconds one git command may take (a blame of a large file on a long history)
 _OVERRIDES = (

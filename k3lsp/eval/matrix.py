@@ -1,6 +1,6 @@
 """The settings a sweep compares: `--matrix effort=low,high` runs each configuration on the same units.
 
-An axis is a name and, per value, the settings it sets (the keys of ``k3lsp.options``, parsed and checked there
+An axis is a name and, per value, the settings it sets (the keys of ``k3lsp.core.options``, parsed and checked there
 like any other setting), so an axis is one entry of :data:`AXES`. Several axes give their product, in the order
 given; no ``--matrix`` gives the one configuration of the command line's own settings.
 """
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from k3lsp import options
-from k3lsp.options import Options
+from k3lsp.core import options
+from k3lsp.core.options import Options
 from k3lsp.wire.protocol import EFFORTS
 from k3lsp.witnesses.adapters import ADAPTERS
 

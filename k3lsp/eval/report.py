@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from k3lsp import __version__
+from k3lsp.core.replies import Welcome
 from k3lsp.eval import castle_score, catching
 from k3lsp.eval.bugs import Bug
 from k3lsp.eval.castle import PAPER_ROWS, Dataset
@@ -29,7 +30,6 @@ from k3lsp.eval.catching import Rate
 from k3lsp.eval.fixes_run import FixesOutcome, Judging
 from k3lsp.eval.history import Selection
 from k3lsp.eval.running import Audited
-from k3lsp.replies import Welcome
 from k3lsp.wire import sanitize
 
 RANDOM_WEIGHTS = (

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from k3lsp import gitrepo, review
-from k3lsp.pool import Pool
-from k3lsp.run import UnitResult
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import UnitResult
+from k3lsp.git import repo as gitrepo
+from k3lsp.review import changed as review
 from k3lsp.wire import sanitize
 
 
@@ -54,7 +55,7 @@ class CommitReviewer(Protocol):
 
 
 class _Review:
-    """``k3lsp review``'s review of one commit (``k3lsp.review.review_commit``), in the eval's terms. The
+    """``k3lsp review``'s review of one commit (``k3lsp.review.changed.review_commit``), in the eval's terms. The
     configuration's settings are the pool's as the matrix made them: its thinking effort stays the eval's."""
 
     async def review(self, pool: Pool, repo: Path, commit: str, *, force: bool, fresh: bool) -> CommitReview:

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3lsp.core.pool import DEFAULT_SLOTS, Pool
+from k3lsp.core.replies import Welcome
+from k3lsp.core.run import Summary, Target, UnitResult, describe
 from k3lsp.eval.matrix import Configuration
-from k3lsp.pool import DEFAULT_SLOTS, Pool
-from k3lsp.replies import Welcome
-from k3lsp.run import Summary, Target, UnitResult, describe
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 

@@ -23,7 +23,7 @@ is shown again only when all of these match:
 A daemon whose welcome names no fingerprint, or whose identity is unknown, has no key: its results are shown
 but never cached.
 
-With several daemons configured (the ``endpoint`` setting as a list, ``k3lsp.pool``), each result is still
+With several daemons configured (the ``endpoint`` setting as a list, ``k3lsp.core.pool``), each result is still
 filed under the daemon that gave it, and a lookup accepts the results of every configured daemon that serves
 the same checkpoint with the same prompt version (``same_answers``): a unit audited on one Mac pair is not
 audited again on the other, while a daemon that is not configured (an impostor on a port) never supplies one.

@@ -32,7 +32,7 @@ DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
 PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
-# The read-only workspace tools a `tool_request` may name; the editor answers them (k3lsp.sandbox). Another name
+# The read-only workspace tools a `tool_request` may name; the editor answers them (k3lsp.tools.sandbox). Another name
 # is still a valid message: the editor answers it with a refusal the model reads.
 WORKSPACE_TOOLS = ("read_lines", "grep", "find_definition", "find_references")
 

@@ -25,7 +25,7 @@ start, no URI can be recognised), :func:`sarif` for SARIF's plain-text messages 
 SARIF spec says), :func:`unsafe_code` to refuse a suggested fix that hides such characters in code,
 :func:`rich` for table cells (data, never markup), and :class:`Formatter` for log lines on a terminal.
 JSON and SARIF output escape every control character themselves (``json.dumps``), and what they carry
-went through :func:`line` / :func:`text` in ``k3lsp.findings`` already.
+went through :func:`line` / :func:`text` in ``k3lsp.findings.model`` already.
 """
 
 from __future__ import annotations

@@ -14,5 +14,5 @@ a source excerpt), ``level`` the tool's own severity word. ``report.runs`` says 
 came from the cache, or why not (missing, timed out, not confinable here), and ``report.outside`` how many
 alerts were left out for naming a place outside the workspace. :func:`k3lsp.witnesses.analyze.available`
 lists which witnesses this machine has. The language server shows the alerts at once (``k3lsp.witnesses.shown``) and
-sends each unit's alerts to the model to triage (``k3lsp.verdicts``).
+sends each unit's alerts to the model to triage (``k3lsp.core.verdicts``).
 """

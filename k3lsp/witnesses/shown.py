@@ -5,7 +5,7 @@ An alert becomes a diagnostic whose ``source`` is the tool (``cppcheck``, ``clan
 what an editor shows while the daemon is loading, down, or still auditing. The same silencing as findings
 applies: a ``k3-audit: ignore`` comment on its line (for its CWE, or every CWE) and the workspace baseline (an
 alert's fingerprint names tool, rule, function, flagged line and message, never its line number). Once the
-model has triaged an alert, the finding it became (or merged into, ``k3lsp.verdicts``) stands for it: an alert
+model has triaged an alert, the finding it became (or merged into, ``k3lsp.core.verdicts``) stands for it: an alert
 whose tool, rule and line a finding's ``witness`` names is not shown again, whether that finding is shown,
 refuted or silenced.
 """
@@ -17,9 +17,10 @@ from collections.abc import Iterable, Sequence
 
 from lsprotocol import types as lsp
 
-from k3lsp import findings, suppress
-from k3lsp.pipeline import EXTERNAL, IN_SOURCE
-from k3lsp.units import Unit
+from k3lsp.findings import model as findings
+from k3lsp.findings import suppress
+from k3lsp.findings.pipeline import EXTERNAL, IN_SOURCE
+from k3lsp.units.split import Unit
 from k3lsp.witnesses.alert import Alert
 
 _SEVERITY = {

@@ -119,7 +119,7 @@ async def test_concurrent_editor_sessions_on_the_same_files_all_end(crowded, tre
 
 
 async def test_a_pong_lists_the_askers_open_requests_and_no_one_elses(crowded):
-    """What lets a client end a request the daemon no longer has (k3lsp/client.py): the daemon reads messages in
+    """What lets a client end a request the daemon no longer has (k3lsp/core/client.py): the daemon reads messages in
     order, so a request sent before a ping is listed in its pong until its end has been sent."""
     async with Wire(crowded.endpoint) as mine, Wire(crowded.endpoint) as other:
         await mine.send("audit", "r1", **audit_fields("u"))

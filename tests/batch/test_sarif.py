@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from k3lsp.sarif import FINGERPRINT_KEY
+from k3lsp.cli.sarif import FINGERPRINT_KEY
 from tests.batch import corpus
 from tests.support.batch import k3lsp
 

@@ -74,7 +74,7 @@ def test_a_loading_daemon_is_shown_as_loading_with_its_percentage():
     """What `k3lsp status` prints for a daemon's status while it reads its model (the map serve sends then)."""
     from rich.console import Console
 
-    from k3lsp.terminal import DaemonStatus, print_status
+    from k3lsp.cli.terminal import DaemonStatus, print_status
 
     status = {
         "model": "Kimi-K3-Audit-451E",

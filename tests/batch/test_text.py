@@ -15,7 +15,7 @@ from dataclasses import astuple
 
 from rich.cells import cell_len
 
-from k3lsp import batch
+from k3lsp.cli import batch
 from tests.batch import corpus
 from tests.support.batch import TIMEOUT, k3lsp, k3lsp_env
 

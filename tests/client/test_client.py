@@ -6,7 +6,7 @@ import socket
 import pytest
 import zmq
 
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError
+from k3lsp.core.client import ClientOptions, DaemonClient, DaemonError
 from tests.support.peer import WELCOME, peer, reply
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from k3lsp.request import concerns_daemon
+from k3lsp.core.request import concerns_daemon
 from k3lsp.wire.protocol import CodeKind, ErrorCode, kind_of, state_for
 
 

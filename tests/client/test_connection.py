@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from k3lsp.options import Options
-from k3lsp.pool import Pool
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import ConnState
 from tests.support.core import audit, targets
@@ -16,7 +16,7 @@ SOURCE = "int f(int a)\n{\n\treturn a;\n}\n"
 
 @pytest.mark.parametrize("absent", ["no socket file", "nobody on the tcp port"])
 async def test_a_send_to_no_daemon_ends_down_and_leaves_no_task_failure_behind(tmp_path, absent, monkeypatch):
-    monkeypatch.setattr("k3lsp.pool.RETRY_DELAYS", (0.05, 0.05, 0.05))
+    monkeypatch.setattr("k3lsp.core.pool.RETRY_DELAYS", (0.05, 0.05, 0.05))
     if absent == "no socket file":
         private = tmp_path / "run"
         private.mkdir(mode=0o700)

@@ -1,4 +1,4 @@
-"""CurveZMQ end to end on loopback: backend.auth on a real ROUTER, k3lsp.client with keys, each refusal named.
+"""CurveZMQ end to end on loopback: backend.auth on a real ROUTER, k3lsp.core.client with keys, each refusal named.
 
 The daemon's own socket uses the same ``secure_router``; tests/security covers it with the real daemon process.
 """
@@ -15,7 +15,7 @@ import zmq
 import zmq.asyncio
 
 from backend.auth import Security, secure_router
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError
+from k3lsp.core.client import ClientOptions, DaemonClient, DaemonError
 from k3lsp.wire import keys, protocol
 
 # the first 32 of the 64 bytes of a ZMTP 3.0 greeting (signature, version, mechanism): the rest never comes

@@ -1,7 +1,7 @@
 """How the editor side words a daemon that is still loading: from a map the daemon sent, so nothing in it is
 trusted to be well formed."""
 
-from k3lsp.replies import LoadProgress, loading_of
+from k3lsp.core.replies import LoadProgress, loading_of
 
 
 def describe(loading) -> str:

@@ -1,4 +1,4 @@
-"""The audit core (k3lsp.pool) against scripted ROUTERs on real sockets: retries, fail-over, the priority gate,
+"""The audit core (k3lsp.core.pool) against scripted ROUTERs on real sockets: retries, fail-over, the priority gate,
 requests that fail alone, refusals remembered, and odd but valid answers."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from k3lsp import pool as pool_module
-from k3lsp import units
-from k3lsp.client import DaemonError
-from k3lsp.options import Options
-from k3lsp.pool import Pool
-from k3lsp.run import Target
+from k3lsp.core import pool as pool_module
+from k3lsp.core.client import DaemonError
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Target
+from k3lsp.units import split as units
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 from tests.support.core import audit

@@ -2,7 +2,7 @@
 
 The extension sends its settings as they are, minus unset ones; a key the server does not know, an
 enum value it rejects or a default that differs from the server's would only show up in a live
-editor, so the manifest is checked against ``k3lsp.options`` here.
+editor, so the manifest is checked against ``k3lsp.core.options`` here.
 """
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import options
+from k3lsp.core import options
 
 MANIFEST = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "package.json"
 EXTENSION_ONLY = {"server.path", "server.python", "trace.server"}

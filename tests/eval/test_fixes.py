@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
 from k3lsp.eval import bugs, catching, charts, fixes_run, history, report, running
 from k3lsp.eval.bugs import BugLine
 from k3lsp.eval.matrix import Configuration
 from k3lsp.eval.review import CommitReview, Introduced
-from k3lsp.options import Options
-from k3lsp.pool import Pool
 from tests.eval import history_repo as hr
 from tests.support import kimi
 from tests.support.batch import k3lsp

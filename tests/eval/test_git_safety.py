@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import gitrepo
+from k3lsp.core.options import Options
 from k3lsp.eval import bugs, history
-from k3lsp.options import Options
+from k3lsp.git import repo as gitrepo
 from tests.eval import history_repo as hr
 
 TRAPS = ("fsmonitor", "external", "command", "textconv", "clean", "smudge", "gpg", "pager", "hook")

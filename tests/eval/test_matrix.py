@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from k3lsp.core.options import Options
 from k3lsp.eval import matrix
-from k3lsp.options import Options
 
 
 def test_no_matrix_is_the_command_lines_own_settings():

@@ -4,7 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lsprotocol import types as lsp
 
-from k3lsp import diffing, findings, units
+from k3lsp.findings import model as findings
+from k3lsp.lsp import diffing
+from k3lsp.units import split as units
 from tests.lsp.conftest import example_text
 from tests.support.edits import apply_change
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from lsprotocol import converters
 from lsprotocol import types as lsp
 
-from k3lsp import findings, units
+from k3lsp.findings import model as findings
+from k3lsp.units import split as units
 from tests.lsp.conftest import example_text
 from tests.support.edits import apply_edits
 
@@ -73,7 +74,7 @@ def test_validate_normalises_a_good_finding():
     ],
 )
 def test_bad_findings_are_dropped_with_a_log_line(bad, caplog):
-    with caplog.at_level(logging.WARNING, logger="k3lsp.findings"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.findings.model"):
         kept = findings.accept([raw(), raw(**bad)], WRITE)
     assert len(kept) == 1
     assert "dropped a finding for k3demo_write_msg" in caplog.text

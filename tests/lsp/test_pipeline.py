@@ -2,9 +2,12 @@
 
 import pytest
 
-from k3lsp import actions, batch, documents, findings, suppress
-from k3lsp.batch import Span
-from k3lsp.options import Options
+from k3lsp.cli import batch
+from k3lsp.cli.batch import Span
+from k3lsp.core.options import Options
+from k3lsp.findings import model as findings
+from k3lsp.findings import suppress
+from k3lsp.lsp import actions, documents
 from k3lsp.wire import protocol
 from k3lsp.wire.bounds import fit_lines
 

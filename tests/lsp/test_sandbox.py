@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import confine, sandbox, search
+from k3lsp.tools import confine, sandbox, search
 from k3lsp.wire import keys
 from tests.lsp.conftest import EXAMPLES
 

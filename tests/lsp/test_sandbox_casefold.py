@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import sandbox
+from k3lsp.tools import sandbox
 
 
 def _mount(source: Path, target: Path, *flags: str) -> None:

@@ -13,7 +13,8 @@ import pytest
 from lsprotocol import types as lsp
 from pytest_lsp import client_capabilities
 
-from k3lsp import findings, session
+from k3lsp.findings import model as findings
+from k3lsp.lsp import session
 from tests.lsp import scripted
 from tests.support.lsp import WAIT, editor
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types as lsp
 
-from k3lsp import batch
-from k3lsp.options import Options
+from k3lsp.cli import batch
+from k3lsp.core.options import Options
 from k3lsp.wire.cache import ResultCache
 from tests.lsp import scripted
 from tests.support.daemon import serving
@@ -44,7 +44,7 @@ def reports(ed) -> list[str]:
 
 async def test_the_daemons_token_progress_reaches_the_editor(limited, root, tmp_path):
     """The daemon's progress (tokens read, tokens generated) shows in the editor's bar, per unit. The bar is
-    paced (``k3lsp.progress.REPORT_SECONDS``): a prefill shorter than that, as the tiny model's are, may be passed
+    paced (``k3lsp.lsp.progress.REPORT_SECONDS``): a prefill shorter than that, as the tiny model's are, may be passed
     over for the decode that follows, so what must show is the decode's count; the prefill's way through the
     same core is held by the batch test below, whose progress is not paced."""
     async with editor(root, settings={"endpoint": limited.endpoint}, cache_dir=tmp_path / "c") as ed:

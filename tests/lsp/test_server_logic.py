@@ -11,8 +11,8 @@ import inspect
 import pytest
 from lsprotocol import types as lsp
 
-from k3lsp.client import DaemonClient
-from k3lsp.connection import Transport
+from k3lsp.core.client import DaemonClient
+from k3lsp.core.connection import Transport
 from tests.lsp import scripted
 from tests.support.fake_daemon import FakeDaemon
 from tests.support.lsp import WAIT, editor

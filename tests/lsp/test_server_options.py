@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k3lsp import options
+from k3lsp.core import options
 
 
 def test_valid_settings_apply_and_bad_ones_keep_defaults_with_a_message_each():

@@ -6,9 +6,9 @@ import asyncio
 
 from pygls.lsp.server import LanguageServer
 
-from k3lsp.session import FileReport, Session
+from k3lsp.lsp.session import FileReport, Session
+from k3lsp.lsp.workspace import SHUTTING_DOWN, WorkspaceReport
 from k3lsp.wire.cache import ResultCache
-from k3lsp.workspace import SHUTTING_DOWN, WorkspaceReport
 
 
 async def test_after_shutdown_no_audit_starts_and_the_client_stays_closed(tmp_path):

@@ -1,4 +1,4 @@
-"""README.md and docs/lsp.md list the server's settings with the defaults the code has (k3lsp/options.py)."""
+"""README.md and docs/lsp.md list the server's settings with the defaults the code has (k3lsp/core/options.py)."""
 
 import json
 import re
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import kernelc, options
+from k3lsp.core import options
+from k3lsp.units import kernelc
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {f.name: f.default for f in fields(options.Options)}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from k3lsp import suppress
+from k3lsp.findings import suppress
 from tests.support.edits import apply_edits
 
 SOURCE = """\

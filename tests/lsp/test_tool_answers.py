@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from k3lsp import sandbox, search
-from k3lsp.answers import ToolAnswerer
+from k3lsp.core.answers import ToolAnswerer
+from k3lsp.tools import sandbox, search
 
 
 def answerer(seen: list) -> ToolAnswerer:

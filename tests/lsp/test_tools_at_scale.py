@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import sandbox, symbols
+from k3lsp.tools import sandbox, symbols
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ctags") is None, reason="needs universal-ctags: apt-get install universal-ctags"
@@ -140,7 +140,7 @@ def test_the_index_is_updated_incrementally(big, caplog):
     try:
         changed.write_text(before + "\nint added_fn(void)\n{\n\treturn 1;\n}\n")
         (big / "d000" / "f00000.c").unlink()
-        with caplog.at_level(logging.INFO, logger="k3lsp.symbols"):
+        with caplog.at_level(logging.INFO, logger="k3lsp.tools.symbols"):
             index.refresh(force=True)
             assert index.wait(120)
         assert f"{FILES - 1} files, 1 re-indexed, 1 gone" in caplog.text

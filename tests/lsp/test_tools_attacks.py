@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from k3lsp import sandbox, symbols
+from k3lsp.tools import sandbox, symbols
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ctags") is None, reason="needs universal-ctags: apt-get install universal-ctags"

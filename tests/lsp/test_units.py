@@ -6,7 +6,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import units
+from k3lsp.units import split as units
 from tests.lsp.conftest import example_text
 
 

@@ -12,7 +12,10 @@ import json
 
 import pytest
 
-from k3lsp import cli, kernelc, sandbox, units
+from k3lsp.cli import main as cli
+from k3lsp.tools import sandbox
+from k3lsp.units import kernelc
+from k3lsp.units import split as units
 from tests.lsp import scripted
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
@@ -75,7 +78,7 @@ def test_the_batch_audit_keeps_its_exit_codes_and_writes_sarif(daemon, tmp_path)
 
 
 def test_an_unexpected_fault_in_the_batch_audit_exits_2_not_1(monkeypatch, tmp_path, capsys):
-    from k3lsp import batch
+    from k3lsp.cli import batch
 
     async def broken(*args, **kwargs):
         raise RuntimeError("something nobody expected")

@@ -15,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import kernelc, options, units
+from k3lsp.core import options
+from k3lsp.units import kernelc
+from k3lsp.units import split as units
 from tests.support.kernel_idioms import (
     CASES,
     CPP_CONSTRUCTS,

@@ -25,8 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lsp import gitrepo, mbox, patches, review, series
-from k3lsp.options import Options
+from k3lsp.core.options import Options
+from k3lsp.git import patches
+from k3lsp.git import repo as gitrepo
+from k3lsp.review import changed as review
+from k3lsp.review import mbox, series
 from tests.review import repos
 
 OPTIONS = review.review_options(Options())
@@ -400,7 +403,7 @@ def test_the_review_audits_exactly_what_git_am_lands(tmp_path_factory, data):
 
 def test_a_hunk_that_matches_nowhere_in_many_identical_lines_costs_linear_work():
     """A hunk of H identical lines and one that is nowhere, over N identical lines: every place nearly matches.
-    The work (Python lines run in k3lsp/patches.py, counted by a tracer) stays within a constant times N + H;
+    The work (Python lines run in k3lsp/git/patches.py, counted by a tracer) stays within a constant times N + H;
     the search that compared the hunk at every place ran N x H of them (120 KB mail: 30 s)."""
     n, h = 4000, 400
     old = b"x;\n" * n

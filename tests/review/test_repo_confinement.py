@@ -1,6 +1,6 @@
 """Nothing a repository's own files say takes the review outside it (issue 38, item 3).
 
-The work tree of a reviewed repository is the folder holding its `.git` (``k3lsp.gitrepo.locate``), never a place
+The work tree of a reviewed repository is the folder holding its `.git` (``k3lsp.git.repo.locate``), never a place
 its config names: `core.worktree`, `core.bare = false` in a bare repository, a `.git` file pointing at another
 repository, or `GIT_DIR`/`GIT_WORK_TREE` in the environment. A linked work tree and a submodule, whose git
 directories name them back, are their own folders. Each test builds the repository with a token in a file beside
@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import gitrepo, review, series
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
 from k3lsp.eval import bugs, history
 from k3lsp.eval import git as eval_git
-from k3lsp.options import Options
-from k3lsp.pool import Pool
+from k3lsp.git import repo as gitrepo
+from k3lsp.review import changed as review
+from k3lsp.review import series
 from k3lsp.wire.cache import ResultCache
 from tests.review import repos
 from tests.support.fake_daemon import FakeDaemon

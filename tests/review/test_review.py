@@ -11,10 +11,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from k3lsp import gitrepo, mbox, review, review_output, series
-from k3lsp.options import Options
-from k3lsp.pool import Pool
-from k3lsp.run import Target
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Target
+from k3lsp.git import repo as gitrepo
+from k3lsp.review import changed as review
+from k3lsp.review import mbox, series
+from k3lsp.review import output as review_output
 from k3lsp.wire.cache import ResultCache
 from tests.review import repos
 from tests.review.conftest import COPY

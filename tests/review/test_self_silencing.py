@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from k3lsp import findings, suppress, units
+from k3lsp.findings import model as findings
+from k3lsp.findings import suppress
+from k3lsp.units import split as units
 from tests.batch.test_sarif import valid_sarif
 from tests.review import repos
 from tests.review.conftest import COPY

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.client import ClientOptions, DaemonClient
+from k3lsp.core.client import ClientOptions, DaemonClient
 from k3lsp.wire import keys
 from tests.support import kimi
 from tests.support.daemon import Wire, serving

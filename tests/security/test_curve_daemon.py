@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError
+from k3lsp.core.client import ClientOptions, DaemonClient, DaemonError
 from tests.support.daemon import audit_fields
 
 REFUSAL_BOUND = 20  # seconds: a refused client is told why within this (the client's connect timeout is 3 s)

@@ -13,11 +13,11 @@ import asyncio
 
 import pytest
 
-from k3lsp import pool as pool_module
-from k3lsp.client import ClientOptions, DaemonClient
-from k3lsp.options import Options
-from k3lsp.pool import Pool
-from k3lsp.run import Summary
+from k3lsp.core import pool as pool_module
+from k3lsp.core.client import ClientOptions, DaemonClient
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Summary
 from k3lsp.wire.cache import ResultCache
 from tests.support.core import audit, targets
 from tests.support.daemon import audit_fields

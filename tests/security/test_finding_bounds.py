@@ -15,10 +15,10 @@ import logging
 
 import pytest
 
-from k3lsp import units
-from k3lsp.options import Options
-from k3lsp.pool import Pool
-from k3lsp.run import Target
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Target
+from k3lsp.units import split as units
 from k3lsp.wire import bounds, cache
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
@@ -91,7 +91,7 @@ async def audit_with(findings: list[dict], tmp_path, **stats) -> tuple[list, Poo
     ids=["count", "finding-bytes", "result-bytes"],
 )  # the last: each fits, together they do not
 async def test_the_editor_keeps_what_fits_from_a_daemon_that_sends_more(findings, kept, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="k3lsp.request"):
+    with caplog.at_level(logging.WARNING, logger="k3lsp.core.request"):
         (result,), pool, store = await asyncio.wait_for(audit_with(findings, tmp_path), 120)
     assert len(result.findings) == kept
     assert result.stats.over_limit == len(findings) - kept + 3  # the daemon's own count and ours

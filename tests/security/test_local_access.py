@@ -25,8 +25,8 @@ import pytest
 import zmq
 
 from backend import launch
-from k3lsp import options
-from k3lsp.client import ClientOptions, DaemonClient, DaemonError
+from k3lsp.core import options
+from k3lsp.core.client import ClientOptions, DaemonClient, DaemonError
 from k3lsp.wire import local, protocol
 from tests.security.conftest import LONG, script
 from tests.support.daemon import REPO, Wire, audit_fields, module_daemon

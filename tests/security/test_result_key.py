@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from k3lsp import units
-from k3lsp.options import Options
-from k3lsp.pool import Pool
-from k3lsp.run import Target
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Target
+from k3lsp.units import split as units
 from k3lsp.wire import address
 from k3lsp.wire.cache import ResultCache
 from tests.support.core import audit

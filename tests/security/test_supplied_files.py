@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as lsp
 
-from k3lsp import suppress
+from k3lsp.findings import suppress
 from k3lsp.wire import keys, supplied
 from k3lsp.witnesses import flags
 from tests.eval import castle_data

@@ -4,7 +4,7 @@ The attack: the directive counted anywhere on the flagged line or the line above
 ``printf(name); puts("k3-audit: ignore");`` hid the format-string finding on that line; and findings silenced by
 a comment or by the baseline (`.k3audit-baseline.json`, which a repository ships) were counted nowhere, so a
 reviewer could not tell "nothing found" from "everything hidden". Now the directive is read from comments only
-(``k3lsp.comments``: strings, character literals, line continuations, ``//`` and ``/* */``), and the editor's
+(``k3lsp.units.comments``: strings, character literals, line continuations, ``//`` and ``/* */``), and the editor's
 status, ``k3lsp status``'s answer, the CLI's summary and SARIF (``suppressions`` of kind ``inSource`` and
 ``external``, checked against the SARIF 2.1.0 schema) say how many were silenced.
 """
@@ -15,7 +15,10 @@ import json
 
 import pytest
 
-from k3lsp import comments, findings, suppress, units
+from k3lsp.findings import model as findings
+from k3lsp.findings import suppress
+from k3lsp.units import comments
+from k3lsp.units import split as units
 from tests.batch.test_sarif import valid_sarif
 from tests.support import kimi
 from tests.support.batch import project, run_k3lsp

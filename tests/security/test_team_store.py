@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import units
-from k3lsp.connection import DaemonUnavailable
-from k3lsp.options import Options
-from k3lsp.pool import Pool
+from k3lsp.core.connection import DaemonUnavailable
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.units import split as units
 from k3lsp.wire.cache import ResultCache
 from tests.security.conftest import Keyring, team_keyring
 from tests.support import kimi

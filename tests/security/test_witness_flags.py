@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.request import fields_for
-from k3lsp.run import Target
-from k3lsp.units import split
+from k3lsp.core.request import fields_for
+from k3lsp.core.run import Target
+from k3lsp.units.split import split
 from k3lsp.wire.protocol import Priority
 from k3lsp.witnesses import flags
 from k3lsp.witnesses.analyze import analyze

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp import sandbox
+from k3lsp.tools import sandbox
 from tests.support import kimi
 from tests.support.batch import k3lsp_env
 from tests.support.daemon import serving

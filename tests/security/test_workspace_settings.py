@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types as lsp
 
-from k3lsp import options
+from k3lsp.core import options
 from tests.lsp import scripted
 from tests.support.fake_daemon import FakeScript
 from tests.support.lsp import editor

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from k3lsp import units
-from k3lsp.pool import Pool
-from k3lsp.run import Summary, Target, UnitResult
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Summary, Target, UnitResult
+from k3lsp.units import split as units
 from k3lsp.wire.protocol import Priority
 
 

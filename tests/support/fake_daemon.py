@@ -1,7 +1,7 @@
 """The language server on a fake daemon: the whole editor side, audit core included, without a daemon or mlx.
 
 ``python -m tests.support.fake_daemon SCRIPT`` runs the real ``k3lsp`` server over stdio
-(``k3lsp.server.create``) whose connections to the daemons are :class:`FakeDaemon` transports instead of
+(``k3lsp.lsp.server.create``) whose connections to the daemons are :class:`FakeDaemon` transports instead of
 sockets. Everything above the socket is the real code: the pool, its queue and priority gate, the cache policy,
 retries and fail-over, the connection state machine, the findings pipeline. The fake answers from SCRIPT, a
 JSON file read again at every call, so a test can change what it says mid-session (the daemon goes down, comes
@@ -19,8 +19,8 @@ back)::
      "explain": ["pieces", ...] | {"error": "..."}}
 
 Units not named have no findings. The fake records what it was asked (``calls``, in the daemon's own status:
-the ``backend`` part of ``k3lsp.status``). It has the public surface of ``k3lsp.client.DaemonClient`` that
-``k3lsp.connection.Transport`` names, which tests/lsp/test_server_logic.py checks.
+the ``backend`` part of ``k3lsp.status``). It has the public surface of ``k3lsp.core.client.DaemonClient`` that
+``k3lsp.core.connection.Transport`` names, which tests/lsp/test_server_logic.py checks.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3lsp.client import ClientOptions, DaemonError, ToolHandler
-from k3lsp.connection import TransportFactory
+from k3lsp.core.client import ClientOptions, DaemonError, ToolHandler
+from k3lsp.core.connection import TransportFactory
 from k3lsp.wire import protocol
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,6 +151,6 @@ class FakeScript:
 
 
 if __name__ == "__main__":
-    from k3lsp.server import serve_stdio
+    from k3lsp.lsp.server import serve_stdio
 
     serve_stdio(FakeDaemon.factory(Path(sys.argv[1])))

@@ -1,0 +1,346 @@
+"""`k3lsp audit PATH...`: the editor's audit outside the editor, for scripts, CI and code-scanning dashboards.
+
+Same units, same cache, the same audit core and the same filtering as the language server, so a finding
+seen in the editor is the finding reported here and a tree audited once is not audited again. Three steps:
+collect the files (``k3lsp.cli.admission``, which says what it skipped and what a run will cost before it starts),
+audit their units into plain reports, then format the reports (text, with ``k3lsp.cli.findings_text`` on a terminal;
+JSON; SARIF in ``k3lsp.cli.sarif``) and map them to an exit status (0 clean, 1 findings at or above the threshold, 2
+errors).
+
+The whole tree is one run of the audit core (``k3lsp.core.pool``) at background priority: several daemons
+(``--endpoint`` repeated) take units from its one queue, ``jobs`` at a time each, so a faster daemon simply
+takes more; a daemon that fails leaves its units to the others. Every unit's result is in the cache as soon
+as it finishes, so an interrupted run (``stop`` set by SIGINT/SIGTERM) loses nothing already audited and a
+rerun audits only the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TextIO
+
+from lsprotocol import types as lsp
+
+from k3lsp.cli import findings_text
+from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
+from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
+from k3lsp.core import tasks
+from k3lsp.core.options import Options
+from k3lsp.core.pool import DEFAULT_SLOTS, Pool
+from k3lsp.core.run import Counters, Summary, Target, describe
+from k3lsp.findings import pipeline, suppress
+from k3lsp.units import split as units
+from k3lsp.wire import sanitize
+from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import SEVERITIES, Priority
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Span:
+    """A file region as compilers and SARIF count it: 1-based lines and UTF-16 columns, end column exclusive.
+    The same numbers as the editor's diagnostic range, plus one."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @classmethod
+    def of(cls, rng: lsp.Range) -> Span:
+        return cls(rng.start.line + 1, rng.start.character + 1, rng.end.line + 1, rng.end.character + 1)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a finding's data-flow trace, in file coordinates."""
+
+    span: Span
+    note: str
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A suggested fix: replace the whole lines of ``span`` by ``replacement``."""
+
+    span: Span
+    replacement: str
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One finding as the batch tool reports it, in file coordinates."""
+
+    path: str  # as the user named it: relative to the current directory when inside it
+    uri: str  # relative to the report's root, `/` separated (SARIF's artifactLocation)
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    severity: str
+    cwe: int
+    title: str
+    message: str
+    unit: str
+    fingerprint: str
+    confidence: float | None = None
+    trace: tuple[Step, ...] = ()
+    fix: Edit | None = None
+    reasoning: str = ""  # why the model flagged it (its reasoning before the report)
+    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment), EXTERNAL (the baseline), REFUTED
+    verdict: str | None = None  # the model's verdict on it (k3lsp.core.verdicts), and why
+    verdict_reason: str = ""
+
+
+@dataclass
+class BatchReport:
+    root: Path
+    files: int = 0
+    units: int = 0
+    findings: list[Reported] = field(default_factory=list)
+    silenced: list[Reported] = field(default_factory=list)  # suppressed in the source or baselined: not findings
+    errors: list[str] = field(default_factory=list)  # something was not audited: exit status 2
+    warnings: list[str] = field(default_factory=list)  # worth knowing, nothing lost (a backend left mid-run)
+    counters: Counters = field(default_factory=Counters)
+    by_backend: dict[str, int] = field(default_factory=dict)  # endpoint -> units audited there (not cached), in order
+    interrupted: bool = False
+
+    def exit_status(self) -> int:
+        if self.errors:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if self.findings else EXIT_CLEAN
+
+
+# --- auditing --------------------------------------------------------------------------------------------
+
+
+async def audit_paths(
+    paths: Sequence[Path],
+    options: Options,
+    cache: ResultCache | None = None,
+    *,
+    endpoints: Sequence[str] = (),
+    jobs: int = DEFAULT_SLOTS,
+    stop: asyncio.Event | None = None,
+    on_progress: Callable[[int, int, str], None] | None = None,
+    allow_incomplete: bool = False,
+    on_admitted: Callable[[Admitted], None] | None = None,
+) -> BatchReport:
+    """Audit files and directories on one or more daemons (default: ``options.endpoint``).
+
+    Never raises for a file or daemon problem: they become report errors. ``jobs`` bounds the in-flight units
+    per daemon; ``stop`` ends the run early (the units already finished are cached and reported);
+    ``on_progress(done, total, note)`` is called as units finish and as a daemon reports a unit's prefill and
+    decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
+    error (its findings may be missing), or with ``allow_incomplete`` a warning. ``on_admitted`` is told which
+    files were taken, and what was said about the paths (``k3lsp.cli.admission``), before any daemon is contacted.
+    """
+    cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
+    cache = cache or ResultCache(on_problem=cache_said.append)
+    root = audit_root(paths)
+    admitted = admit(paths, root, options)
+    admitted.warnings[:0] = cache_said
+    if on_admitted is not None:
+        on_admitted(admitted)
+    sources = admitted.sources
+    report = BatchReport(root, len(sources), errors=list(admitted.errors), warnings=list(admitted.warnings))
+    baseline = suppress.Baseline.load(root)
+    if baseline.error:
+        report.errors.append(baseline.error)
+    by_target = {Target(root, s.rel, u): s for s in sources for u in s.units}
+    report.units = len(by_target)
+    if endpoints:
+        first, *others = dict.fromkeys(endpoints)
+        options = replace(options, endpoint=first, other_endpoints=tuple(others))
+    pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
+    report.by_backend = dict.fromkeys(options.endpoints, 0)
+    try:
+        summary = await _run(pool, report, by_target, options, baseline, stop or asyncio.Event(), on_progress)
+    finally:
+        await pool.close()
+    _summarise(report, summary, allow_incomplete)
+    report.counters = pool.counters
+    for rows in (report.findings, report.silenced):
+        rows.sort(key=lambda r: (r.path, r.line, r.cwe))
+    return report
+
+
+async def _run(
+    pool: Pool,
+    report: BatchReport,
+    by_target: dict[Target, Source],
+    options: Options,
+    baseline: suppress.Baseline,
+    stop: asyncio.Event,
+    on_progress: Callable[[int, int, str], None] | None,
+) -> Summary | None:
+    """The tree's units as one background run; None when ``stop`` ended it first."""
+    run = pool.audit(list(by_target), priority=Priority.BACKGROUND)
+    total = len(by_target)
+
+    def progress(note: str) -> None:
+        if on_progress is not None:
+            on_progress(run.summary.cached + run.summary.audited, total, note)
+
+    async def results() -> None:
+        progress("")
+        async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
+            source = by_target[result.target]
+            if result.endpoint is not None:
+                report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
+            if result.refusal is None:
+                rows = reported(source, result.unit, result.findings, options.min_severity, baseline)
+                report.findings += [r for r in rows if r.suppression is None]
+                report.silenced += [r for r in rows if r.suppression is not None]
+            progress("")
+
+    try:
+        await tasks.until_stopped(results(), stop)
+    except tasks.Interrupted:
+        done = run.summary.cached + run.summary.audited
+        report.interrupted = True
+        report.errors.append(
+            f"interrupted: {done} of {total} units done; their results are cached, a rerun audits only the rest"
+        )
+        return None
+    return run.summary
+
+
+def _summarise(report: BatchReport, summary: Summary | None, allow_incomplete: bool) -> None:
+    """The run's summary as report errors and warnings: what was not audited, or not completely."""
+    if summary is not None:
+        errors, warnings = problems(summary, allow_incomplete)
+        report.errors += errors
+        report.warnings += warnings
+
+
+def problems(summary: Summary, allow_incomplete: bool) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a run: what was not audited, or not completely (``k3lsp audit``, ``k3lsp review``)."""
+    errors: list[str] = []
+    warnings = list(summary.dropped)
+    incomplete = warnings if allow_incomplete else errors  # where cut-short units go
+    for r in summary.refused:
+        errors.append(f"{r.target.path}: {r.unit.name}: too long to audit: {r.refusal}")
+    for r in summary.incomplete:  # not a clean pass: its findings may be missing
+        incomplete.append(
+            f"{r.target.path}: {r.unit.name}: the audit was cut short ({r.cut_short}), findings may be missing; "
+            "not cached, a rerun audits it again"
+        )
+    for f in summary.failed:
+        errors.append(f"{f.target.path}: {f.target.unit.name}: not audited ({f.code}): {f.message}")
+    if summary.over_limit:
+        warnings.append(f"{summary.over_limit} findings beyond the bounds of one unit were dropped (k3lsp.wire.bounds)")
+    if summary.left:
+        errors.append(
+            f"{len(summary.left)} of {summary.units} units not audited: no daemon left ({summary.unavailable})"
+        )
+    return errors, warnings
+
+
+def reported(
+    source: Source, unit: units.Unit, raws: list[dict], min_severity: str, baseline: suppress.Baseline
+) -> list[Reported]:
+    """The report rows for one unit's results: what the findings pipeline reports, in file coordinates, and what
+    it silenced (``suppression`` set)."""
+    return [row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
+
+
+def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
+    """One finding the pipeline passed (``suppression``: or silenced) as a report row, in file coordinates."""
+    f, span, edit = r.finding, Span.of(r.range), r.fix
+    trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
+    fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
+    return Reported(
+        shown(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
+        f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
+        f.verdict.verdict if f.verdict else None, f.verdict.reason if f.verdict else "",
+    )  # fmt: skip
+
+
+# --- output ----------------------------------------------------------------------------------------------
+
+
+SILENCED = {"suppressed": pipeline.IN_SOURCE, "baselined": pipeline.EXTERNAL, "refuted": pipeline.REFUTED}
+
+
+def stats(report: BatchReport) -> dict:
+    """The run's counts, in the order the stats line prints them."""
+    c = report.counters
+    silenced = Counter(r.suppression for r in report.silenced)
+    return {
+        "files": report.files,
+        "units": report.units,
+        "audited": c.audited,
+        "cached": c.cached,
+        "failed": c.failed,
+        "findings": len(report.findings),
+        **{name: silenced[kind] for name, kind in SILENCED.items()},
+        "tokens": c.tokens,
+        "incomplete": c.incomplete,
+    }
+
+
+def print_problems(report: BatchReport | Admitted, err: TextIO = sys.stderr, said: Admitted | None = None) -> None:
+    """Errors and warnings on stderr, whatever the output format (they may quote the daemon, or name a file of
+    the tree: sanitised). ``said``: the admission's, printed before the run, are not printed again."""
+    for warning in report.warnings[len(said.warnings) if said else 0 :]:
+        print(sanitize.line(f"k3lsp audit: warning: {warning}"), file=err)
+    for error in report.errors[len(said.errors) if said else 0 :]:
+        print(sanitize.line(f"k3lsp audit: error: {error}"), file=err)
+
+
+def print_text(report: BatchReport, out: TextIO = sys.stdout, detailed: bool | None = None) -> None:
+    """`path:line:col: severity CWE-n title` per finding, like a compiler, then one stats line. ``detailed``
+    (default: whether ``out`` is a terminal) adds what a compiler shows under its location line: the message, the
+    source line with a caret, the trace and the fix (``k3lsp.cli.findings_text``); piped, scripts get the one line."""
+    if detailed is None:
+        detailed = out.isatty()
+    source = functools.cache(_lines_of)
+    for r in report.findings:
+        for line in findings_text.detailed(r, source) if detailed else [findings_text.headline(r)]:
+            print(line, file=out)
+    print(summary_line(report), file=out)
+
+
+def summary_line(report: BatchReport) -> str:
+    """``k3lsp audit: F files, U units, ...`` (the stats, in order), and the units per daemon when several."""
+    line = "k3lsp audit: " + ", ".join(f"{v} {k}" for k, v in stats(report).items())
+    if len(report.by_backend) > 1:
+        line += "; audited on " + ", ".join(f"{e}: {n}" for e, n in report.by_backend.items())
+    return sanitize.line(line)
+
+
+def written_summary(report: BatchReport, path: Path) -> str:
+    """What the terminal is told when the report went to a file: the findings by severity, where, and the stats."""
+    by = Counter(r.severity for r in report.findings)
+    severities = ", ".join(f"{by[s]} {s}" for s in SEVERITIES if by[s])
+    found = f"{len(report.findings)} findings" + (f" ({severities})" if severities else "")
+    return sanitize.line(f"k3lsp audit: {found} in {path}; " + summary_line(report).removeprefix("k3lsp audit: "))
+
+
+def _lines_of(path: str) -> list[str] | None:
+    """A reported file's lines, read again to quote them (None when it is gone or unreadable)."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    except OSError:
+        return None
+
+
+def print_json(report: BatchReport, out: TextIO = sys.stdout) -> None:
+    body = {
+        "root": str(report.root),
+        "findings": [asdict(r) for r in report.findings],
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "stats": stats(report) | {"backends": report.by_backend, "interrupted": report.interrupted},
+    }
+    json.dump(body, out, indent=2)
+    out.write("\n")

@@ -1,0 +1,1 @@
+"""The finding model and what is reported: validation, the pipeline, suppressions."""

@@ -1,0 +1,1 @@
+"""`k3lsp review`: what is under review, the changed units audited, the report."""

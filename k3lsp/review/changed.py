@@ -1,0 +1,351 @@
+"""``k3lsp review``: patches reviewed as kernel auditors review them. The functions a patch changes are audited
+with the change in view, and each finding is either introduced by the patch or was there before it.
+
+For each patch (``k3lsp.review.series.Patch``: a commit, the index, the work tree, a mail of a series), in order:
+
+1. **what it changed**: every C file it leaves behind (``include``/``exclude``, ``maxFileBytes``) is split into
+   units (``k3lsp.units.split``, in the post-image) and the units holding a line the patch added or modified
+   (``k3lsp.git.patches.changed_lines``; a line of blanks alone does not count) are the patch's units;
+2. **with the change in view**: each goes to the audit core (``k3lsp.core.pool``: cache, daemons, tools, budgets)
+   as a :class:`~k3lsp.core.run.Target` with :class:`~k3lsp.core.run.Changes`: its changed lines (marked in the
+   unit's gutter for the model) and the function as it was before the patch (the pre-image unit of the same
+   name; none for a new function). Its cache entry is its own (``Target.key``): a reviewed unit never answers
+   for the same unit audited without the change, nor the other way round;
+3. **callers** (``ReviewOptions.callers``): the functions that call a changed function (one hop, from the work
+   tree's symbol index and a whole-word search, ``k3lsp.tools.sandbox.references``) are audited too, at background
+   priority, as ordinary units (their cache is the editor's);
+4. **introduced or pre-existing**: every finding goes through the findings pipeline (``k3lsp.findings.pipeline``: the
+   same acceptance, severity, suppressions, baseline and fingerprints as the editor, less what the patches under
+   review add to silence it: ``k3lsp.findings.silencing``; such a finding is reported with ``silenced_by_patch``) and is
+   *introduced* when
+   its lines meet the lines the patch added or modified (``why`` ``lines``), or when the model says the change
+   introduced it (``why`` ``model``); otherwise it is pre-existing, kept and shown apart (the reviewer
+   decides). Findings in callers are pre-existing (their code did not change).
+
+All patches' units go to the daemons as one run (the daemons batch them), interactive by default; the thinking
+effort is the options' (``k3lsp review`` sends ``high`` unless told otherwise: :func:`review_options`).
+
+The model's tools read the repository's work tree as it is on disk (there is no other checkout): for a commit
+other than the one checked out, what the model reads beyond its unit may be of another version. A bare
+repository gives the model no tools, and no callers.
+
+Library API, for ``k3lsp review`` and other front ends (``k3lsp eval``'s fixes mode reviews an introducing
+commit as a patch)::
+
+    from k3lsp import gitrepo, review
+    from k3lsp.core.pool import Pool
+    from k3lsp.wire.cache import ResultCache
+
+    options = review.review_options(options)            # effort high unless the user chose one
+    repo = gitrepo.Repository(path, options.max_file_bytes)
+    pool = Pool(options, ResultCache(), client_name="k3lsp-eval")
+    report = await review.review_commit(repo, "abc123", options, pool)   # -> ReviewReport
+    for patch in report.patches:                       # one PatchReview per patch, in order
+        for f in patch.findings:                       # ReviewFinding: introduced ones first
+            f.introduced, f.why                        # True/False; "lines", "model" or ""
+            f.row.path, f.row.uri, f.row.line, f.row.end_line   # file lines, 1-based (batch.Reported)
+            f.row.cwe, f.row.severity, f.row.title, f.row.unit, f.row.fingerprint
+    report.errors, report.exit_status("medium")        # 0, 1 (an introduced finding at or above), 2
+
+``review_patches(patches, repo, options, pool, how)`` reviews any list of patches (``k3lsp.review.series``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import unidiff
+
+from k3lsp.cli import batch
+from k3lsp.cli.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Reported, Source
+from k3lsp.core import tasks
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Changes, Counters, Target, UnitResult, describe
+from k3lsp.findings import model as findings
+from k3lsp.findings import suppress
+from k3lsp.findings.silencing import Silencers
+from k3lsp.git.patches import changed_lines
+from k3lsp.git.repo import Repository, WorktreeSnapshot
+from k3lsp.review.series import Patch, commit
+from k3lsp.tools import sandbox, symbols
+from k3lsp.units import split as units
+from k3lsp.wire.protocol import Priority
+
+LINES, MODEL = "lines", "model"  # why a finding is introduced: its lines meet the change's, or the model says so
+MAX_CALLERS = 16  # caller units audited per changed function: a core helper has thousands
+INDEX_SECONDS = 120.0  # how long callers wait for the work tree's symbol index to be built
+
+Progress = Callable[[int, int, str], None]  # (units done, units, note), as k3lsp audit's
+
+
+@dataclass(frozen=True)
+class ReviewOptions:
+    """How a review runs, beyond the settings (``Options``)."""
+
+    callers: bool = False  # audit the callers of changed functions too, at background priority
+    priority: Priority = Priority.INTERACTIVE  # of the patches' own units
+    allow_incomplete: bool = False  # a unit cut short is a warning, not an error
+    force: bool = False  # skip the run cache (a re-review); ``Pool.audit``'s
+    fresh: bool = False  # ask the daemons not to answer from their caches either (an eval measures the model)
+
+
+@dataclass(frozen=True)
+class ReviewFinding:
+    """One finding of a review: its report row (file coordinates, as ``k3lsp audit`` reports it), whether the
+    patch introduced it and why (``LINES``, ``MODEL``; "" for a pre-existing one), and whether it was found in
+    a caller of a changed function."""
+
+    row: Reported
+    introduced: bool
+    why: str = ""
+    caller: bool = False
+    silenced_by_patch: str = ""  # what the patch itself added to silence it (IN_SOURCE, EXTERNAL): not applied
+
+
+@dataclass(frozen=True)
+class ReviewedFile:
+    """A C file of a patch under review: its post-image and the lines the patch added or modified (1-based)."""
+
+    source: Source
+    old_path: str | None
+    hunks: tuple[unidiff.Hunk, ...]
+    changed: frozenset[int]
+
+
+@dataclass
+class PatchReview:
+    """What one patch came to."""
+
+    patch: Patch
+    files: dict[str, ReviewedFile] = field(default_factory=dict)  # by post-image path
+    units: list[Target] = field(default_factory=list)  # its changed units, audited with the change in view
+    callers: list[Target] = field(default_factory=list)
+    findings: list[ReviewFinding] = field(default_factory=list)  # introduced first, then by path and line
+    silenced: list[ReviewFinding] = field(default_factory=list)  # suppressed in the source or baselined
+    notes: list[str] = field(default_factory=list)  # files of the patch not reviewed, and why
+
+    @property
+    def introduced(self) -> list[ReviewFinding]:
+        return [f for f in self.findings if f.introduced]
+
+    @property
+    def silenced_by_patch(self) -> list[ReviewFinding]:
+        """Its findings that only what the patch itself adds would silence (reported, not silenced)."""
+        return [f for f in self.findings if f.silenced_by_patch]
+
+    @property
+    def preexisting(self) -> list[ReviewFinding]:
+        return [f for f in self.findings if not f.introduced]
+
+
+@dataclass
+class ReviewReport:
+    root: Path  # what findings' paths are relative to (SARIF's SRCROOT)
+    patches: list[PatchReview] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # something was not reviewed: exit status 2
+    warnings: list[str] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    results: list[UnitResult] = field(default_factory=list)  # every unit result, cached ones too: the cost
+    interrupted: bool = False  # a signal ended the review early: it holds what was reviewed
+
+    def exit_status(self, fail_on: str) -> int:
+        """2 on errors (a patch or unit not reviewed), else 1 when a patch introduced a finding at or above
+        ``fail_on``, else 0. Pre-existing findings never fail a review."""
+        if self.errors or any(p.patch.error for p in self.patches):
+            return EXIT_ERROR
+        limit = findings.severity_rank(fail_on)
+        bad = [f for p in self.patches for f in p.introduced if findings.severity_rank(f.row.severity) <= limit]
+        return EXIT_FINDINGS if bad else EXIT_CLEAN
+
+
+def review_options(options: Options) -> Options:
+    """The settings for a review: thinking effort ``high`` unless one was chosen (a review is read closely)."""
+    return options if options.thinking_effort != "auto" else replace(options, thinking_effort="high")
+
+
+async def review_commit(
+    repo: Repository, rev: str, options: Options, pool: Pool, how: ReviewOptions = ReviewOptions()
+) -> ReviewReport:
+    """One commit reviewed as a patch against its first parent."""
+    return await review_patches([commit(repo, repo.commit(rev), options.wants)], repo, options, pool, how)
+
+
+async def review_patches(
+    patches: Sequence[Patch],
+    repo: Repository,
+    options: Options,
+    pool: Pool,
+    how: ReviewOptions = ReviewOptions(),
+    on_progress: Progress | None = None,
+    stop: asyncio.Event | None = None,
+) -> ReviewReport:
+    """Review patches in order (see the module docstring). Never raises for a patch, file or daemon problem:
+    they become the report's errors and notes. ``stop`` (SIGINT, SIGTERM) ends it early: the report holds what
+    was reviewed, and says so (``interrupted``)."""
+    report = ReviewReport(repo.root)
+    tools = repo.workdir
+    baseline = suppress.Baseline.load(tools) if tools is not None else None
+    if baseline is not None and baseline.error:
+        report.errors.append(baseline.error)
+    silencers = Silencers.of(baseline, patches[0].before if patches else None)  # what the patches add does not count
+    reviews = [plan(p, tools, repo.root, options) for p in patches]
+    if how.callers:
+        await _find_callers(reviews, tools, repo.root, options, report)
+    owners: dict[Target, list[PatchReview]] = {}  # a unit two patches leave the same is audited once
+    for r in reviews:
+        for t in [*r.units, *r.callers]:
+            owners.setdefault(t, []).append(r)
+    changed = [t for t in owners if t.changes is not None]
+    callers = [t for t in owners if t.changes is None]
+    done = 0
+
+    def progress(note: str) -> None:
+        if on_progress is not None:
+            on_progress(done, len(owners), note)
+
+    async def audit(priority: Priority, targets: list[Target]) -> None:
+        nonlocal done
+        if not targets:
+            return
+        run = pool.audit(targets, priority=priority, force=how.force, fresh=how.fresh)
+        async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
+            done += 1
+            report.results.append(result)
+            for owner in owners[result.target]:
+                _record(owner, result, options, silencers)
+            progress("")
+        errors, warnings = batch.problems(run.summary, how.allow_incomplete)
+        report.errors += errors
+        report.warnings += warnings
+
+    progress("")
+    both = asyncio.gather(audit(how.priority, changed), audit(Priority.BACKGROUND, callers))
+    try:
+        await tasks.until_stopped(both, stop or asyncio.Event())
+    except tasks.Interrupted:
+        report.interrupted = True
+        report.errors.append(
+            f"interrupted: {done} of {len(owners)} units done; their results are cached, a rerun reviews only the rest"
+        )
+    for r in reviews:
+        r.findings.sort(key=lambda f: (not f.introduced, f.caller, f.row.path, f.row.line, f.row.cwe))
+        r.silenced.sort(key=lambda f: (f.row.path, f.row.line, f.row.cwe))
+    report.patches = reviews
+    report.counters = pool.counters
+    return report
+
+
+def plan(patch: Patch, tools: Path | None, root: Path, options: Options) -> PatchReview:
+    """The patch's C files and its changed units, each with its change."""
+    review = PatchReview(patch)
+    if patch.error:
+        return review
+    for change in patch.files:
+        path = change.new_path
+        if path is None:
+            if change.old_path is not None and options.wants(change.old_path):
+                review.notes.append(f"{change.old_path}: deleted")
+            continue
+        if not options.wants(path):
+            continue
+        if change.binary:
+            review.notes.append(f"{path}: binary, not reviewed")
+            continue
+        data = patch.after.read(path)
+        if data is None:
+            review.notes.append(f"{path}: not read (not a regular file, unreadable, or over maxFileBytes)")
+            continue
+        text = data.decode("utf-8", "surrogateescape")
+        split = units.split(text, options.kernel_macros)
+        source = Source(root / path, path, text.split("\n"), split)
+        changed = frozenset(n for n in changed_lines(change.hunks) if 0 < n <= len(source.lines))
+        if not changed:
+            continue
+        review.files[path] = ReviewedFile(source, change.old_path, change.hunks, changed)
+        before = _units_before(patch, change.old_path, options)
+        for unit in split:
+            lines = tuple(n - unit.start_line for n in sorted(changed) if unit.start_line < n <= unit.end_line + 1)
+            if any(source.lines[unit.file_line(k)].strip() for k in lines):  # blank lines alone change nothing
+                preimage = before.get(unit.name)
+                review.units.append(
+                    Target(tools, path, unit, changes=Changes(lines, preimage.text if preimage else ""))
+                )
+    return review
+
+
+def _units_before(patch: Patch, old_path: str | None, options: Options) -> dict[str, units.Unit]:
+    data = patch.before.read(old_path) if old_path is not None else None
+    if data is None:
+        return {}
+    return {u.name: u for u in units.split(data.decode("utf-8", "surrogateescape"), options.kernel_macros)}
+
+
+def _record(review: PatchReview, result: UnitResult, options: Options, silencers: Silencers) -> None:
+    """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced (by what the
+    base of the patches had: ``k3lsp.findings.silencing``)."""
+    target = result.target
+    caller = target.changes is None
+    reviewed = review.files[target.path]
+    changed = frozenset() if caller else reviewed.changed
+    source = reviewed.source
+    path = reviewed.old_path or target.path
+    after = review.patch.after
+    screened = silencers.screened(
+        target.unit, result.findings, source.lines, path, reviewed.changed, after, options.min_severity
+    )
+    for r, silenced, by_patch in screened:
+        first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1
+        why = (
+            LINES if any(first <= n <= last for n in changed) else MODEL if r.finding.introduced and not caller else ""
+        )
+        found = ReviewFinding(batch.row(source, r, silenced), bool(why), why, caller, by_patch)
+        (review.findings if silenced is None else review.silenced).append(found)
+
+
+async def _find_callers(
+    reviews: list[PatchReview], tools: Path | None, root: Path, options: Options, report: ReviewReport
+) -> None:
+    """The callers of every changed function, one hop, from the work tree (``ReviewOptions.callers``)."""
+    if tools is None:
+        report.warnings.append("callers: a bare repository has no work tree to search; no callers audited")
+        return
+    try:
+        await asyncio.wait_for(symbols.index_for(tools).ready(), INDEX_SECONDS)
+    except TimeoutError:
+        report.warnings.append(f"callers: the symbol index was not built in {INDEX_SECONDS:g} s; some may be missing")
+    snapshot = WorktreeSnapshot(tools, options.max_file_bytes)
+    for review in reviews:
+        changed = {(t.path, t.unit.name) for t in review.units}
+        for name in dict.fromkeys(t.unit.name for t in review.units if t.unit.kind in ("function", "macro_body")):
+            _, _, tags, _ = await asyncio.to_thread(sandbox.references, tools, name)
+            found = 0
+            for tag in dict.fromkeys(t for t in tags if t is not None):
+                file = review.files.get(tag.path) or _caller_file(snapshot, tag.path, root, options)
+                unit = _unit_at(file, tag.line) if file is not None else None
+                if unit is None or (tag.path, unit.name) in changed or Target(tools, tag.path, unit) in review.callers:
+                    continue
+                if found == MAX_CALLERS:
+                    report.warnings.append(f"callers of {name}: more than {MAX_CALLERS}; only the first audited")
+                    break
+                found += 1
+                review.files.setdefault(tag.path, file)
+                review.callers.append(Target(tools, tag.path, unit))
+
+
+def _unit_at(file: ReviewedFile, line: int) -> units.Unit | None:
+    """The unit of a file holding its 1-based ``line``."""
+    return next((u for u in file.source.units if u.start_line <= line - 1 <= u.end_line), None)
+
+
+def _caller_file(snapshot: WorktreeSnapshot, path: str, root: Path, options: Options) -> ReviewedFile | None:
+    """A work-tree file holding a caller: split, with no change of its own."""
+    data = snapshot.read(path) if options.wants(path) else None
+    if data is None:
+        return None
+    text = data.decode("utf-8", "surrogateescape")
+    source = Source(root / path, path, text.split("\n"), units.split(text, options.kernel_macros))
+    return ReviewedFile(source, path, (), frozenset())
