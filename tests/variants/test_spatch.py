@@ -1,0 +1,100 @@
+"""The rule run by the real spatch in the witnesses' sandbox (k3lsp/variants/spatch.py): the planted variants
+found, a rule spatch cannot parse said in spatch's words, the bounds (files, time, matches) said when they cut the
+search short, and nothing outside the workspace read or written even by a rule that got past the checks."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k3lsp.variants.spatch import Bounds, marked_lines, parse_error, search
+from k3lsp.witnesses.analyze import find
+from tests.variants.tree import DOUBLE_KFREE, UNCHECKED_KMALLOC, plant
+from tests.witnesses.test_adapters import needs
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    needs("coccinelle")
+    return plant(tmp_path.resolve() / "ws")
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.c"))
+
+
+def _found(scan) -> set[tuple[str, int]]:
+    return {(m.path.name, m.line) for m in scan.matches}
+
+
+def test_spatch_finds_the_planted_unchecked_allocations_and_not_the_checked_one(tree):
+    scan = search(UNCHECKED_KMALLOC, _files(tree), tree)
+    assert _found(scan) == {("a.c", 6), ("a.c", 7), ("a.c", 15), ("a.c", 16), ("b.c", 6), ("b.c", 7)}
+    assert scan.stopped is None and scan.searched == scan.total == 3 and not scan.errors
+
+
+def test_spatch_finds_the_planted_double_frees_and_not_the_free_before_a_new_allocation(tree):
+    scan = search(DOUBLE_KFREE, _files(tree), tree)
+    assert _found(scan) == {("b.c", 14), ("c.c", 8)}
+
+
+def test_a_rule_spatch_cannot_parse_is_said_in_spatchs_words_and_a_good_one_passes(tree):
+    assert parse_error(UNCHECKED_KMALLOC, tree) is None
+    said = parse_error("@@\nexpression E\n@@\n*kfree(E);\n", tree)
+    assert said is not None and "parse error" in said and "init_defs_builtins" not in said
+
+
+def test_the_match_bound_stops_the_search_and_says_so(tree):
+    scan = search(UNCHECKED_KMALLOC, _files(tree), tree, Bounds(matches=2, chunk=1))
+    assert len(scan.matches) == 2 and scan.searched == 1
+    assert scan.stopped == "the match bound: 2 matches, 1 of 3 files"
+
+
+def test_the_file_bound_searches_the_first_files_and_says_how_many_were_left(tree):
+    scan = search(UNCHECKED_KMALLOC, _files(tree), tree, Bounds(files=1))
+    assert {m.path.name for m in scan.matches} == {"a.c"} and scan.searched == 1
+    assert scan.stopped == "the file bound: 1 of 3 files searched"
+
+
+def test_the_time_bound_kills_spatch_and_says_how_far_it_got(tree):
+    scan = search(UNCHECKED_KMALLOC, _files(tree), tree, Bounds(seconds=0.01, chunk=1))
+    assert scan.matches == [] and scan.searched == 0
+    assert scan.stopped == "the time bound: 0.01 s, 0 of 3 files"
+
+
+def test_a_diff_line_that_looks_like_a_header_is_read_as_the_line_it_is():
+    first = "--- /ws/a.c\n+++ /tmp/out.c\n@@ -3,3 +3,1 @@\n--- x;\n-+++ y;\n z;\n"  # removed: "-- x;", "++ y;"
+    second = "--- /ws/b.c\n+++ /tmp/o.c\n@@ -9 +8,0 @@\n-q;\n"
+    assert marked_lines(first + second) == {Path("/ws/a.c"): [3, 4], Path("/ws/b.c"): [9]}
+
+
+def test_a_workspace_link_to_a_file_outside_is_not_read(tree, tmp_path):
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "secret.c").write_text((tree / "drivers/usb/b.c").read_text())
+    (tree / "link.c").symlink_to(outside / "secret.c")
+    (tmp_path / "rule.cocci").write_text(DOUBLE_KFREE)
+    spatch = find("coccinelle").executable
+    control = subprocess.run(
+        [spatch, "--sp-file", "rule.cocci", "--no-includes", "--very-quiet", str(tree / "link.c")],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert "kfree" in control.stdout  # unconfined, spatch reads through the link
+    scan = search(DOUBLE_KFREE, [tree / "link.c"], tree)
+    assert scan.matches == [] and scan.searched == 1
+
+
+def test_a_script_that_got_past_the_checks_still_writes_nothing_outside(tree, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = f'@r@\nexpression E;\n@@\n*kfree(E);\n\n@script:python@\ne << r.E;\n@@\nopen("{marks}/ran", "w").close()\n'
+    spatch = find("coccinelle").executable
+    (tmp_path / "control.cocci").write_text(script)
+    subprocess.run([spatch, "--sp-file", "control.cocci", str(tree / "fs/c.c")], cwd=tmp_path, timeout=60,
+                   capture_output=True)  # fmt: skip
+    assert (marks / "ran").exists()  # the control: such a rule runs Python when spatch runs it
+    (marks / "ran").unlink()
+    search(script, [tree / "fs/c.c"], tree)  # confined: only its private directory is writable
+    assert not (marks / "ran").exists()

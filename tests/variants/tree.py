@@ -1,0 +1,107 @@
+"""The planted test tree of the variants tests: kernel-style C with a missing NULL check after ``kmalloc`` and a
+double ``kfree``, each once as the original finding and again as variants elsewhere, beside code that is right;
+and the rules a model writes for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# drivers/net/a.c: the original finding (line 7: p used unchecked), a variant (line 16), a checked allocation
+A_C = """\
+#include <linux/slab.h>
+struct buf { int len; char *data; };
+
+int a_open(int n)
+{
+\tstruct buf *p = kmalloc(sizeof(*p), GFP_KERNEL);
+\tp->len = n;
+\treturn 0;
+}
+
+int a_grow(int n)
+{
+\tstruct buf *q;
+
+\tq = kmalloc(sizeof(*q), GFP_KERNEL);
+\tq->len = n;
+\treturn 0;
+}
+
+int a_safe(int n)
+{
+\tstruct buf *r = kmalloc(sizeof(*r), GFP_KERNEL);
+\tif (!r)
+\t\treturn -ENOMEM;
+\tr->len = n;
+\treturn 0;
+}
+"""
+# drivers/usb/b.c: a variant in another file (line 6), and a double kfree (line 13)
+B_C = """\
+#include <linux/slab.h>
+struct urb_ctx { int state; };
+
+int b_probe(void)
+{
+\tstruct urb_ctx *c = kmalloc(sizeof(*c), GFP_KERNEL);
+\tc->state = 1;
+\treturn 0;
+}
+
+void b_release(struct urb_ctx *c)
+{
+\tkfree(c);
+\tkfree(c);
+}
+"""
+# fs/c.c: a double kfree with work between (line 8), and a free then a reallocation (right)
+C_C = """\
+#include <linux/slab.h>
+
+void c_drop(char *name, int n)
+{
+\tkfree(name);
+\tif (n > 2)
+\t\tn--;
+\tkfree(name);
+}
+
+void c_reset(char *name)
+{
+\tkfree(name);
+\tname = kmalloc(8, GFP_KERNEL);
+\tkfree(name);
+}
+"""
+
+UNCHECKED_KMALLOC = """\
+@@
+type T;
+identifier x, fld;
+expression E;
+@@
+(
+* T *x = kmalloc(...);
+|
+* x = kmalloc(...);
+)
+... when != x == NULL
+    when != !x
+* x->fld = E
+"""
+DOUBLE_KFREE = """\
+@@
+expression E, E2;
+@@
+kfree(E);
+... when != E = E2
+* kfree(E);
+"""
+
+
+def plant(root: Path) -> Path:
+    """The tree under ``root``: drivers/net/a.c, drivers/usb/b.c, fs/c.c."""
+    for rel, text in (("drivers/net/a.c", A_C), ("drivers/usb/b.c", B_C), ("fs/c.c", C_C)):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
