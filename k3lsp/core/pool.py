@@ -44,7 +44,7 @@ from k3lsp.core.connection import Connection, DaemonState, DaemonUnavailable, Tr
 from k3lsp.core.options import Options
 from k3lsp.core.replies import DoneStats
 from k3lsp.core.results import Lookup, Results
-from k3lsp.core.run import Counters, Failure, Progress, Summary, Target, UnitResult
+from k3lsp.core.run import Counters, Failure, Noted, Progress, Summary, Target, UnitResult
 from k3lsp.units.split import Unit
 from k3lsp.wire import sanitize
 from k3lsp.wire.address import ResultKey
@@ -87,7 +87,7 @@ class AuditRun:
         self.misses: list[Target] | None = None  # known after `lookup`
         self.on_progress: Progress | None = None
         self._usable: list[Connection] = []
-        self._outcomes: asyncio.Queue[UnitResult | Failure | Target] = asyncio.Queue()
+        self._outcomes: asyncio.Queue[UnitResult | Failure | Target | Noted] = asyncio.Queue()
 
     async def lookup(self) -> list[UnitResult]:
         """The cached results and the one connection check, once per run. With a daemon connected, the cache
@@ -116,6 +116,17 @@ class AuditRun:
     async def audited(self, on_progress: Progress | None = None) -> AsyncIterator[UnitResult]:
         """The results of the units the cache did not have, as they finish. ``on_progress`` gets the daemons'
         progress messages (prefill, decode) per unit."""
+        async for outcome in self.outcomes():
+            if isinstance(outcome, Noted):
+                if on_progress is not None:
+                    on_progress(outcome.unit, outcome.message)
+            elif isinstance(outcome, UnitResult):
+                yield outcome
+
+    async def outcomes(self) -> AsyncIterator[UnitResult | Failure | Target | Noted]:
+        """Every unit's one outcome as it is known (the cached ones first when ``lookup`` was not called): a
+        result, a failure, or the target left without a daemon; and between them, in the same stream, the
+        daemons' progress messages (prefill, decode) on a unit, so one consumer awaits both."""
         for hit in await self.lookup():
             yield hit
         assert self.misses is not None
@@ -124,21 +135,26 @@ class AuditRun:
         if not self._usable:
             self.summary.left = list(self.misses)
             self.summary.unavailable = self.pool.why_unusable()
+            for target in self.misses:
+                yield target
             return
-        self.on_progress = on_progress
+        self.on_progress = lambda unit, message: self._outcomes.put_nowait(Noted(unit, message))
         jobs = self.pool.submit(self.misses, self)
         pending = len(jobs)
         try:
             while pending:
                 outcome = await self._outcomes.get()
+                if isinstance(outcome, Noted):
+                    yield outcome
+                    continue
                 pending -= 1
                 if isinstance(outcome, UnitResult):
                     self.summary.add(outcome)
-                    yield outcome
                 elif isinstance(outcome, Failure):
                     self.summary.failed.append(outcome)
                 else:
                     self.summary.left.append(outcome)
+                yield outcome
         finally:
             self.pool.withdraw(jobs)
 

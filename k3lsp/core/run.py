@@ -165,6 +165,14 @@ class Counters:
 Progress = Callable[[Unit, dict], None]  # (unit, the daemon's progress message)
 
 
+@dataclass(frozen=True)
+class Noted:
+    """A daemon's progress message on a unit (prefill, decode), as a run's outcomes carry it."""
+
+    unit: Unit
+    message: dict
+
+
 def describe(unit: Unit, progress: dict) -> str:
     """A progress message as one status-line note: ``copy_msg: prefill 512/1,399 tokens``, or while the daemon
     loads ``copy_msg: backend loading (42 %, weights)`` (the daemon's words sanitised, like all its text)."""

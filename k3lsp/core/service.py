@@ -1,0 +1,386 @@
+"""The audit service: the one way from a file's text to its screened findings, below every front end.
+
+In the role clangd's ClangdServer plays under ClangdLSPServer: the language server (an editor's save, the workspace
+audit), ``k3lsp audit``, ``k3lsp review`` and ``k3lsp eval`` each hand it documents and get back events, so the
+same settings give the same findings whichever front end asked. For each document it owns, in order:
+
+1. its **text** (given by the front end, an editor buffer; else read from ``path``), refused past ``maxFileBytes``;
+2. its **units** (``k3lsp.units.split``, through the front end's ``split``: the language server splits in a process
+   of its own);
+3. the **witnesses**' alerts (the ``witnesses`` setting, ``k3lsp.witnesses.analyze``, off the event loop, cached by
+   content), each unit sent with the alerts on its lines;
+4. its **scope**: the units to audit. A document's ``units_at`` (re-audit one function, a caller) picks the units
+   holding those lines; a ``change`` (a patch under review) picks the units it added or modified lines in and sends
+   each with its :class:`~k3lsp.core.run.Changes`; otherwise ``scope: changed`` picks the units the work tree
+   changed since ``baseRef`` (``k3lsp.core.scope``), and ``scope: all`` every unit;
+5. the **targets**, the same unit of two documents audited once (a review's patches that leave a function alike);
+6. the **run** on the daemon pool (``k3lsp.core.pool``: cache, priority, spread, retries, bounds), one per priority;
+7. the findings **screened** (``k3lsp.findings.pipeline``: acceptance, ``minSeverity``, ``k3-audit: ignore``, the
+   baseline, refuted unless ``showRefuted``; with ``scope: changed``, only those on changed lines).
+
+How a front end calls it::
+
+    service = AuditService(pool, split=splitter.split)      # one per process; the options are ``pool.options``
+    docs = [Document.of(path, root, text=editor_text)]      # or Document(path, root, relpath, text=...)
+    outcome = await service.audit(docs, listener, Job(priority=Priority.INTERACTIVE, baseline=baseline))
+    outcome.summary, outcome.files[docs[0]]                 # the runs' Summary; each document's FileOutcome
+
+``listener(event)`` is called for each event, in this order per document, and may be a coroutine function (it is
+awaited: the job waits for the front end to take each event). The events, neutral types only (no LSP here):
+
+- :class:`Prepared` once per document that can be audited: its units, what was picked to audit, the witnesses'
+  report (alerts to show at once, the analyzers' problems), the scope (``changed``), the splitter's fallback note;
+- :class:`LookedUp` once per run, after the cache answered: how many units were hits and how many go to a daemon
+  (a front end shows progress only for real work);
+- :class:`UnitDone` per unit of the document with a result, cached ones first (``result.cached``): the raw result
+  (what the editor stores) and its findings screened (what a report shows), each with how it is silenced;
+- :class:`Progress` as the daemons report a unit's prefill and decode, and after each unit: counts over the job;
+- :class:`FileDone` once per document, when every unit picked has an outcome (result, failure, or left without a
+  daemon), or at once when it could not be audited (``error``: unreadable, too large).
+
+Cancelling: cancel the task awaiting :meth:`AuditService.audit`. Its runs are left, which withdraws their work
+from the daemons (queued units dropped, running ones cancelled there); what finished is already cached. A batch
+front end that stops on a signal wraps the call in ``k3lsp.core.tasks.until_stopped`` and keeps what its listener
+was told. A listener that raises ends the job the same way, its exception raised from ``audit``.
+
+A job prepares all its documents (a few at a time: witnesses are child processes), then runs their units; a front
+end with tens of thousands of files (the workspace audit) calls the service for a few files at a time, so the
+daemons start at once and the server never holds every unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from k3lsp.core import scope
+from k3lsp.core.options import Options
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Changes, Failure, Noted, Summary, Target, UnitResult, describe
+from k3lsp.findings import pipeline, suppress
+from k3lsp.units import split as units
+from k3lsp.units.kernelc import Macros
+from k3lsp.units.split import Unit
+from k3lsp.wire.protocol import Priority
+from k3lsp.witnesses import shown
+from k3lsp.witnesses.analyze import Report, analyze
+
+Split = Callable[[str, Macros], Awaitable[tuple[Unit, ...]]]
+Screened = tuple[pipeline.Reportable, str | None]  # a finding and how it is silenced (None: reported)
+
+
+async def split_here(text: str, macros: Macros) -> tuple[Unit, ...]:
+    """Split in this process (a command-line front end has no event loop to keep free)."""
+    return units.split(text, macros)
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """What a change under review did to a document: the file lines it added or modified (1-based) and the file's
+    text before it ("" when the change adds the file)."""
+
+    lines: frozenset[int]
+    before: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Document:
+    """One file of a job. ``path`` is the file on disk (witnesses analyze it, scope diffs it); ``root`` confines
+    the model's tools and the analyzers (None: a file outside every workspace, which gets none); ``relpath`` is
+    the path the model and its tools see. ``text``: the front end's (an editor buffer), else read from ``path``.
+    ``units_at``: audit only the units holding these 0-based file lines. ``priority``: the job's unless set.
+    Compared by identity: a front end finds its own document in the events."""
+
+    path: Path
+    root: Path | None
+    relpath: str
+    text: str | None = None
+    units_at: frozenset[int] | None = None
+    change: ChangeSet | None = None
+    priority: Priority | None = None
+
+    @classmethod
+    def of(cls, path: Path, root: Path | None, **kw) -> Document:
+        """A document named by its path: relative to ``root`` when inside it, else its name, with no root."""
+        inside = root is not None and path.is_relative_to(root)
+        return cls(path, root if inside else None, path.relative_to(root).as_posix() if inside else path.name, **kw)
+
+
+@dataclass(frozen=True)
+class Job:
+    """How one job runs, beyond the settings: ``force`` skips the cache (a re-audit), ``fresh`` asks the daemons
+    not to answer from their result stores either (an eval measures the model), ``baseline`` the accepted findings
+    screened out (None: none), ``cached_only`` asks no daemon (an opened file shows what the cache knows)."""
+
+    priority: Priority = Priority.INTERACTIVE
+    force: bool = False
+    fresh: bool = False
+    baseline: suppress.Baseline | None = None
+    cached_only: bool = False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    doc: Document
+    text: str
+    units: tuple[Unit, ...]  # every unit of the file
+    targets: tuple[Target, ...]  # what is audited, with its alerts and change
+    witnessed: Report | None  # None: no witnesses configured
+    changed: scope.Changed | None  # scope changed: the lines that count (None: every line)
+    note: str | None = None  # the splitter fell back to line windows: say so
+
+
+@dataclass(frozen=True)
+class LookedUp:
+    priority: Priority
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class UnitDone:
+    doc: Document
+    result: UnitResult
+    findings: tuple[Screened, ...]
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # units with a result, over the job
+    total: int  # units picked, over the job
+    note: str  # the daemon's latest word on a unit (``copy_msg: prefill 512/1,399 tokens``), or ""
+
+
+@dataclass
+class FileOutcome:
+    """What one document came to."""
+
+    units: int = 0  # units picked to audit
+    done: int = 0  # ... with a result (cached, audited or refused)
+    incomplete: int = 0  # ... cut short by the daemon
+    failed: list[Failure] = field(default_factory=list)
+    left: list[Target] = field(default_factory=list)  # no daemon could take them
+    error: str | None = None  # not audited at all: unreadable, too large
+
+    @property
+    def complete(self) -> bool:
+        """Every unit picked was looked at."""
+        return self.error is None and not self.failed and not self.left
+
+
+@dataclass(frozen=True)
+class FileDone:
+    doc: Document
+    outcome: FileOutcome
+
+
+Event = Prepared | LookedUp | UnitDone | Progress | FileDone
+Listener = Callable[[Event], Awaitable[None] | None]
+
+
+@dataclass
+class Outcome:
+    """What a job came to: its runs' summary, merged, and each document's outcome."""
+
+    summary: Summary
+    files: dict[Document, FileOutcome]
+
+
+PREPARED_AT_ONCE = os.cpu_count() or 1  # documents read, split and analyzed at once (analyzers are processes)
+
+
+class AuditService:
+    """The audit service of one process: its pool (and so its settings, ``pool.options``) and how it splits."""
+
+    def __init__(self, pool: Pool, split: Split = split_here):
+        self.pool, self.split = pool, split
+
+    @property
+    def options(self) -> Options:
+        return self.pool.options
+
+    async def audit(self, docs: Sequence[Document], listener: Listener, job: Job = Job()) -> Outcome:
+        """Audit ``docs``, telling ``listener`` as it goes (see the module docstring)."""
+        return await _Audit(self, list(docs), listener, job).run()
+
+
+class _Audit:
+    """One job: its documents, the owners of each target, the counts."""
+
+    def __init__(self, service: AuditService, docs: list[Document], listener: Listener, job: Job):
+        self.service, self.docs, self.listener, self.job = service, docs, listener, job
+        self.options = service.options
+        self.files = {d: FileOutcome() for d in docs}
+        self.prepared: dict[Document, Prepared] = {}
+        self.owners: dict[Target, list[Document]] = {}
+        self.pending: dict[Document, int] = {}
+        self.done = 0
+
+    async def tell(self, event: Event) -> None:
+        told = self.listener(event)
+        if inspect.isawaitable(told):
+            await told
+
+    async def run(self) -> Outcome:
+        gate = asyncio.Semaphore(PREPARED_AT_ONCE)
+
+        async def one(doc: Document) -> Prepared | str:
+            async with gate:
+                return await self.prepare(doc)
+
+        for doc, ready in zip(self.docs, await asyncio.gather(*(one(d) for d in self.docs)), strict=True):
+            if isinstance(ready, str):
+                self.files[doc].error = ready
+                await self.tell(FileDone(doc, self.files[doc]))
+                continue
+            self.prepared[doc] = ready
+            await self.tell(ready)
+            self.files[doc].units = len(ready.targets)
+            self.pending[doc] = len(ready.targets)
+            for t in ready.targets:
+                self.owners.setdefault(t, []).append(doc)
+        for doc in [d for d, n in self.pending.items() if n == 0]:  # nothing picked: final at once
+            await self.tell(FileDone(doc, self.files[doc]))
+        by_priority: dict[Priority, list[Target]] = {}
+        for target, docs in self.owners.items():
+            by_priority.setdefault(docs[0].priority or self.job.priority, []).append(target)
+        summaries = await asyncio.gather(*(self.audit(p, ts) for p, ts in by_priority.items()))
+        return Outcome(_merged(summaries), self.files)
+
+    async def prepare(self, doc: Document) -> Prepared | str:
+        """The document's units, alerts, scope and targets; or why it cannot be audited."""
+        o = self.options
+        text = doc.text
+        if text is None:
+            try:
+                text = await asyncio.to_thread(doc.path.read_text, encoding="utf-8", errors="replace")
+            except OSError as exc:
+                return f"cannot read {doc.relpath}: {exc.strerror or exc}"
+        if len(text.encode("utf-8", "surrogatepass")) > o.max_file_bytes:
+            return f"{doc.relpath} is larger than maxFileBytes ({o.max_file_bytes}); not audited"
+        split = await self.service.split(text, o.kernel_macros)
+        report = None
+        if o.witnesses:
+            cache = self.service.pool.cache
+            report = await asyncio.to_thread(analyze, doc.path, text, doc.root, o.witnesses, cache)
+        alerts = report.alerts if report is not None else []
+        picked, changes = await self.picked(doc, text, split)
+        targets = tuple(
+            Target(doc.root, doc.relpath, u, alerts=shown.for_unit(alerts, u), changes=changes.get(u.name))
+            for u in picked
+        )
+        changed = await self.scoped(doc, text) if doc.change is None and doc.units_at is None else None
+        if changed is not None:
+            targets = tuple(t for t in targets if changed.touches(t.unit))
+        return Prepared(doc, text, split, targets, report, changed, units.fallback_note(split))
+
+    async def picked(self, doc: Document, text: str, split: tuple[Unit, ...]) -> tuple[list[Unit], dict[str, Changes]]:
+        """The units the document's own selection picks (all without one), and the change of each under review."""
+        if doc.units_at is not None:
+            return [u for u in split if any(u.start_line <= n <= u.end_line for n in doc.units_at)], {}
+        if doc.change is None:
+            return list(split), {}
+        lines = text.split("\n")
+        before = {u.name: u for u in await self.service.split(doc.change.before, self.options.kernel_macros)}
+        picked, changes = [], {}
+        for unit in split:
+            mine = tuple(
+                n - unit.start_line for n in sorted(doc.change.lines) if unit.start_line < n <= unit.end_line + 1
+            )
+            if any(lines[unit.file_line(k)].strip() for k in mine):  # blank lines alone change nothing
+                preimage = before.get(unit.name)
+                picked.append(unit)
+                changes[unit.name] = Changes(mine, preimage.text if preimage else "")
+        return picked, changes
+
+    async def scoped(self, doc: Document, text: str) -> scope.Changed | None:
+        o = self.options
+        if o.scope != scope.CHANGED:
+            return None
+        return await asyncio.to_thread(scope.changed, doc.path, text, o.base_ref, o.max_file_bytes)
+
+    async def audit(self, priority: Priority, targets: list[Target]) -> Summary:
+        """One run of the pool over these targets; each outcome told to the documents that own it."""
+        pool, job, total = self.service.pool, self.job, len(self.owners)
+        if job.cached_only:
+            hits = pool.cached(targets, priority)
+            await self.tell(LookedUp(priority, len(hits), len(targets) - len(hits)))
+            for hit in hits:
+                await self.result(hit)
+            found = {hit.target for hit in hits}
+            for target in targets:
+                if target not in found:  # not asked for: the file is final without it
+                    await self.ended(target, None)
+            return Summary(units=len(targets), cached=len(hits))
+        run = pool.audit(targets, priority=priority, force=job.force, fresh=job.fresh)
+        for hit in await run.lookup():
+            await self.result(hit)
+        misses = len(run.misses or ())
+        await self.tell(LookedUp(priority, len(targets) - misses, misses))
+        async for outcome in run.outcomes():
+            if isinstance(outcome, Noted):
+                await self.tell(Progress(self.done, total, describe(outcome.unit, outcome.message)))
+            elif isinstance(outcome, UnitResult):
+                await self.result(outcome, progress=True)
+            else:
+                await self.ended(outcome.target if isinstance(outcome, Failure) else outcome, outcome)
+        return run.summary
+
+    async def result(self, result: UnitResult, progress: bool = False) -> None:
+        """A unit's result told to each document that owns it (and, from a daemon, as progress), then counted."""
+        self.done += 1
+        for doc in self.owners[result.target]:
+            await self.tell(UnitDone(doc, result, self.screened(self.prepared[doc], result)))
+        if progress:
+            await self.tell(Progress(self.done, len(self.owners), ""))
+        await self.ended(result.target, result)
+
+    def screened(self, prepared: Prepared, result: UnitResult) -> tuple[Screened, ...]:
+        """The unit's findings through the findings pipeline, the scope's lines last."""
+        if result.refusal is not None:
+            return ()
+        o, changed = self.options, prepared.changed
+        lines = prepared.text.split("\n")
+        found = pipeline.screened(
+            result.unit, result.findings, lines, o.min_severity, self.job.baseline, o.show_refuted
+        )
+        return tuple(
+            (r, why) for r, why in found if changed is None or changed.meets(r.range.start.line, r.range.end.line)
+        )
+
+    async def ended(self, target: Target, outcome: UnitResult | Failure | Target | None) -> None:
+        """A target has its outcome (a result, a failure, left; None: not asked for): noted in the file outcome
+        of each document that owns it; a document with no target pending is final."""
+        for doc in self.owners[target]:
+            file = self.files[doc]
+            if isinstance(outcome, UnitResult):
+                file.done += 1
+                file.incomplete += outcome.cut_short is not None
+            elif isinstance(outcome, Failure):
+                file.failed.append(outcome)
+            elif outcome is not None:
+                file.left.append(outcome)
+            self.pending[doc] -= 1
+            if self.pending[doc] == 0:
+                await self.tell(FileDone(doc, file))
+
+
+def _merged(summaries: Sequence[Summary]) -> Summary:
+    """One summary of a job's runs (one per priority)."""
+    out = Summary()
+    for s in summaries:
+        out.units += s.units
+        out.cached += s.cached
+        out.audited += s.audited
+        out.incomplete += s.incomplete
+        out.refused += s.refused
+        out.failed += s.failed
+        out.over_limit += s.over_limit
+        out.left += s.left
+        out.unavailable = s.unavailable or out.unavailable
+        out.dropped += [d for d in s.dropped if d not in out.dropped]
+    return out
