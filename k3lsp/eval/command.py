@@ -237,7 +237,7 @@ def _fixes(args: argparse.Namespace, options) -> int:
         plan, outcomes = _plan(args, None), []
     else:
         plan, outcomes = _measured(
-            args, lambda plan: fixes_run.run(args.repo, located, review.connected(), configurations, plan, judging)
+            args, lambda plan: fixes_run.run(args.repo, located, review.reviewer(), configurations, plan, judging)
         )
     cases_only = "--cases-only: nothing was reviewed" if args.cases_only else None
     head = report.meta(["k3lsp", *args.argv], _plan_json(plan), started, cases_only)

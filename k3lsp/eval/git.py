@@ -132,7 +132,7 @@ def resolve(repo: Path, names: Sequence[str]) -> dict[str, str | None]:
     return out
 
 
-def changed_files(repo: Path, commit: str) -> list[str]:
+def touched_files(repo: Path, commit: str) -> list[str]:
     """The paths a (non-merge) commit adds, changes or removes, against its parent (or the empty tree)."""
     out = run(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", "-z", "--no-renames", commit)
     return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]

@@ -89,7 +89,7 @@ def sample(repo: Path, selection: Selection, n: int | None, seed: int, wants: Ca
         if n is not None and len(out.cases) >= n:
             break
         if case.introducing not in touches:
-            touches[case.introducing] = any(wants(p) for p in git.changed_files(repo, case.introducing))
+            touches[case.introducing] = any(wants(p) for p in git.touched_files(repo, case.introducing))
         if touches[case.introducing]:
             out.cases.append(case)
         else:

@@ -57,7 +57,7 @@ def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
 
 
-def daemon(welcome: Welcome | None) -> dict | None:
+def daemon_json(welcome: Welcome | None) -> dict | None:
     if welcome is None:
         return None
     raw = sanitize.data(welcome.raw)
@@ -109,7 +109,7 @@ def castle_json(dataset: Dataset, outcomes: Sequence[CastleOutcome], head: dict)
                 "name": o.configuration.name,
                 "settings": o.configuration.settings,
                 "thinking_effort": o.configuration.options.effort("background"),
-                "daemon": daemon(o.audited.welcome),
+                "daemon": daemon_json(o.audited.welcome),
                 "score": score_json(o.score),
                 "by_cwe": [asdict(row) | {"recall": row.recall} for row in castle_score.by_cwe(o.tests)],
                 "cost": o.cost.to_json(),
@@ -316,7 +316,7 @@ def fixes_json(
                 "name": o.configuration.name,
                 "settings": o.configuration.settings,
                 "thinking_effort": o.configuration.options.effort("background"),
-                "daemon": daemon(o.welcome),
+                "daemon": daemon_json(o.welcome),
                 "catch": _rate_json(t.rate),
                 "incomplete": t.incomplete,
                 "findings": t.findings,

@@ -75,6 +75,6 @@ class _Review:
         return CommitReview(introduced, tuple(report.results), tuple(problems))
 
 
-def connected() -> CommitReviewer:
+def reviewer() -> CommitReviewer:
     """The review front end the eval reviews with."""
     return _Review()

@@ -123,8 +123,8 @@ def find_definition(root: str | os.PathLike[str], symbol: str, path: str | None 
     if not tags:
         missing = f"no definition of {symbol}{where} in {status.describe()}"
         return missing if status.complete else f"{missing}: ask again shortly, or grep for it"
-    counts = search.many(len(defined), "definition") + (
-        f" and {search.many(declared, 'declaration')}" if declared else ""
+    counts = search.counted(len(defined), "definition") + (
+        f" and {search.counted(declared, 'declaration')}" if declared else ""
     )
     out = _Output()
     out.add(f"{counts} of {symbol}{where}, from {status.describe()}")
@@ -167,8 +167,8 @@ def find_references(root: str | os.PathLike[str], symbol: str, path: str | None 
     more = "+" if found.stopped else ""
     out = _Output()
     out.add(
-        f"{search.many(len(uses), 'reference', more)} to {symbol}{where} in {search.many(files, 'file')} and "
-        f"{search.many(functions, 'function')} "
+        f"{search.counted(len(uses), 'reference', more)} to {symbol}{where} in {search.counted(files, 'file')} and "
+        f"{search.counted(functions, 'function')} "
         f"({found.engine}: {found.coverage(SEARCH_SECONDS)}; functions named by {status.describe()})"
     )
     for hit, caller in zip(uses, callers, strict=True):
@@ -201,7 +201,7 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     more = "+" if found.stopped else ""
     out = _Output()
     out.add(
-        f"{search.many(len(found.hits), 'matching line', more)} for {pattern!r} ({found.mode}){where} with "
+        f"{search.counted(len(found.hits), 'matching line', more)} for {pattern!r} ({found.mode}){where} with "
         f"{found.engine}: {found.coverage(SEARCH_SECONDS)}"
     )
     for hit in found.hits:

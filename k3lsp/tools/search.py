@@ -67,10 +67,10 @@ class Search:
             )
         if self.stopped == "limit":
             return f"stopped after {MAX_HITS:,} matching lines: narrow the pattern or the path"
-        return f"searched {many(self.files or 0, 'file')} in {self.seconds:.1f} s"
+        return f"searched {counted(self.files or 0, 'file')} in {self.seconds:.1f} s"
 
 
-def many(count: int, noun: str, more: str = "") -> str:
+def counted(count: int, noun: str, more: str = "") -> str:
     """ "1 file", "2 files", "45,908 files", "2,000+ lines": counts as the answers say them."""
     return f"{count:,}{more} {noun}{'' if count == 1 and not more else 's'}"
 

@@ -111,7 +111,7 @@ class Status:
         if self.updated is None and self.building:
             total = "?" if self.total is None else f"{self.total:,}"
             return f"the symbol index, still being built: {self.files:,} of {total} files indexed so far"
-        what = f"the symbol index of {search.many(self.files, 'file')} ({self.indexer or 'no indexer'})"
+        what = f"the symbol index of {search.counted(self.files, 'file')} ({self.indexer or 'no indexer'})"
         if self.updated is None:
             return f"{what}, whose build failed ({self.error or 'no reason given'})"
         what += f", updated {_ago(time.time() - self.updated)} ago"
