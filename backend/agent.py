@@ -5,7 +5,8 @@ and the tool-call sections are told apart by the markers mlx-lm infers for the t
 each finding by calling ``report_finding``; a finding is validated and sent to the client the moment its call
 closes in a tool-call section, not when the turn ends, so the editor shows it while the model keeps going, and
 it carries the reasoning the model wrote before it (bounded). Calls written inside the think channel are
-never run, nor their findings reported. ``explain`` streams the response channel only.
+never run, nor their findings reported. ``explain`` and ``rule`` (a Coccinelle rule for a finding, issue 43) stream
+the response channel only.
 
 When a turn ends with read-only workspace calls (``protocol.WORKSPACE_TOOLS``: ``read_lines``, ``grep``,
 ``find_definition``, ``find_references``), the client runs them (it owns the workspace and its sandbox) and
@@ -166,6 +167,8 @@ class Conversation:
     alerts: list[dict] = field(default_factory=list)  # the analyzer alerts the model is asked to triage
     refute_from: str | None = None  # the refutation turn's severity threshold; None: no refutation turn
     review: bool = False  # the unit is under review (the request's `changes`): findings may say `introduced`
+    kind: str = "audit"  # the request's kind and, for a rule, its earlier tries: what a script's entry matches
+    tries: int = 0
 
 
 @dataclass
@@ -241,6 +244,18 @@ class Agent:
             conversation(self.tokenizer, req, effort, "explain"),
             req["unit"],
             self.config.budget(effort),
+            prose=True,
+            lines=len(req["code"].splitlines()) or 1,
+        )
+
+    async def rule(self, req: dict) -> dict:
+        """Stream a Coccinelle rule for one finding (the response channel: the fenced rule and whatever the model
+        says around it, which the editor cuts away) as ``text``; returns the ``done`` stats."""
+        effort = req.get("thinking_effort") or self.config.thinking_effort
+        return await self._run(
+            conversation(self.tokenizer, req, effort, "rule"),
+            req["unit"],
+            self.config.budget(effort, req.get("max_tokens")),
             prose=True,
             lines=len(req["code"].splitlines()) or 1,
         )
@@ -395,8 +410,8 @@ class Agent:
             seed=rid,
             priority=self.priority.rank,
             owner=self.owner,
-            forced=self.script.forced(self.tokenizer, unit, n),
-            fault=self.script.fault(unit, n),
+            forced=self.script.forced(self.tokenizer, unit, n, conv.kind, conv.tries),
+            fault=self.script.fault(unit, n, conv.kind, conv.tries),
         )
         self.last_rid = rid
         pace = ProgressPace()
@@ -442,13 +457,17 @@ class Agent:
 
 
 def conversation(tokenizer, req: dict, effort: str, kind: str = "audit") -> Conversation:
-    """The conversation an ``audit`` or ``explain`` message starts: system, file context (if any), the unit (and
-    the finding to explain)."""
+    """The conversation an ``audit``, ``explain`` or ``rule`` message starts: system, file context (if any), the
+    unit (and the finding to explain, or to write a rule for with the earlier tries)."""
     specials = prompts.special_strings(tokenizer)
     unit = {"path": req["path"], "unit": req["unit"], "code": req["code"], "context": req["context"]}
     if kind == "explain":
         messages = prompts.explain_messages(**unit, specials=specials, finding=req["finding"])
-        return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials)
+        return Conversation(messages, prompts.EXPLAIN_TOOLS, effort, specials, kind=kind)
+    if kind == "rule":
+        tries = list(req.get("tries") or [])
+        messages = prompts.rule_messages(**unit, specials=specials, finding=req["finding"], tries=tries)
+        return Conversation(messages, prompts.RULE_TOOLS, effort, specials, kind=kind, tries=len(tries))
     alerts = list(req.get("alerts") or [])
     changes = req.get("changes")
     messages = prompts.audit_messages(

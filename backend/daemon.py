@@ -61,7 +61,7 @@ from k3lsp.wire.protocol import ErrorCode, Priority
 
 log = logging.getLogger(__name__)
 
-REQUEST_KINDS = frozenset({"audit", "explain"})
+REQUEST_KINDS = frozenset(protocol.REQUEST_KINDS)
 UNKNOWN_ID = "-"  # the id of an error answering a frame whose id could not be read
 MIN_SWEEP_SECONDS = 0.05  # the revoked-key sweep's shortest period (keys_reload_seconds 0 re-reads on every check)
 
@@ -460,7 +460,7 @@ class Daemon:
                 record=self.record,
                 admit=lambda: self.fair.slot(job.user, priority),
             )
-            return await (agent.audit(msg) if job.kind == "audit" else agent.explain(msg))
+            return await getattr(agent, job.kind)(msg)  # Agent.audit, .explain or .rule
 
         def send(kind: str, **fields: Any) -> Awaitable[None]:
             return self._job_send(job, kind, **fields)
@@ -468,7 +468,7 @@ class Daemon:
         def ask(tool: str, args: dict) -> Awaitable[tuple[bool, str]]:
             return self._ask_tool(job, tool, args)
 
-        if job.kind == "explain" or self.store is None:
+        if job.kind != "audit" or self.store is None:  # only audits are stored
             return await run(send, ask)
         views = await seen(self.scheduler.engine.tokenizer, self.agent_config, msg)
         return await self.store.answer(views, self.info.fingerprint, job.user, bool(msg.get("fresh")), send, ask, run)

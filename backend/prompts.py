@@ -52,6 +52,28 @@ EXPLAIN_SYSTEM_PROMPT = (
     "read_lines or find_definition if you need more code."
 )
 
+# A rule in the rule prompt's example: a use after kfree. spatch parses it (tests/backend/test_rule_request.py), so
+# the one rule the model is shown is a valid one; it is not a pattern the tests plant, so it cannot answer them.
+RULE_EXAMPLE = "@@\nexpression E, F;\nidentifier fld;\n@@\n* kfree(E);\n  ... when != E = F\n* E->fld\n"
+
+RULE_SYSTEM_PROMPT = (
+    "You are a security auditor for C code who writes Coccinelle semantic patches. Given a finding in a unit of C "
+    "code, write the smallest semantic patch (.cocci) that matches the finding's pattern, so that spatch finds the "
+    "same bug elsewhere in the tree. The rules:\n"
+    "- One rule block: one @@ header that declares the metavariables (e.g. @@ expression E; identifier f; @@), then "
+    "the code to match. No second rule, no rule that depends on another.\n"
+    "- Match the pattern, not this one function: a metavariable for each name, expression, type or constant that may "
+    "differ elsewhere; ... for the code between the steps of the pattern; when != X for what must not come between "
+    "them.\n"
+    "- Mark the lines that show the bug with * in the first column, or write the fix as - and + lines; not both.\n"
+    "- It must match the finding's own lines in the unit shown.\n"
+    "- No @script, @initialize or @finalize blocks, and no #include, using or virtual lines: the rule runs without "
+    "them, and a rule with one is refused.\n"
+    "Answer with the rule alone in one ```cocci fence. For example, a use after kfree:\n```cocci\n"
+    + RULE_EXAMPLE
+    + "```"
+)
+
 _LINE = {"type": "integer", "minimum": 1}
 
 
@@ -153,6 +175,7 @@ VERDICT = _tool(
 AUDIT_TOOLS = [REPORT_FINDING, TRIAGE_ALERT, VERDICT, READ_LINES, FIND_DEFINITION, FIND_REFERENCES, GREP]
 VERDICT_TOOLS = ("triage_alert", "verdict")  # calls that record a verdict: answered "recorded", like report_finding
 EXPLAIN_TOOLS = [READ_LINES, FIND_DEFINITION]
+RULE_TOOLS = EXPLAIN_TOOLS  # a macro or a wrapper's definition, to match through it
 
 JOINER = "\u2060"  # word joiner: invisible, and no special token contains it
 
@@ -293,6 +316,39 @@ def explain_messages(
             ),
         }
     )
+    return messages
+
+
+def rule_messages(
+    *,
+    path: str,
+    unit: str,
+    code: str,
+    finding: dict,
+    specials: tuple[str, ...],
+    context: str = "",
+    tries: list[dict] | None = None,
+) -> list[dict]:
+    """System (the rules for a rule) | file context (if any) | unit + the finding + the earlier tries, if any: each
+    rule the model wrote before and what spatch said of it, oldest first, so the next one avoids the same fault.
+    The tries are data in the user turn like the code (the model's own words, but sent back by the editor)."""
+    messages = [{"role": "system", "content": RULE_SYSTEM_PROMPT}]
+    if context.strip():
+        messages.append(_context_message(path, context, specials))
+    lines = f"line {finding['start_line']}" + (
+        f"-{finding['end_line']}" if finding["end_line"] != finding["start_line"] else ""
+    )
+    text = (
+        _unit_text(path, unit, code, None)
+        + f"\nThe finding, at {lines} of the unit:\n"
+        + json.dumps(finding, indent=1)
+        + "".join(
+            f"\nYour rule {n} did not work:\n```cocci\n{t['rule'].rstrip()}\n```\nspatch: {t['outcome']}"
+            for n, t in enumerate(tries or [], 1)
+        )
+        + ("\nWrite a rule that does not fail as those did." if tries else "\nWrite the rule.")
+    )
+    messages.append({"role": "user", "content": defuse(text, specials)})
     return messages
 
 

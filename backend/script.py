@@ -8,8 +8,13 @@ File format (JSON)::
 
     [{"unit": "<unit name or *>", "turns": ["<assistant text of turn 1>", "<turn 2>", ...]}, ...]
 
-The n-th generation of a request (audit or explain) for a matching unit (the first entry that matches
-wins) is forced to ``encode(turn n)``, then the end of message (the engine's forcing processor appends
+An entry may also say which requests it answers: ``"kind"`` (``audit``, ``explain`` or ``rule``; without it, every
+kind) and, for ``rule`` requests, ``"tries"`` (the number of earlier tries the request carries: 0 for the first
+rule asked for a finding, 1 for the retry after it failed, ...), so one unit can be audited and have rules written,
+and each retry of a rule gets its own answer.
+
+The n-th generation of a request for a matching unit (the first entry that matches wins) is forced to
+``encode(turn n)``, then the end of message (the engine's forcing processor appends
 eos). A turn may instead be ``{"repeat": "<text>", "tokens": N}``: the text's tokens repeated to N tokens,
 a generation that loops (for the loop guard, which fires long before the end of message when N is large
 enough). A turn ``{"fail": "<message>"}`` makes that generation's first prefill chunk raise, on every rank:
@@ -23,6 +28,8 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from k3lsp.wire.protocol import MAX_RULE_TRIES, REQUEST_KINDS
 
 MAX_REPEAT_TOKENS = 100_000
 
@@ -49,22 +56,28 @@ Turn = str | Repeat | Fail
 class Entry:
     unit: str
     turns: tuple[Turn, ...]
+    kind: str | None = None  # None: every kind
+    tries: int | None = None  # None: any number of tries (only for kind rule)
+
+    def answers(self, unit: str, kind: str, tries: int) -> bool:
+        return self.unit in ("*", unit) and self.kind in (None, kind) and self.tries in (None, tries)
 
 
 @dataclass(frozen=True)
 class Script:
     entries: tuple[Entry, ...] = ()
 
-    def turn(self, unit: str, n: int) -> Turn | None:
-        """The scripted n-th (0-based) turn for ``unit``, or None for the model's own output."""
+    def turn(self, unit: str, n: int, kind: str = "audit", tries: int = 0) -> Turn | None:
+        """The scripted n-th (0-based) turn of a ``kind`` request for ``unit`` (a ``rule`` request with ``tries``
+        earlier tries), or None for the model's own output."""
         for entry in self.entries:
-            if entry.unit in ("*", unit):
+            if entry.answers(unit, kind, tries):
                 return entry.turns[n] if n < len(entry.turns) else None
         return None
 
-    def forced(self, tokenizer, unit: str, n: int) -> list[int] | None:
-        """The token ids the engine must emit for the n-th generation of ``unit`` (before eos), or None."""
-        turn = self.turn(unit, n)
+    def forced(self, tokenizer, unit: str, n: int, kind: str = "audit", tries: int = 0) -> list[int] | None:
+        """The token ids the engine must emit for the n-th generation of the request (before eos), or None."""
+        turn = self.turn(unit, n, kind, tries)
         if turn is None or isinstance(turn, Fail):
             return None
         if isinstance(turn, Repeat):
@@ -72,9 +85,9 @@ class Script:
             return (period * (turn.tokens // len(period) + 1))[: turn.tokens]
         return _encode(tokenizer, turn)
 
-    def fault(self, unit: str, n: int) -> str | None:
-        """The failure the n-th generation of ``unit`` must raise, or None."""
-        turn = self.turn(unit, n)
+    def fault(self, unit: str, n: int, kind: str = "audit", tries: int = 0) -> str | None:
+        """The failure the n-th generation of the request must raise, or None."""
+        turn = self.turn(unit, n, kind, tries)
         return turn.message if isinstance(turn, Fail) else None
 
 
@@ -109,7 +122,17 @@ def parse_script(data: object) -> Script:
 def _entry(item: object, where: str) -> Entry:
     if not isinstance(item, dict) or not isinstance(item.get("unit"), str) or not isinstance(item.get("turns"), list):
         raise ScriptError(f'script{where}: expected {{"unit": str, "turns": list}}')
-    return Entry(item["unit"], tuple(_turn(t, f"{where}.turns[{j}]") for j, t in enumerate(item["turns"])))
+    kind, tries = item.get("kind"), item.get("tries")
+    if kind is not None and kind not in REQUEST_KINDS:
+        raise ScriptError(f"script{where}.kind: {kind!r:.40} is not one of {', '.join(REQUEST_KINDS)}")
+    if tries is not None and kind != "rule":
+        raise ScriptError(f'script{where}.tries: only an entry of "kind": "rule" counts tries')
+    if tries is not None and (
+        isinstance(tries, bool) or not isinstance(tries, int) or not 0 <= tries <= MAX_RULE_TRIES
+    ):
+        raise ScriptError(f"script{where}.tries: {tries!r:.40} is not a number of tries in 0..{MAX_RULE_TRIES}")
+    turns = tuple(_turn(t, f"{where}.turns[{j}]") for j, t in enumerate(item["turns"]))
+    return Entry(item["unit"], turns, kind, tries)
 
 
 def _turn(turn: object, where: str) -> Turn:

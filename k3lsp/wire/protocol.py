@@ -31,6 +31,7 @@ EFFORTS = ("off", "low", "high", "max")  # how long the model thinks before it a
 DAEMON_STATES = ("loading", "ready", "failed")  # welcome/status `state`: failed = the load failed, it exits
 MAX_REASONING_CHARS = 4000  # the reasoning a finding carries (the end of the model's think channel)
 TERMINAL_KINDS = frozenset({"done", "error", "cancelled"})
+REQUEST_KINDS = ("audit", "explain", "rule")  # answered by a stream of messages and one of TERMINAL_KINDS
 PROGRESS_STAGES = ("loading", "queued", "prefill", "decode", "tool")
 # The read-only workspace tools a `tool_request` may name; the editor answers them (k3lsp.tools.sandbox). Another name
 # is still a valid message: the editor answers it with a refusal the model reads.
@@ -337,6 +338,14 @@ MAX_CHANGED_LINES = 100_000  # the changed lines of one unit under review (a uni
 # A unit under review (`k3lsp review`): the lines of `code` the change added or modified (1-based, like findings),
 # and the function as it was before the change ("" when the change adds it).
 CHANGES = record({"lines": (list_of(LINE, MAX_CHANGED_LINES), True), "preimage": (TEXT, True)})
+# A `rule` request's earlier tries (issue 43, variants): the Coccinelle rules the model wrote for the finding and what
+# spatch said of each (its parse error, or the miss of the finding's line), so the next rule avoids them.
+MAX_RULE_CHARS = 16 * 1024  # one semantic patch: a rule that matches one pattern is a few hundred characters
+MAX_RULE_OUTCOME_CHARS = 4000  # spatch's error or the miss, cut by the editor
+MAX_RULE_TRIES = 8  # the editor's retries are fewer; the bound keeps a prompt's tries small whoever sends them
+RULE_TRY = record(
+    {"rule": (string(MAX_RULE_CHARS), True), "outcome": (string(MAX_RULE_OUTCOME_CHARS, nonempty=True), True)}
+)
 
 TO_DAEMON: dict[str, Schema] = {
     "hello": {"client": (NAME, True), "version": (string(64), True)},
@@ -361,6 +370,16 @@ TO_DAEMON: dict[str, Schema] = {
         "context": (TEXT, True),
         "finding": (finding, True),
         "thinking_effort": (one_of(*EFFORTS), False),
+    },
+    "rule": {  # the model writes a Coccinelle rule matching the finding's pattern; it streams back as `text`
+        "path": (NAME, True),
+        "unit": (NAME, True),
+        "code": (TEXT, True),
+        "context": (TEXT, True),
+        "finding": (finding, True),
+        "tries": (list_of(RULE_TRY, MAX_RULE_TRIES), False),  # earlier rules and what spatch said, oldest first
+        "thinking_effort": (one_of(*EFFORTS), False),
+        "max_tokens": (integer(1, 1_000_000), False),
     },
     "tool_result": {"call": (string(MAX_ID_CHARS, nonempty=True), True), "ok": (boolean, True), "result": (TEXT, True)},
     "cancel": {},  # the envelope id names the request to cancel

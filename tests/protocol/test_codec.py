@@ -31,6 +31,7 @@ EXAMPLES = {
         | {"first_line": 10, "priority": "background", "max_tokens": 64, "refute_from": "medium"}
         | {"alerts": [{"id": "A1", "tool": "cppcheck", "rule": "nullPointer", "cwe": 476, "line": 2, "message": "m"}]},
         "explain": UNIT | {"finding": FINDING},
+        "rule": UNIT | {"finding": FINDING, "tries": [{"rule": "@@\n@@\n* kfree(...);\n", "outcome": "no match"}]},
         "tool_result": {"call": "c1", "ok": True, "result": "line 1\nline 2"},
         "cancel": {},
         "ping": {},
