@@ -10,6 +10,7 @@ How the doc names things, and how each is resolved here:
 - a bare file name, ``daemon.py``: in the table or paragraph of the section whose heading names a directory
   (``### `k3lsp/core/` ...``), else in ``backend/`` (the daemon's package is flat);
 - a dotted module, ``k3lsp.core.pool``: a module or package of the tree;
+- a relative Markdown link, ``[lsp.md](lsp.md)``: a file beside the doc;
 - a test, ``lsp/test_units.py::test_name`` (under ``tests/``), or ``::test_name`` after one (the same file): the
   file exists and defines that function.
 """
@@ -91,6 +92,12 @@ def missing(doc: str) -> list[str]:
     return wrong
 
 
+def broken_links(doc: str) -> list[str]:
+    """Each relative Markdown link of the doc that leads to no file (docs/ is where the doc is)."""
+    targets = re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", doc)
+    return [t for t in targets if not (DOC.parent / t).exists()]
+
+
 def packages() -> list[str]:
     """k3lsp's packages, as the code map's headings name them (``k3lsp/core/``)."""
     return sorted(f"k3lsp/{p.parent.name}/" for p in (REPO / "k3lsp").glob("*/__init__.py"))
@@ -135,7 +142,7 @@ def beyond(doc: str) -> list[str]:
 
 
 def test_every_file_module_and_test_the_map_names_exists():
-    wrong = missing(DOC.read_text())
+    wrong = missing(DOC.read_text()) + [f"a link to {t}" for t in broken_links(DOC.read_text())]
     assert not wrong, "docs/architecture.md names what is not in the tree:\n" + "\n".join(wrong)
 
 
@@ -166,6 +173,7 @@ def test_a_name_that_moved_is_caught():
         "line 6: `::test_no_such_test`: tests/lsp/test_units.py has no test_no_such_test",
     ]
     assert "k3lsp/core/" in packages() and "k3lsp/wire/" in packages()
+    assert broken_links("[lsp.md](lsp.md), [x](nowhere.md#part), [y](https://example.org)") == ["nowhere.md"]
 
 
 def test_an_import_the_layers_table_does_not_allow_is_caught():
