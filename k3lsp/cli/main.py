@@ -123,6 +123,10 @@ def _settings(args: argparse.Namespace):
         "serverKey": args.server_key and str(args.server_key),
         "clientKey": args.client_key and str(args.client_key),
         "insecure": args.insecure,
+        "witnesses": args.witnesses.split(",") if getattr(args, "witnesses", None) is not None else None,
+        "refute": getattr(args, "refute", None),
+        "refuteFrom": getattr(args, "refute_from", None),
+        "showRefuted": getattr(args, "show_refuted", None),
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
     endpoints = _endpoints(args)
@@ -212,6 +216,24 @@ def _review(args: argparse.Namespace) -> int:
         return batch.EXIT_ERROR
 
 
+def _variants(args: argparse.Namespace) -> int:
+    """`k3lsp variants` (k3lsp/variants/command.py); like `audit`, an unexpected fault exits 2, never 1."""
+    from k3lsp.cli import batch
+    from k3lsp.variants import command as variants
+
+    try:
+        opts, endpoints, jobs, errors = _settings(args)
+        if errors:
+            print("k3lsp variants: " + "; ".join(errors), file=sys.stderr)
+            return batch.EXIT_ERROR
+        return variants.run(args, opts, endpoints, jobs)
+    except BrokenPipeError:
+        raise
+    except Exception as exc:
+        print(sanitize.line(f"k3lsp variants: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return batch.EXIT_ERROR
+
+
 def _keys(args: argparse.Namespace) -> int:
     from k3lsp.wire import keys
 
@@ -230,6 +252,25 @@ def _add_effort_flag(
     help: str = "how long the model thinks per unit (default auto: high, as for workspace audits)",
 ) -> None:
     parser.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=default, help=help)
+
+
+def _add_finding_flags(parser: argparse.ArgumentParser) -> None:
+    """The editor's settings of what an audit sends and shows (README's table), under the same names."""
+    parser.add_argument(
+        "--witnesses",
+        metavar="NAMES",
+        help="analyzers whose alerts each unit is sent with, for the model to triage: comma-separated, of "
+        "cppcheck, clang, gcc, sparse, coccinelle (the witnesses setting; k3lsp witnesses lists them)",
+    )
+    parser.add_argument(
+        "--refute", action="store_true", default=None, help="one more turn asking the model to disprove its findings"
+    )
+    parser.add_argument(
+        "--refute-from", choices=SEVERITIES, default=None, help="the lowest severity --refute asks about (medium)"
+    )
+    parser.add_argument(
+        "--show-refuted", action="store_true", default=None, help="report refuted findings too (marked refuted)"
+    )
 
 
 ENDPOINT_HELP = "daemon endpoint (default: $K3LSP_ENDPOINT, else this user's private socket)"
@@ -284,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         "error: the exit status says findings or clean",
     )
     _add_effort_flag(audit)
+    _add_finding_flags(audit)
     _add_key_flags(audit)
     audit.set_defaults(run=_audit)
 
@@ -329,8 +371,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
     _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")
+    _add_finding_flags(review)
     _add_key_flags(review)
     review.set_defaults(run=_review)
+
+    variants = sub.add_parser(
+        "variants",
+        help="find the variants of a finding across its workspace: the model writes a Coccinelle rule, spatch "
+        "searches, the model triages each match; exit 0 none confirmed, 1 variants confirmed, 2 errors",
+    )
+    from k3lsp.variants.command import add_arguments as variant_arguments
+
+    variant_arguments(variants)
+    variants.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
+    _add_effort_flag(variants, "high", "how long the model thinks on the rule and each candidate (default high)")
+    _add_key_flags(variants)
+    variants.set_defaults(run=_variants)
 
     evaluate = sub.add_parser("eval", help="measure the audits: CASTLE-C250, or a project's Fixes: history")
     modes = evaluate.add_subparsers(dest="eval_command", required=True)
@@ -340,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     for mode in (castle, fixes):
         mode.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
         _add_effort_flag(mode)
+        _add_finding_flags(mode)
         _add_key_flags(mode)
         mode.set_defaults(run=_eval)
 

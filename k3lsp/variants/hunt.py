@@ -1,0 +1,246 @@
+"""One variant search: the rule (the model's, checked, tried on the finding's own line, retried), spatch over the
+workspace, and each match audited as a candidate with the original finding as context.
+
+The rule must first match the finding it was written for: spatch runs it on the finding's own file, and a rule
+refused by the checks (``k3lsp.variants.rule``), one spatch cannot parse, or one that misses the finding's lines
+goes back to the model with what was wrong (the request's ``tries``), at most ``retries`` times. The rule that
+matches is saved beside the results (``.k3lsp/variants/<fingerprint>.cocci`` in the workspace) so the user can
+rerun it (``k3lsp variants --rule``), edit it, or send it to the kernel's ``scripts/coccinelle/``.
+
+Each unit with a match (other than the finding's own) becomes a candidate: an ordinary audit of that unit with
+one analyzer alert on the matched line (tool ``variants``, the original finding's title and place as its
+message), through the audit core like any witness's alert, so the model's ``triage_alert`` verdict comes back
+folded into the unit's findings (``k3lsp.core.verdicts``): confirmed, refuted, or not triaged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from k3lsp.cli.admission import Source, read_sources
+from k3lsp.cli.batch import Reported, reported
+from k3lsp.core.client import DaemonError
+from k3lsp.core.connection import DaemonUnavailable
+from k3lsp.core.options import admitted_files
+from k3lsp.core.pool import Pool
+from k3lsp.core.run import Failure, Target, UnitResult
+from k3lsp.findings import pipeline, suppress
+from k3lsp.units.split import Unit
+from k3lsp.variants import asking, spatch
+from k3lsp.variants.origin import Origin
+from k3lsp.variants.rule import RuleRefused, check, extract
+from k3lsp.wire.protocol import Priority
+from k3lsp.witnesses.alert import Alert
+
+TOOL = "variants"  # the alerts' tool: what marks a finding as a variant's verdict
+RULES_DIR = Path(".k3lsp") / "variants"
+DEFAULT_RETRIES = 2  # rules after the first one, each told what was wrong with the last
+
+
+@dataclass(frozen=True)
+class Settings:
+    retries: int = DEFAULT_RETRIES
+    bounds: spatch.Bounds = field(default_factory=spatch.Bounds)
+    min_severity: str = "info"
+
+
+@dataclass
+class Candidate:
+    """A unit the rule matched: where, and what the model said of it (``confirmed``, ``refuted``, or
+    ``untriaged`` when its audit gave no verdict on the alert; ``failed`` when it was not audited)."""
+
+    rel: str
+    unit: Unit
+    line: int  # the first matched line in the unit, 1-based in the file
+    verdict: str = "untriaged"
+    reason: str = ""
+    rows: list[Reported] = field(default_factory=list)  # the variant's findings, in file coordinates
+
+
+@dataclass
+class Hunt:
+    origin: Origin
+    rule: str | None = None
+    rule_path: Path | None = None
+    tries: list[dict[str, str]] = field(default_factory=list)  # the refused rules and why, oldest first
+    scan: spatch.Scan | None = None
+    candidates: list[Candidate] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def count(self, verdict: str) -> int:
+        return sum(c.verdict == verdict for c in self.candidates)
+
+
+Say = Callable[[str], None]
+
+
+def _unit_at(units: tuple[Unit, ...] | list[Unit], line: int) -> Unit | None:
+    """The unit holding 1-based file line ``line``."""
+    return next((u for u in units if u.start_line < line <= u.end_line + 1), None)
+
+
+def miss(origin: Origin, scan: spatch.Scan) -> str | None:
+    """Why a rule's run on the finding's own file does not count as matching it; None when it matched a line of
+    the finding."""
+    lines = sorted({m.line for m in scan.matches})
+    if any(origin.line <= n <= origin.end_line for n in lines):
+        return None
+    span = f"{origin.line}" if origin.end_line == origin.line else f"{origin.line}-{origin.end_line}"
+    said = f"; spatch said: {scan.errors[0]}" if scan.errors else ""
+    found = f"it matched lines {', '.join(map(str, lines[:20]))} instead" if lines else "it matched nothing there"
+    return f"the rule did not match line {span} of {origin.rel}, the finding's line: {found}{said}"
+
+
+async def _tried(rule: str, origin: Origin, bounds: spatch.Bounds) -> str | None:
+    """What is wrong with a checked rule: spatch cannot parse it, or it misses the finding; None: it is good."""
+    why = await asyncio.to_thread(spatch.parse_error, rule, origin.root)
+    if why is not None:
+        return f"spatch cannot parse the rule: {why}"
+    own = await asyncio.to_thread(spatch.search, rule, [origin.path], origin.root, bounds)
+    return miss(origin, own)
+
+
+async def write_rule(pool: Pool, origin: Origin, unit: Unit, hunt: Hunt, settings: Settings, say: Say) -> None:
+    """The model's rule into ``hunt.rule``, or ``hunt.errors`` saying why there is none."""
+    target = Target(origin.root, origin.rel, unit)
+    for attempt in range(1, settings.retries + 2):
+        say(f"asking the model for a rule (try {attempt} of {settings.retries + 1})")
+        try:
+            answer = await asking.ask(pool, target, origin.wire(unit), hunt.tries)
+        except (DaemonUnavailable, DaemonError) as exc:
+            hunt.errors.append(f"the model could not be asked for a rule: {exc}")
+            return
+        try:
+            rule = check(extract(answer))
+        except RuleRefused as exc:
+            hunt.tries.append(asking.tried(answer, f"refused before spatch ran it: {exc}"))
+            continue
+        why = await _tried(rule, origin, settings.bounds)
+        if why is None:
+            hunt.rule = rule
+            return
+        hunt.tries.append(asking.tried(rule, why))
+    last = hunt.tries[-1]["outcome"] if hunt.tries else "no answer"
+    hunt.errors.append(f"no rule after {settings.retries + 1} tries; the last: {last}")
+
+
+def save_rule(origin: Origin, rule: str) -> Path:
+    """The rule in the workspace's ``.k3lsp/variants/``, named after the finding, with where it came from."""
+    folder = origin.root / RULES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{origin.fingerprint[:32]}.cocci"
+    head = f"// k3lsp variants of the finding {origin.fingerprint[:32]} at {origin.rel}:{origin.line}\n"
+    path.write_text(head + rule, encoding="utf-8")
+    return path
+
+
+def workspace_files(pool: Pool, root: Path) -> list[Path]:
+    """The workspace's C sources the settings admit (headers are searched where a source includes them: never,
+    spatch runs with --no-includes), inside it (no link out), in a stable order."""
+    out = []
+    for path in admitted_files(root, root, pool.options):
+        if path.suffix == ".c" and os.path.realpath(path).startswith(f"{root}{os.sep}"):
+            out.append(path)
+    return out
+
+
+def candidates(origin: Origin, scan: spatch.Scan, sources: dict[Path, Source]) -> list[Candidate]:
+    """One candidate per unit with a match, the finding's own unit left out, at its first matched line."""
+    own = sources.get(origin.path)
+    mine = _unit_at(own.units, origin.line) if own else None
+    out: dict[tuple[Path, int], Candidate] = {}
+    for m in sorted(scan.matches, key=lambda m: (str(m.path), m.line)):
+        source = sources.get(m.path)
+        unit = _unit_at(source.units, m.line) if source else None
+        if source is None or unit is None or (m.path == origin.path and unit == mine):
+            continue
+        out.setdefault((m.path, unit.start_line), Candidate(source.rel, unit, m.line))
+    return list(out.values())
+
+
+def alert(origin: Origin, line: int) -> Alert:
+    """The candidate's question to the model, as an analyzer alert on the matched line."""
+    text = (
+        f"same pattern as the finding at {origin.rel}:{origin.line} ({origin.title}), found by its Coccinelle rule; "
+        "is this the same bug?"
+    )
+    return Alert.of(TOOL, "variant", line, text, origin.cwe)
+
+
+def _judge(candidate: Candidate, raws: list[dict]) -> list[dict]:
+    """The variant's findings among a unit's (those carrying its alert's verdict), and its verdict from them."""
+    mine = [f for f in raws if isinstance(f.get("witness"), dict) and f["witness"].get("tool") == TOOL]
+    for f in mine:
+        verdict = f.get("verdict") if isinstance(f.get("verdict"), dict) else None
+        candidate.verdict = "refuted" if verdict and verdict.get("verdict") == "refuted" else "confirmed"
+        candidate.reason = str(verdict.get("reason", "")) if verdict else f.get("message", "")
+    return mine
+
+
+async def triage(pool: Pool, origin: Origin, hunt: Hunt, sources: dict[Path, Source], settings: Settings) -> None:
+    """Each candidate audited with its alert; the verdicts and the variants' rows into ``hunt.candidates``."""
+    by_target = {Target(origin.root, c.rel, c.unit, alerts=(alert(origin, c.line),)): c for c in hunt.candidates}
+    by_rel = {s.rel: s for s in sources.values()}
+    baseline = suppress.Baseline.load(origin.root)
+    run = pool.audit(list(by_target), priority=Priority.INTERACTIVE)
+    async for outcome in run.outcomes():
+        if isinstance(outcome, Failure):
+            by_target[outcome.target].verdict = "failed"
+            by_target[outcome.target].reason = f"not audited ({outcome.code}): {outcome.message}"
+        elif isinstance(outcome, UnitResult):
+            candidate = by_target[outcome.target]
+            mine = _judge(candidate, outcome.findings)
+            rows = reported(by_rel[candidate.rel], candidate.unit, mine, settings.min_severity, baseline)
+            candidate.rows = [r for r in rows if r.suppression in (None, pipeline.REFUTED)]
+        elif isinstance(outcome, Target):  # left: no daemon could take it
+            by_target[outcome].verdict = "failed"
+    if run.summary.left:
+        hunt.errors.append(f"{len(run.summary.left)} candidates not audited: {run.summary.unavailable}")
+
+
+async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say: Say = lambda _: None, *,
+               rule: str | None = None) -> Hunt:  # fmt: skip
+    """The whole search for ``origin``'s variants; ``rule``: this one (checked and tried the same way) instead of
+    the model's. Never raises for a daemon, spatch or rule problem: ``Hunt.errors`` says it."""
+    out = Hunt(origin)
+    own, unread, skipped = read_sources([origin.path], origin.root, pool.options.kernel_macros)
+    if not own:
+        out.errors += unread + skipped
+        return out
+    unit = _unit_at(own[0].units, origin.line)
+    if unit is None:
+        out.errors.append(f"{origin.rel}:{origin.line} is in no function: a variant search starts from one")
+        return out
+    try:
+        if rule is None:
+            await write_rule(pool, origin, unit, out, settings, say)
+        else:
+            try:
+                checked = check(rule)
+            except RuleRefused as exc:
+                out.errors.append(f"the rule is refused: {exc}")
+                return out
+            why = await _tried(checked, origin, settings.bounds)
+            out.rule, out.errors = (checked, out.errors) if why is None else (None, [why])
+    except spatch.SpatchUnavailable as exc:
+        out.errors.append(str(exc))
+        return out
+    if out.rule is None:
+        return out
+    out.rule_path = save_rule(origin, out.rule)
+    files = workspace_files(pool, origin.root)
+    say(f"spatch over {len(files):,} C files")
+    out.scan = await asyncio.to_thread(spatch.search, out.rule, files, origin.root, settings.bounds)
+    matched = sorted({m.path for m in out.scan.matches} | {origin.path})
+    read, unread, _ = read_sources(matched, origin.root, pool.options.kernel_macros)
+    out.errors += unread
+    sources = {s.path: s for s in read}
+    out.candidates = candidates(origin, out.scan, sources)
+    if out.candidates:
+        say(f"the model triages {len(out.candidates)} candidates")
+        await triage(pool, origin, out, sources, settings)
+    return out
