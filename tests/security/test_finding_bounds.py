@@ -1,7 +1,7 @@
 """Bounds on what one unit may report, on both sides, and a cache bounded in bytes.
 
 20,000 findings for a 6-line unit once took 3.6 GB in the editor, an 886 MB cache row and an 838 MB JSON
-report. The daemon now sends at most ``bounds.MAX_FINDINGS_PER_UNIT`` (through the real engine here), the
+report. The daemon's agent now sends at most ``bounds.MAX_FINDINGS_PER_UNIT`` (through the real engine here), the
 editor keeps at most that from a daemon that sends more (a scripted hostile daemon), and findings too large
 on their own or together are dropped; what is dropped is counted and reported. The cache evicts the least
 recently used results beyond its byte bound.
@@ -15,6 +15,10 @@ import logging
 
 import pytest
 
+from backend.agent import Agent, AgentConfig
+from backend.engine import Engine, EngineArgs
+from backend.scheduler import Scheduler
+from backend.script import parse_script
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
 from k3lsp.core.run import Target
@@ -23,29 +27,44 @@ from k3lsp.wire import bounds, cache
 from tests.support import kimi
 from tests.support.batch import run_k3lsp
 from tests.support.core import audit
-from tests.support.daemon import Wire, audit_fields, module_daemon
+from tests.support.daemon import audit_fields
 from tests.support.peer import WELCOME, peer, reply
 
 SMALL = {"cwe": 787, "severity": "low", "title": "t", "message": "", "start_line": 1, "end_line": 1}
-FLOOD = bounds.MAX_FINDINGS_PER_UNIT + 6
 SIX_LINES = "int f(char *p, int n)\n{\n\tp[n] = 0;\n\tp[n + 1] = 0;\n\treturn n;\n}\n"
 UNIT = units.split(SIX_LINES)[0]
+# Each scripted token is a forward pass of the tiny model, and one report_finding call is 168 of them: a flood
+# past the real bound (64) took over 3 minutes (and failed on a loaded machine), so the daemon's test lowers the
+# bound, which the agent reads at every finding, and floods past that.
+LOW_BOUND = 2
+FLOOD = LOW_BOUND + 3
 
 
-daemon = module_daemon(
-    lambda: [{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}], ["--max-tokens", "20000"]
-)
+async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(tiny_model, monkeypatch, caplog):
+    monkeypatch.setattr(bounds, "MAX_FINDINGS_PER_UNIT", LOW_BOUND)
+    script = parse_script([{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}])
+    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True))
+    scheduler = Scheduler(engine)
+    scheduler.start()
+    sent: list[tuple[str, dict]] = []
 
+    async def send(kind: str, **fields) -> None:
+        sent.append((kind, fields))
 
-async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(daemon):
-    # ~9,000 scripted tokens, each a real forward pass of the tiny model: over a minute on this CPU
-    async with Wire(daemon.endpoint, timeout=600) as wire:
-        messages = await wire.request("audit", "a1", **audit_fields("flood"))
-    found = [m for m in messages if m["kind"] == "finding"]
-    stats = messages[-1]["stats"]
-    assert len(found) == bounds.MAX_FINDINGS_PER_UNIT
-    assert stats["findings"] == bounds.MAX_FINDINGS_PER_UNIT and stats[bounds.OVER_LIMIT] == FLOOD - len(found)
-    assert "dropping findings beyond the bounds of one unit" in daemon.log_text()
+    async def no_tools(tool: str, args: dict) -> tuple[bool, str]:
+        return False, "no tools here"
+
+    agent = Agent(scheduler, AgentConfig(max_tokens=2000), send, no_tools, script=script)
+    try:
+        with caplog.at_level(logging.WARNING, logger="backend.agent"):
+            stats = await agent.audit(audit_fields("flood"))
+    finally:
+        await scheduler.close()
+    found = [fields["finding"] for kind, fields in sent if kind == "finding"]
+    assert stats["finish_reason"] == "stop" and stats["rounds"] == 1  # the whole flood was generated, once
+    assert len(found) == LOW_BOUND and stats["findings"] == LOW_BOUND
+    assert stats[bounds.OVER_LIMIT] == FLOOD - LOW_BOUND
+    assert "dropping findings beyond the bounds of one unit" in caplog.text
 
 
 def big(size: int, n: int = 0) -> dict:
@@ -113,13 +132,14 @@ async def test_the_stats_kept_with_a_result_are_bounded_too(tmp_path):
 
 async def test_the_batch_report_stays_bounded_and_says_what_was_dropped(tmp_path):
     (tmp_path / "f.c").write_text(SIX_LINES)
-    async with peer(Flooding([SMALL] * 20_000), sndhwm=0) as endpoint:
+    sent = 2_000  # 30 times the bound: the 20,000 of the incident prove no more and took 7 s
+    async with peer(Flooding([SMALL] * sent), sndhwm=0) as endpoint:
         code, out, err = await run_k3lsp(
             "audit", "f.c", "--endpoint", endpoint, "--json", cache=tmp_path / "c", cwd=tmp_path
         )
     assert code == 1, err
     assert len(json.loads(out)["findings"]) == bounds.MAX_FINDINGS_PER_UNIT and len(out) < 200_000
-    assert f"{20_000 - bounds.MAX_FINDINGS_PER_UNIT + 3} findings beyond the bounds of one unit were dropped" in err
+    assert f"{sent - bounds.MAX_FINDINGS_PER_UNIT + 3} findings beyond the bounds of one unit were dropped" in err
 
 
 def test_the_cache_evicts_the_least_recently_used_beyond_its_bound(tmp_path, monkeypatch, caplog):
