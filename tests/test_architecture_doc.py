@@ -15,8 +15,8 @@ How the doc names things, and how each is resolved here:
   file exists and defines that function.
 """
 
-import ast
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +29,7 @@ HEADING = re.compile(r"^#{2,4} .*?`((?:k3lsp|backend)/[\w/]*)`", re.MULTILINE)
 FILE = re.compile(r"^[\w./-]+\.(?:py|toml|md|cfg|ts|lua|json|cocci)/?$|^[\w./-]+/$")
 DOTTED = re.compile(r"^(?:k3lsp|backend)(?:\.[a-z_0-9]+)*$")
 TEST = re.compile(r"^(?:(?P<file>[\w/]+\.py))?::(?P<name>test_\w+)$")
-LAYER_ROW = re.compile(r"^\| `k3lsp/(\w+)/` \| ([^|]*) \|", re.MULTILINE)
-PARTS = {"units", "findings", "tools", "witnesses", "git"}
+LAYER_ROW = re.compile(r"^\| [\w ]+ \| ((?:`\w+`(?:, )?)+) \|", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -103,42 +102,21 @@ def packages() -> list[str]:
     return sorted(f"k3lsp/{p.parent.name}/" for p in (REPO / "k3lsp").glob("*/__init__.py"))
 
 
-def allowed(doc: str) -> dict[str, set[str]]:
-    """The layers table of the doc: each package and the packages it may import (``the parts`` and ``everything``
-    spelled out)."""
-    rows = {package: cell for package, cell in LAYER_ROW.findall(doc)}
-    out: dict[str, set[str]] = {}
-    for package, cell in rows.items():
-        names = set(re.findall(r"`(\w+)`", cell)) | (PARTS if "the parts" in cell else set())
-        out[package] = {p.split("/")[1] for p in packages()} if "everything" in cell else names
-    return out
+def doc_layers(doc: str) -> list[set[str]]:
+    """The layers table of the doc, top to bottom: the packages of each layer."""
+    table = doc[doc.index("## The layers") :].split("\n## ")[0]
+    return [set(re.findall(r"`(\w+)`", packages)) for packages in LAYER_ROW.findall(table)]
 
 
-def imported(package: str) -> dict[str, str]:
-    """The other packages of k3lsp that a package's modules import, each with one module that does."""
-    out: dict[str, str] = {}
-    for path in sorted((REPO / "k3lsp" / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            for name in names:
-                parts = name.split(".")
-                inside = parts[0] == "k3lsp" and len(parts) > 1 and parts[1] != package
-                if inside and (REPO / "k3lsp" / parts[1] / "__init__.py").exists():
-                    out.setdefault(parts[1], str(path.relative_to(REPO)))
-    return out
-
-
-def beyond(doc: str) -> list[str]:
-    """Each import from one package of k3lsp into another that the doc's layers table does not allow."""
-    table = allowed(doc)
-    return [
-        f"{where} imports k3lsp.{other}: the layers table lets `k3lsp/{package}/` import only {sorted(table[package])}"
-        for package in sorted(table)
-        for other, where in imported(package).items()
-        if other not in table[package]
+def contract_layers(pyproject: dict) -> list[set[str]]:
+    """The layers of import-linter's ``layers`` contract over ``k3lsp``, top to bottom (``a : b`` and ``a | b`` are
+    one layer)."""
+    (contract,) = [
+        c
+        for c in pyproject["tool"]["importlinter"]["contracts"]
+        if c["type"] == "layers" and c.get("containers") == ["k3lsp"]
     ]
+    return [{name.strip() for name in re.split(r"[:|]", layer)} for layer in contract["layers"]]
 
 
 def test_every_file_module_and_test_the_map_names_exists():
@@ -152,11 +130,14 @@ def test_every_package_of_k3lsp_has_its_section_in_the_code_map():
     assert not unmapped, f"docs/architecture.md has no section for {unmapped}: add one to the code map"
 
 
-def test_the_layers_table_allows_every_import_between_packages():
-    table = allowed(DOC.read_text())
-    assert set(table) == {p.removeprefix("k3lsp/").rstrip("/") for p in packages()}, "a package without its row"
-    wrong = beyond(DOC.read_text())
-    assert not wrong, "docs/architecture.md's layers table and the imports disagree:\n" + "\n".join(wrong)
+def test_the_layers_table_is_the_layers_contract():
+    layers = doc_layers(DOC.read_text())
+    assert layers == contract_layers(tomllib.loads((REPO / "pyproject.toml").read_text())), (
+        "docs/architecture.md's layers table and pyproject.toml's layers contract differ"
+    )
+    placed = set().union(*layers)
+    unplaced = [p for p in packages() if p.removeprefix("k3lsp/").rstrip("/") not in placed]
+    assert not unplaced, f"{unplaced} in no layer: add it to the layers contract and the doc's table"
 
 
 def test_a_name_that_moved_is_caught():
@@ -176,9 +157,11 @@ def test_a_name_that_moved_is_caught():
     assert broken_links("[lsp.md](lsp.md), [x](nowhere.md#part), [y](https://example.org)") == ["nowhere.md"]
 
 
-def test_an_import_the_layers_table_does_not_allow_is_caught():
-    """The layers check itself: a table that lets ``units`` import nothing catches its import of ``wire``."""
-    table = "| `k3lsp/units/` | nothing | |\n| `k3lsp/core/` | the parts, `wire` | |\n| `k3lsp/cli/` | everything | |\n"
-    assert allowed(table)["units"] == set() and allowed(table)["core"] == PARTS | {"wire"}
-    assert {"lsp", "review", "eval", "wire"} <= allowed(table)["cli"]
-    assert [line.split(":")[0] for line in beyond(table)] == ["k3lsp/units/split.py imports k3lsp.wire"]
+def test_layers_that_differ_are_caught():
+    """The layers check itself: the doc's table read top to bottom, the contract's ``:`` and ``|`` as one layer."""
+    doc = "## The layers\n\n| layer | packages |\n|---|---|\n| front | `lsp`, `cli` |\n| base | `wire` |\n\n## Next\n"
+    contract = {"type": "layers", "containers": ["k3lsp"], "layers": ["lsp : cli", "wire"]}
+    pyproject = {"tool": {"importlinter": {"contracts": [{"type": "forbidden"}, contract]}}}
+    assert doc_layers(doc) == contract_layers(pyproject) == [{"lsp", "cli"}, {"wire"}]
+    contract["layers"] = ["lsp | cli | review", "wire"]
+    assert doc_layers(doc) != contract_layers(pyproject)
