@@ -29,8 +29,12 @@ matmul is the reference BLAS here), and the second core is otherwise idle. So wh
 number ``SPLIT_SCORES`` or more, the two halves of the batch are computed on two streams, the second with a
 thread of its own (``Generator(two_streams=False)``, ``k3-backend serve --one-stream``: on one). Each sequence's
 attention is computed as it was in the whole, so the tokens stay bitwise mlx-lm's. This hooks mlx-lm's kimi_k3
-at its ``scaled_dot_product_attention``, for the compiled step's caches (``_KV``) only. One sequence alone is
-not split (its query heads in two halves gained nothing measurable in bench/tool_loop.py: docs/engine.md).
+at its ``scaled_dot_product_attention`` (``attention``, put there by backend/mlx_internals.py with the step), for the
+compiled step's caches (``_KV``) only. One sequence alone is not split (its query heads in two halves gained nothing
+measurable in bench/tool_loop.py: docs/engine.md).
+
+Both are overrides of mlx-lm internals: the engine gets a ``Generator`` only through
+``mlx_internals.decode_generator``, which uses it on the mlx and mlx-lm versions it was checked on alone.
 """
 
 from __future__ import annotations
@@ -264,7 +268,7 @@ class _KV:
     """A BatchKVCache inside the compiled step: the buffer at its full capacity, written at position ``idx``
     (an array, so the trace does not depend on it), attention masked to the positions ``left_padding..idx``:
     what mlx-lm's mask for one new token allows (``create_causal_mask(1, offset=idx, left_padding=...)``);
-    ``two_streams``: whether its attention may be split (``_attention``)."""
+    ``two_streams``: whether its attention may be split (``attention``)."""
 
     def __init__(self, keys, values, offset, left_padding, idx, two_streams: bool):
         self.keys, self.values, self.offset, self.left_padding, self.idx = keys, values, offset, left_padding, idx
@@ -289,7 +293,7 @@ def _second_stream() -> mx.Stream:
     return mx.new_stream(mx.cpu)
 
 
-def _attention(queries, keys, values, cache, scale, mask, sinks=None):
+def attention(queries, keys, values, cache, scale, mask, sinks=None):
     """mlx-lm's ``scaled_dot_product_attention`` as kimi_k3 calls it; for a compiled step's cache with enough
     scores, in two halves of the batch's sequences on two streams (the module docstring)."""
     batch = queries.shape[0]
@@ -312,5 +316,4 @@ def _attention(queries, keys, values, cache, scale, mask, sinks=None):
     return mx.concatenate(outs)
 
 
-_MLX_ATTENTION = kimi_k3.scaled_dot_product_attention
-kimi_k3.scaled_dot_product_attention = _attention  # only a _KV cache (the compiled step's) takes another path
+_MLX_ATTENTION = kimi_k3.scaled_dot_product_attention  # mlx-lm's, before mlx_internals puts ``attention`` there

@@ -183,14 +183,12 @@ def load_model(
     Raises RemoteCodeError before reading any weight when the checkpoint ships code and ``trust_remote_code``
     is off (and when transformers finds such code in a hub checkpoint).
     """
-    from mlx_lm.utils import _download
-
-    from backend import loading
+    from backend import loading, mlx_internals
 
     check_trust(path, trust_remote_code)
     try:
         return loading.load(
-            _download(path),
+            mlx_internals.checkpoint_dir(path),
             group,
             {"trust_remote_code": trust_remote_code},
             trust_remote_code=trust_remote_code,

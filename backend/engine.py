@@ -38,12 +38,12 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.generate import BatchGenerator, generation_stream
+from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p, greedy_sampler
 from mlx_lm.utils import hf_repo_to_path
 
-from backend import decode, dist, kda, memory, prefill
+from backend import decode, dist, memory, mlx_internals, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
 from backend.loading import says_random_weights
@@ -243,7 +243,7 @@ class Engine:
 
     def __init__(self, args: EngineArgs, model=None, tokenizer=None, group=None):
         self.args = args
-        kda.install(not args.sequential_kda)
+        mlx_internals.read_kda_in_chunks(not args.sequential_kda)
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
             model, tokenizer = dist.load_model(args.model, group, trust_remote_code=args.trust_remote_code)
@@ -272,7 +272,7 @@ class Engine:
         self._digest = ""
         self._n = _Counters()
 
-    def _new_generator(self) -> BatchGenerator:
+    def _new_generator(self):
         concurrency = max(1, self.args.max_concurrency)
         options = {
             "max_tokens": self.args.max_tokens,
@@ -281,9 +281,8 @@ class Engine:
             "prefill_batch_size": min(concurrency, 8),
             "prefill_step_size": self.args.prefill_step_size,
         }
-        if self.args.eager_decode:
-            return BatchGenerator(self.model, **options)
-        return decode.Generator(self.model, two_streams=not self.args.one_stream, **options)
+        compiled, two_streams = not self.args.eager_decode, not self.args.one_stream
+        return mlx_internals.decode_generator(self.model, compiled=compiled, two_streams=two_streams, **options)
 
     # --- the daemon's interface ------------------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ which overflows under a strong decay); a product that underflows is a state that
 (I + A) is unit lower-triangular and does not depend on S_0, so it is inverted for every chunk at once.
 Padding (``mask`` false) reads as beta = 0 and g = 1, which leaves the state exactly as it was.
 
-``install`` puts this in the place of mlx-lm's ``gated_delta_ops``, which mlx-lm calls only where it has no
-kernel; a single token (decode) keeps mlx-lm's step. The outputs agree with mlx-lm's to float32 rounding,
-not bitwise (tests/backend/test_kda.py); ``k3-backend serve --sequential-kda`` keeps mlx-lm's loop.
+``mlx_internals.read_kda_in_chunks`` puts this in the place of mlx-lm's ``gated_delta_ops`` (on the versions it
+was written for), which mlx-lm calls only where it has no kernel; a single token (decode) keeps mlx-lm's step. The
+outputs agree with mlx-lm's to float32 rounding, not bitwise (tests/backend/test_kda.py); ``k3-backend serve
+--sequential-kda`` keeps mlx-lm's loop.
 """
 
 from __future__ import annotations
@@ -96,9 +97,3 @@ def chunked(q, k, v, g, beta, state=None, mask=None) -> tuple[mx.array, mx.array
         ys.append(y)
     y = mx.moveaxis(mx.stack(ys, axis=2), 1, 3).reshape(B, n * size, Hv, Dv)[:, :T]
     return y.astype(dtype), state
-
-
-def install(enabled: bool = True) -> None:
-    """Read prompts with the chunked rule (``enabled``) or mlx-lm's token loop; process-wide, because mlx-lm's
-    ``gated_delta_update`` calls the loop through its module."""
-    gated_delta.gated_delta_ops = chunked if enabled else TOKEN_LOOP

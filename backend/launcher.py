@@ -7,7 +7,9 @@ waits on its own stdin for reading, and a stdin at EOF (launchd, `nohup`, `< /de
 a 2-core machine that is a core gone for as long as the pair runs, and a ring `all_sum` between the ranks 9 to
 20 times slower (docs/benchmarks.md, `bench/pair_link.py`). No rank of ours reads stdin, so this launcher
 forwards none: each rank's thread waits on the rank's output alone, and the launcher's own stdin is a pipe that
-nobody writes to. Hostfiles, ssh, environment, signals and the exit code stay `mlx.launch`'s.
+nobody writes to. Hostfiles, ssh, environment, signals and the exit code stay `mlx.launch`'s. The `select` it
+replaces is a private part of mlx: backend/mlx_internals.py puts it there on the mlx versions it was written for
+alone, and on others runs `mlx.launch` as it is.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 import select
 
-from mlx._distributed_utils import launch
+from backend import mlx_internals
 
 
 def _select_reading(rlist: list, _wlist: list, xlist: list, timeout: float | None = None) -> tuple:
@@ -27,8 +29,7 @@ def _select_reading(rlist: list, _wlist: list, xlist: list, timeout: float | Non
 def main() -> None:
     read, _write = os.pipe()  # the write end stays open with this process: stdin never reaches EOF
     os.dup2(read, 0)
-    launch.select = _select_reading
-    launch.main()
+    mlx_internals.launch(_select_reading)
 
 
 if __name__ == "__main__":

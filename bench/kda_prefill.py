@@ -29,7 +29,7 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 import mlx.core as mx  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
-from backend import dist, kda  # noqa: E402
+from backend import dist, mlx_internals  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
 from bench.decode_step import CHECKPOINTS  # noqa: E402
 
@@ -80,7 +80,7 @@ def main() -> int:
             for r in range(args.rounds):
                 states = {}
                 for chunked in (r % 2 == 0, r % 2 != 0):
-                    kda.install(chunked)
+                    mlx_internals.read_kda_in_chunks(chunked)
                     took, states[chunked] = read(model, context, prompt)
                     seconds[chunked].append(took)
                 drift = max(mx.abs(a - b).max().item() for a, b in zip(states[True], states[False], strict=True))

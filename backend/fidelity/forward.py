@@ -17,7 +17,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from backend import kda
+from backend import mlx_internals
 from backend.dist import load_model, share
 
 
@@ -42,7 +42,7 @@ def load(path: str | Path, *, trust_remote_code: bool = False) -> Loaded:
     Python code (the release's tokenizer class) runs only with `trust_remote_code`. Its KDA layers read as
     the daemon's do (in chunks on the CPU, backend/kda.py), whether or not an engine is made in this process
     (``compare --generate`` makes one), so a BASE and a comparison read the same way."""
-    kda.install()
+    mlx_internals.read_kda_in_chunks()
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model directory (no config.json)")

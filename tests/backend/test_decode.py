@@ -8,7 +8,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_logits_processors
 
-from backend import decode, dist
+from backend import decode, dist, mlx_internals
 from backend.engine import seeded_sampler
 
 EOS = 3
@@ -41,7 +41,12 @@ def lockstep(model, joins: dict[int, list], steps: int, record: bool = False) ->
     Recorder as every sequence's sampler). ``joins``: step -> functions each making one request's insert()
     arguments (called once per generator: samplers and scripts count their own position). Returns the compiled
     generator and the steps' (uid, token, finish) lists."""
-    gens = [kind(model, max_tokens=1 << 20, stop_tokens=[[EOS]]) for kind in (BatchGenerator, decode.Generator)]
+    options = {"max_tokens": 1 << 20, "stop_tokens": [[EOS]]}
+    gens = [
+        BatchGenerator(model, **options),
+        mlx_internals.decode_generator(model, compiled=True, two_streams=True, **options),
+    ]
+    assert isinstance(gens[1], decode.Generator)  # the installed mlx and mlx-lm are the ones the step was written for
     recorders = [Recorder() for _ in gens]
     seen = []
     for step in range(steps):
@@ -104,7 +109,9 @@ def test_attention_split_over_two_streams_is_bitwise_mlx_lms(model, monkeypatch)
 def test_one_stream_splits_nothing(model, monkeypatch):
     monkeypatch.setattr(decode, "SPLIT_SCORES", 1)
     monkeypatch.setattr(decode, "_second_stream", lambda: pytest.fail("split on one stream"))
-    gen = decode.Generator(model, two_streams=False, max_tokens=1 << 20, stop_tokens=[[EOS]])
+    gen = mlx_internals.decode_generator(
+        model, compiled=True, two_streams=False, max_tokens=1 << 20, stop_tokens=[[EOS]]
+    )
     gen.insert(prompts=[prompt(0, 50), prompt(1, 30)], max_tokens=[20, 20])
     tokens = sum(len(gen.next()[1]) for _ in range(25))
     assert tokens == 40

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from mlx_lm.models import gated_delta
 from mlx_lm.models.cache import make_prompt_cache
 
-from backend import dist, kda
+from backend import dist, kda, mlx_internals
 from backend.engine import Engine, EngineArgs
 
 TOLERANCE = 2e-5  # float32 rounding over a few hundred tokens (outputs and states are of order 1)
@@ -44,7 +44,7 @@ def both(args, mask=None):
     """(token loop, chunked) results of mlx-lm's own ``gated_delta_update`` on the same arguments."""
     results = []
     for enabled in (False, True):
-        kda.install(enabled)
+        mlx_internals.read_kda_in_chunks(enabled)
         results.append(gated_delta.gated_delta_update(*args, mask=mask))
         mx.eval(results[-1])
     return results
@@ -87,7 +87,7 @@ def test_the_tiny_model_reads_a_prompt_alike_and_then_decodes_the_same_tokens(ti
     prompt = mx.array([[(7 * j) % 500 + 8 for j in range(300)]])
     runs = []
     for enabled in (False, True):
-        kda.install(enabled)
+        mlx_internals.read_kda_in_chunks(enabled)
         cache = make_prompt_cache(model)
         logits = model(prompt[:, :200], cache=cache)  # two pieces, as the engine's prefill chunks read it
         logits = mx.concatenate([logits, model(prompt[:, 200:], cache=cache)], axis=1)

@@ -1,0 +1,151 @@
+"""backend/mlx_internals.py: each override of a private part of mlx or mlx-lm is used on the installed versions (the
+ones it was written for), and on any other version the daemon takes mlx-lm's public path, with the same tokens on
+the tiny checkpoint and one log line per override; pyproject.toml bounds mlx and mlx-lm below their next minor, the
+installed versions lie inside the bounds, and the overrides know them."""
+
+import logging
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.models import gated_delta, kimi_k3
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from backend import decode, dist, kda, mlx_internals
+from backend.engine import Engine, EngineArgs, GenRequest
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+OTHER = {mlx_internals.MLX: "0.99.0", mlx_internals.MLX_LM: "0.99.1"}  # versions no override was written for
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model):
+    return dist.load_model(str(tiny_model), None, trust_remote_code=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    """Each test starts with no fallback told and leaves mlx-lm's KDA reading as it found it."""
+    monkeypatch.setattr(mlx_internals, "_told", set())
+    before = gated_delta.gated_delta_ops
+    yield
+    gated_delta.gated_delta_ops = before
+
+
+def other_versions(monkeypatch) -> None:
+    for name, version in OTHER.items():
+        monkeypatch.setitem(mlx_internals.INSTALLED, name, version)
+
+
+def answers(engine: Engine) -> list[list[int]]:
+    """Greedy tokens of three requests decoding together, their prompts long enough to be read in several chunks
+    through the KDA layers."""
+    tok = engine.tokenizer
+    prompts = [tok.encode(f"static int f{i}(int *p) {{ return p[{i}]; }}\n" * (6 + 5 * i)) for i in range(3)]
+    for rid, prompt in enumerate(prompts):
+        engine.submit(GenRequest(rid, prompt, [], 24, 0.0, 1.0, seed=rid))
+    events = engine.run_until_idle(400)
+    assert not engine.busy()
+    ends = {e.rid: e for e in events if e.finish is not None}
+    assert all(ends[rid].finish in ("length", "stop") for rid in range(3)), ends
+    return [ends[rid].tokens for rid in range(3)]
+
+
+def engine(tiny_model, loaded) -> Engine:
+    return Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True, prefill_step_size=64), *loaded)
+
+
+def test_on_the_installed_versions_the_overrides_are_used(tiny_model, loaded, caplog):
+    with caplog.at_level(logging.WARNING, logger=mlx_internals.__name__):
+        e = engine(tiny_model, loaded)
+    assert isinstance(e._gen, decode.Generator)
+    assert gated_delta.gated_delta_ops is kda.chunked
+    assert kimi_k3.scaled_dot_product_attention is decode.attention
+    assert all(not o.mismatches() for o in mlx_internals.OVERRIDES)
+    assert not caplog.records
+
+
+def test_on_other_versions_mlx_lms_public_path_gives_the_same_tokens_and_says_so_once(
+    tiny_model, loaded, caplog, monkeypatch
+):
+    overridden = answers(engine(tiny_model, loaded))
+    other_versions(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=mlx_internals.__name__):
+        first = engine(tiny_model, loaded)
+        assert type(first._gen) is BatchGenerator
+        assert gated_delta.gated_delta_ops is kda.TOKEN_LOOP
+        assert answers(first) == overridden
+        again = engine(tiny_model, loaded)  # a second engine (the daemon makes one per load): nothing more said
+        assert type(again._gen) is BatchGenerator
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # the compiled step and the KDA reading, once each
+    for line, override in zip(lines, (mlx_internals.CHUNKED_KDA, mlx_internals.COMPILED_STEP), strict=True):
+        assert line.startswith(override.uses) and "mlx 0.99.0" in line and "mlx-lm 0.99.1" in line
+        assert "0.32" in line and line.endswith(f"using {override.instead} instead")
+
+
+def test_asked_for_mlx_lms_own_step_and_loop_nothing_is_said(tiny_model, loaded, caplog, monkeypatch):
+    other_versions(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=mlx_internals.__name__):
+        args = EngineArgs(model=str(tiny_model), trust_remote_code=True, eager_decode=True, sequential_kda=True)
+        e = Engine(args, *loaded)
+    assert type(e._gen) is BatchGenerator and gated_delta.gated_delta_ops is kda.TOKEN_LOOP
+    assert not caplog.records  # no override was going to be used: no fallback to tell of
+
+
+def test_a_local_checkpoint_is_found_alike_on_other_versions(tiny_model, caplog, monkeypatch):
+    assert mlx_internals.checkpoint_dir(str(tiny_model)) == tiny_model
+    other_versions(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=mlx_internals.__name__):
+        assert mlx_internals.checkpoint_dir(str(tiny_model)) == tiny_model
+        assert mlx_internals.checkpoint_dir(tiny_model) == tiny_model
+    assert [r.getMessage().split(" was ")[0] for r in caplog.records] == [mlx_internals.DOWNLOAD.uses]
+
+
+LAUNCH = """
+import select, sys
+from backend import launcher, mlx_internals
+from mlx._distributed_utils import launch
+mlx_internals.INSTALLED["mlx"] = sys.argv[1]
+sys.argv = ["k3-launch", "--help"]
+try:
+    launcher.main()
+except SystemExit as exc:
+    print("exit", exc.code)
+ours, theirs = launch.select is launcher._select_reading, launch.select is select.select
+print("select", "ours" if ours else "mlx's" if theirs else "?")
+"""
+
+
+@pytest.mark.parametrize(
+    ("version", "select", "told"), [(mlx_internals.INSTALLED["mlx"], "ours", False), ("0.99.0", "mlx's", True)]
+)
+def test_k3_launch_replaces_select_on_the_versions_it_was_written_for_alone(version, select, told):
+    run = subprocess.run(
+        [sys.executable, "-c", LAUNCH, version], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert "usage:" in run.stdout and f"select {select}" in run.stdout, run.stdout + run.stderr
+    assert "exit 0" in run.stdout
+    assert (mlx_internals.LAUNCH_SELECT.uses in run.stderr) is told, run.stderr
+
+
+def test_pyproject_bounds_mlx_and_mlx_lm_below_the_next_minor_around_the_versions_the_overrides_know():
+    backend = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["optional-dependencies"]["backend"]
+    requirements = [Requirement(line) for line in backend]
+    for name in (mlx_internals.MLX, mlx_internals.MLX_LM):
+        installed = Version(mlx_internals.INSTALLED[name])
+        known = [versions for n, versions in (w for o in mlx_internals.OVERRIDES for w in o.written_for) if n == name]
+        assert known and all(str(installed) in versions for versions in known), f"no override knows {name} {installed}"
+        mine = [r for r in requirements if canonicalize_name(r.name) == name]
+        assert mine, f"pyproject.toml's backend extra does not name {name}"
+        for requirement in mine:
+            uppers = [Version(s.version) for s in requirement.specifier if s.operator == "<"]
+            assert uppers, f"{requirement} has no upper bound"
+            assert all(u.release[:2] == (installed.major, installed.minor + 1) for u in uppers), requirement
+            assert requirement.specifier.contains(installed), f"{name} {installed} is outside {requirement}"
+            assert all(requirement.specifier.contains(v) for versions in known for v in versions)
