@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import k3lsp
-from k3lsp.cli import build_parser
+from k3lsp.cli.main import build_parser
 from tests.support.parsers import bash_completes, completion, problems, run
 
 SUBCOMMANDS = ("status", "witnesses", "audit", "review", "eval", "keys")
