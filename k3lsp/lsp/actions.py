@@ -19,6 +19,7 @@ from k3lsp.lsp.documents import Shown
 EXPLAIN = "k3lsp.explain"
 SUPPRESS_IN_BASELINE = "k3lsp.suppressInBaseline"
 REAUDIT_FUNCTION = "k3lsp.reauditFunction"
+FIND_VARIANTS = "k3lsp.findVariants"  # k3lsp.lsp.variants: the same bug elsewhere in the workspace
 
 
 def for_finding(shown: Shown, uri: str, lines: list[str]) -> list[lsp.CodeAction]:
@@ -30,6 +31,8 @@ def for_finding(shown: Shown, uri: str, lines: list[str]) -> list[lsp.CodeAction
     if fix is not None:
         out.append(_quick_fix(f"Apply suggested fix ({label}: {f.title})", diagnostic, edit=fix, preferred=True))
     out.append(_quick_fix(f"Explain this {label} finding", diagnostic, command=(EXPLAIN, [uri, shown.fingerprint])))
+    variants = (FIND_VARIANTS, [uri, shown.fingerprint])
+    out.append(_quick_fix(f"Find variants of this {label} finding in the workspace", diagnostic, command=variants))
     line_edit = suppress.suppression_edit(lines, unit.file_line(f.start_line), f.cwe)
     if line_edit is not None:
         edit = lsp.WorkspaceEdit(changes={uri: [line_edit]})

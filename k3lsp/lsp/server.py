@@ -19,7 +19,7 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 from k3lsp import __version__
 from k3lsp.core.client import DaemonClient
 from k3lsp.core.connection import TransportFactory
-from k3lsp.lsp import actions
+from k3lsp.lsp import actions, variants
 from k3lsp.lsp.session import Session
 from k3lsp.wire import ending, sanitize
 
@@ -141,6 +141,10 @@ def create(transport: TransportFactory = DaemonClient) -> LanguageServer:
     @server.command(actions.SUPPRESS_IN_BASELINE)
     async def suppress_in_baseline(ls: LanguageServer, uri: str, fingerprint: str) -> bool:
         return await session.suppress_in_baseline(uri, fingerprint)
+
+    @server.command(actions.FIND_VARIANTS)
+    async def find_variants(ls: LanguageServer, uri: str, fingerprint: str) -> dict | None:
+        return await variants.find(session, uri, fingerprint)
 
     @server.command(actions.REAUDIT_FUNCTION)
     async def reaudit_function(ls: LanguageServer, uri: str, line: int) -> dict:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 
-MAX_RULE_CHARS = 16_000  # a rule for one pattern is a few hundred characters; more is not one pattern
+from k3lsp.wire.protocol import MAX_RULE_CHARS  # what a rule request's tries carry of a rule
+
 
 # (what, pattern): a construct that runs code, reads a file or sets spatch's options; searched line by line.
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -2,10 +2,11 @@
 engine) writes the Coccinelle rules, the real spatch searches the planted tree in the sandbox, the model triages
 each candidate through the normal audit path, and the command prints and counts what it said.
 
-Two searches on one daemon: the missing NULL check after kmalloc (from a JSON report's finding), whose first rule
+Three searches on one daemon: the missing NULL check after kmalloc (from a JSON report's finding), whose first rule
 does not parse and whose second misses the finding's line, each said back to the model before the third matches;
 and the double kfree (from FILE:LINE), whose first rule is hostile (an ``@script:python@`` that would write a file)
-and is refused before spatch runs it."""
+and is refused before spatch runs it; and the language server's "Find variants" on the kmalloc finding's diagnostic,
+whose confirmed variant shows in its file linked to the original."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
+from lsprotocol import types as lsp
 
 from tests.support import kimi
 from tests.support.batch import k3lsp
 from tests.support.daemon import module_daemon
+from tests.support.lsp import editor
 from tests.variants.tree import DOUBLE_KFREE, UNCHECKED_KMALLOC, plant
 from tests.witnesses.test_adapters import needs
 
@@ -24,6 +27,10 @@ UNPARSABLE = "@@\nexpression E\n@@\n* kfree(E);\n"  # the declaration lacks its 
 MISSES = "@@\nexpression E;\n@@\n* kfree(E);\n"  # parses, but a_open has no kfree
 MARKER = Path("/tmp/k3lsp-variants-hostile-ran")  # what the hostile rule's Python would create
 HOSTILE = f'@r@\nexpression E;\n@@\n* kfree(E);\n\n@script:python@\ne << r.E;\n@@\nopen("{MARKER}", "w").close()\n'
+
+
+ORIGINAL = kimi.finding(cwe=476, severity="high", title="p is used before its NULL check", start_line=4, end_line=4,
+                        message="kmalloc can return NULL", trace=[{"line": 3, "note": "kmalloc may fail"}])  # fmt: skip
 
 
 def _rule(text: str) -> str:
@@ -46,6 +53,8 @@ def script() -> list[dict]:
         {"unit": "a_grow", "kind": "audit", "turns": [_triage("confirmed", "q is written before any check")]},
         {"unit": "b_probe", "kind": "audit", "turns": [_triage("refuted", "kmalloc cannot fail in probe here")]},
         {"unit": "c_drop", "kind": "audit", "turns": [_triage("confirmed", "name is freed twice when n > 2")]},
+        {"unit": "a_open", "kind": "audit", "turns": [kimi.turn(("report_finding", ORIGINAL))]},
+        {"unit": "*", "kind": "audit", "turns": [kimi.turn()]},  # every other unit: nothing found
     ]  # fmt: skip
 
 
@@ -99,3 +108,25 @@ def test_the_double_kfree_from_a_line_after_a_hostile_rule_that_never_ran(daemon
     assert "script" in lines[1] and not MARKER.exists()
     assert "fs/c.c:8: c_drop: confirmed: name is freed twice when n > 2" in lines
     assert lines[-1] == "k3lsp variants: 1 candidates, 1 confirmed, 0 refuted, 0 untriaged, 0 failed"
+
+
+async def test_find_variants_on_a_diagnostic_shows_the_confirmed_variant_linked_to_the_original(daemon, tree):
+    async with editor(tree, settings={"endpoint": daemon.endpoint}, cache_dir=tree.parent / "lsp-cache") as ed:
+        uri = ed.open("drivers/net/a.c")
+        await ed.command("k3lsp.auditFile", uri, timeout=180)
+        (shown,) = await ed.wait_diagnostics(uri, lambda ds: [d.code for d in ds] == ["CWE-476"])
+        params = lsp.CodeActionParams(
+            text_document=lsp.TextDocumentIdentifier(uri=uri), range=shown.range,
+            context=lsp.CodeActionContext(diagnostics=[shown]),
+        )  # fmt: skip
+        offered = await ed.client.text_document_code_action_async(params)
+        (action,) = [a for a in offered if a.title == "Find variants of this CWE-476 finding in the workspace"]
+        said = await ed.command(action.command.command, *action.command.arguments, timeout=300)
+        assert said["confirmed"] == 1 and said["refuted"] == 1 and said["errors"] == [], said
+        assert said["rule"] == str(tree / ".k3lsp/variants" / f"{shown.data['fingerprint'][:32]}.cocci")
+        shown_now = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
+    (variant,) = [d for d in shown_now if d.source == "k3-audit variants"]
+    assert variant.range.start.line == 14 and "a variant of drivers/net/a.c:7" in variant.message
+    (related,) = variant.related_information
+    assert related.location.uri == uri and related.location.range.start.line == 6
+    assert variant.data["variant_of"] == shown.data["fingerprint"]

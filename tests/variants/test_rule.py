@@ -45,5 +45,5 @@ def test_a_rule_that_could_run_code_or_read_a_file_is_refused_naming_its_line(na
 def test_a_rule_that_marks_nothing_is_refused_with_what_to_do():
     with pytest.raises(RuleRefused, match=r"marks no line with \*"):
         check("@@\nexpression E;\n@@\nkfree(E);\n")
-    with pytest.raises(RuleRefused, match="over 16,000"):
+    with pytest.raises(RuleRefused, match="over 16,384"):
         check("@@\n@@\n*kfree(x);\n" + "// padding\n" * 2000)
