@@ -36,7 +36,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser with the arguments of the subcommand ``argv`` chooses, or of every one when it asks for a
     completion script (which names every flag: it imports the modules, mlx among them)."""
     parser = commandline.Parser(prog="k3-backend", description=__doc__.splitlines()[0])
-    commandline.present(parser)
+    commandline.add_version_and_completion(parser)
     subparsers = parser.add_subparsers(dest="command", required=True)
     every = "--print-completion" in argv
     for name, command in COMMANDS.items():

@@ -286,7 +286,7 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = commandline.Parser(prog="k3lsp", description="k3 security-audit language server and tools")
-    commandline.present(parser)
+    commandline.add_version_and_completion(parser)
     sub = parser.add_subparsers(dest="command")
 
     status = sub.add_parser("status", help="show the audit daemon's model, queue and generation health")

@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def present(parser: argparse.ArgumentParser) -> None:
+def add_version_and_completion(parser: argparse.ArgumentParser) -> None:
     """Give a program's top-level parser ``--version`` and ``--print-completion {bash,zsh}`` (shtab's own
     flag, which prints the script and exits)."""
     import shtab
