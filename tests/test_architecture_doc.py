@@ -11,6 +11,7 @@ How the doc names things, and how each is resolved here:
   (``### `k3lsp/core/` ...``), else in ``backend/`` (the daemon's package is flat);
 - a dotted module, ``k3lsp.core.pool``: a module or package of the tree;
 - a relative Markdown link, ``[lsp.md](lsp.md)``: a file beside the doc;
+- a name said to be a module's, ```Pool.audit` (`core/pool.py`)``: the module defines each of its parts;
 - a test, ``lsp/test_units.py::test_name`` (under ``tests/``), or ``::test_name`` after one (the same file): the
   file exists and defines that function.
 """
@@ -29,6 +30,7 @@ HEADING = re.compile(r"^#{2,4} .*?`((?:k3lsp|backend)/[\w/]*)`", re.MULTILINE)
 FILE = re.compile(r"^[\w./-]+\.(?:py|toml|md|cfg|ts|lua|json|cocci)/?$|^[\w./-]+/$")
 DOTTED = re.compile(r"^(?:k3lsp|backend)(?:\.[a-z_0-9]+)*$")
 TEST = re.compile(r"^(?:(?P<file>[\w/]+\.py))?::(?P<name>test_\w+)$")
+DEFINED_IN = re.compile(r"((?:`[A-Za-z_][\w.]*`,? )+)\(`([\w/]+\.py)`")
 LAYER_ROW = re.compile(r"^\| [\w ]+ \| ((?:`\w+`(?:, )?)+) \|", re.MULTILINE)
 
 
@@ -91,6 +93,27 @@ def missing(doc: str) -> list[str]:
     return wrong
 
 
+def defines(path: Path, dotted: str) -> bool:
+    """Whether a module defines each part of ``Pool.audit`` (a class, function, method or assigned name)."""
+    source = path.read_text()
+    return all(
+        re.search(rf"^\s*(?:(?:async )?def |class ){part}\b|^\s*{part}\s*[:=]", source, re.MULTILINE)
+        for part in dotted.split(".")
+    )
+
+
+def undefined(doc: str) -> list[str]:
+    """Each name the doc says a module defines (```Pool.audit` (`core/pool.py`)``) that the module does not."""
+    wrong: list[str] = []
+    for number, line in enumerate(doc.splitlines(), start=1):
+        for names, where in DEFINED_IN.findall(line):
+            path = next((root / where for root in ROOTS if (root / where).is_file()), None)
+            for name in re.findall(r"`([\w.]+)`", names):
+                if path is not None and not name.startswith("k3lsp.") and not defines(path, name):
+                    wrong.append(f"line {number}: `{name}` is not defined in {where}")
+    return wrong
+
+
 def broken_links(doc: str) -> list[str]:
     """Each relative Markdown link of the doc that leads to no file (docs/ is where the doc is)."""
     targets = re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", doc)
@@ -120,7 +143,8 @@ def contract_layers(pyproject: dict) -> list[set[str]]:
 
 
 def test_every_file_module_and_test_the_map_names_exists():
-    wrong = missing(DOC.read_text()) + [f"a link to {t}" for t in broken_links(DOC.read_text())]
+    doc = DOC.read_text()
+    wrong = missing(doc) + undefined(doc) + [f"a link to {t}" for t in broken_links(doc)]
     assert not wrong, "docs/architecture.md names what is not in the tree:\n" + "\n".join(wrong)
 
 
@@ -154,6 +178,9 @@ def test_a_name_that_moved_is_caught():
         "line 6: `::test_no_such_test`: tests/lsp/test_units.py has no test_no_such_test",
     ]
     assert "k3lsp/core/" in packages() and "k3lsp/wire/" in packages()
+    assert undefined("`Pool`, `Pool.audit` (`core/pool.py`), `Pool.nothing` (`core/pool.py`)") == [
+        "line 1: `Pool.nothing` is not defined in core/pool.py"
+    ]
     assert broken_links("[lsp.md](lsp.md), [x](nowhere.md#part), [y](https://example.org)") == ["nowhere.md"]
 
 
