@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from k3lsp.core.client import (
@@ -199,38 +200,32 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _review(args: argparse.Namespace) -> int:
-    """`k3lsp review`; like `audit`, an unexpected fault exits 2, never 1."""
-    from k3lsp.cli import batch
     from k3lsp.review import command as review_cli
 
-    try:
-        opts, endpoints, jobs, errors = _settings(args)
-        if errors:
-            print("k3lsp review: " + "; ".join(errors), file=sys.stderr)
-            return batch.EXIT_ERROR
-        return review_cli.run(args, opts, endpoints, jobs)
-    except BrokenPipeError:
-        raise
-    except Exception as exc:
-        print(sanitize.line(f"k3lsp review: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
-        return batch.EXIT_ERROR
+    return _front_end("review", args, review_cli.run)
 
 
 def _variants(args: argparse.Namespace) -> int:
-    """`k3lsp variants` (k3lsp/variants/command.py); like `audit`, an unexpected fault exits 2, never 1."""
-    from k3lsp.cli import batch
     from k3lsp.variants import command as variants
+
+    return _front_end("variants", args, variants.run)
+
+
+def _front_end(name: str, args: argparse.Namespace, run: Callable[..., int]) -> int:
+    """`k3lsp review` or `variants` (``run(args, options, endpoints, jobs)``); like `audit`, an unexpected fault
+    exits 2, never 1."""
+    from k3lsp.cli import batch
 
     try:
         opts, endpoints, jobs, errors = _settings(args)
         if errors:
-            print("k3lsp variants: " + "; ".join(errors), file=sys.stderr)
+            print(f"k3lsp {name}: " + "; ".join(errors), file=sys.stderr)
             return batch.EXIT_ERROR
-        return variants.run(args, opts, endpoints, jobs)
+        return run(args, opts, endpoints, jobs)
     except BrokenPipeError:
         raise
     except Exception as exc:
-        print(sanitize.line(f"k3lsp variants: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print(sanitize.line(f"k3lsp {name}: error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return batch.EXIT_ERROR
 
 

@@ -12,7 +12,7 @@ import contextlib
 from k3lsp.core import request
 from k3lsp.core.client import DaemonError
 from k3lsp.core.connection import DaemonUnavailable
-from k3lsp.core.pool import Pool
+from k3lsp.core.pool import Pool, explain_fields
 from k3lsp.core.run import Target
 from k3lsp.wire.protocol import MAX_RULE_CHARS, MAX_RULE_OUTCOME_CHARS, ErrorCode, Priority
 
@@ -25,16 +25,8 @@ def tried(rule: str, outcome: str) -> dict[str, str]:
 
 
 def fields(target: Target, finding: dict, tries: list[dict[str, str]], effort: str) -> dict:
-    unit = target.unit
-    out = {
-        "path": target.path,
-        "unit": unit.name,
-        "code": unit.text,
-        "context": unit.context,
-        "finding": finding,
-        "thinking_effort": effort,
-        "max_tokens": MAX_RULE_TOKENS,
-    }
+    """An ``explain`` request's fields (the unit, its context, the finding), the tries and a bound on the answer."""
+    out = explain_fields(target, finding, effort) | {"max_tokens": MAX_RULE_TOKENS}
     return out | ({"tries": tries} if tries else {})
 
 

@@ -17,7 +17,6 @@ import re
 
 from k3lsp.wire.protocol import MAX_RULE_CHARS  # what a rule request's tries carry of a rule
 
-
 # (what, pattern): a construct that runs code, reads a file or sets spatch's options; searched line by line.
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a script (script:python, script:ocaml) runs code", re.compile(r"\bscript\s*:", re.IGNORECASE)),
