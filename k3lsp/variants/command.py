@@ -128,7 +128,8 @@ def print_text(found: hunting.Hunt, out: TextIO) -> None:
     for n, tried in enumerate(found.tries, 1):
         print(sanitize.line(f"rule {n} refused: {tried['outcome']}"), file=out)
     if found.rule_path is not None:
-        print(sanitize.line(f"rule: {found.rule_path} (after {len(found.tries) + 1} tries)"), file=out)
+        tries = len(found.tries) + 1
+        print(sanitize.line(f"rule: {found.rule_path} (after {tries} {'try' if tries == 1 else 'tries'})"), file=out)
         print(sanitize.line(_scanned(found)), file=out)
     for c in found.candidates:
         why = f": {c.reason}" if c.reason else ""

@@ -197,7 +197,7 @@ async def triage(pool: Pool, origin: Origin, hunt: Hunt, sources: dict[Path, Sou
             rows = reported(by_rel[candidate.rel], candidate.unit, mine, settings.min_severity, baseline)
             candidate.rows = [r for r in rows if r.suppression in (None, pipeline.REFUTED)]
         elif isinstance(outcome, Target):  # left: no daemon could take it
-            by_target[outcome].verdict = "failed"
+            by_target[outcome].verdict, by_target[outcome].reason = "failed", f"{run.summary.unavailable}"
     if run.summary.left:
         hunt.errors.append(f"{len(run.summary.left)} candidates not audited: {run.summary.unavailable}")
 

@@ -1,0 +1,80 @@
+"""`k3lsp variants` as a process without a model: a rule given with --rule (a saved one, edited) is checked like the
+model's, so a hostile one runs nothing; a good one is searched with and its candidates said to be unaudited when
+no daemon answers; a wrong flag is one sentence. Each exits 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.batch import k3lsp
+from tests.variants.tree import DOUBLE_KFREE, plant
+from tests.witnesses.test_adapters import needs
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    needs("coccinelle")
+    nobody = tmp_path / "sockets"
+    nobody.mkdir(mode=0o700)
+    return plant(tmp_path.resolve() / "ws")
+
+
+def _variants(tree: Path, *args: str):
+    endpoint = f"ipc://{tree.parent / 'sockets' / 'nobody.sock'}"
+    return k3lsp("variants", *args, "--endpoint", endpoint, cache=tree.parent / "cache", cwd=tree)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("python", '@r@\nexpression E;\n@@\n* kfree(E);\n\n@script:python@\ne << r.E;\n@@\nopen("{mark}", "w")\n',
+         "line 6 of the rule ('@script:python@'): a script (script:python, script:ocaml) runs code"),
+        ("ocaml", '@initialize:ocaml@\n@@\nlet _ = open_out "{mark}"\n\n@@\n@@\n* kfree(...);\n',
+         "line 1 of the rule ('@initialize:ocaml@'): an @initialize or @finalize rule runs code"),
+        ("include", '#include "{canary}"\n@@\n@@\n* kfree(...);\n',
+         "line 1 of the rule ('#include"),
+    ],
+)  # fmt: skip
+def test_a_hostile_rule_given_with_rule_runs_nothing_and_reads_nothing_outside(tree, tmp_path, name, text, said):
+    mark, canary = tmp_path / "ran", tmp_path / "canary.cocci"
+    canary.write_text("@@\n@@\n* kmalloc(...);\n")
+    rule = tmp_path / f"{name}.cocci"
+    rule.write_text(text.format(mark=mark, canary=canary))
+    done = _variants(tree, "drivers/usb/b.c:14", "--rule", str(rule))
+    assert done.returncode == 2 and done.stdout.splitlines()[-1].endswith("0 candidates, 0 confirmed, 0 refuted, "
+                                                                          "0 untriaged, 0 failed")  # fmt: skip
+    assert f"k3lsp variants: error: the rule is refused: {said}" in done.stderr
+    assert not mark.exists() and not (tree / ".k3lsp").exists() and "spatch over" not in done.stderr
+    assert "kmalloc" not in done.stdout + done.stderr  # the canary's rule was never read
+
+
+def test_a_good_rule_is_searched_and_its_candidate_said_unaudited_without_a_daemon(tree, tmp_path):
+    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
+    done = _variants(tree, "drivers/usb/b.c:14", "--rule", str(tmp_path / "double.cocci"), "--json")
+    assert done.returncode == 2
+    body = json.loads(done.stdout)
+    assert body["spatch"] == {"matches": 2, "searched": 3, "files": 3, "stopped": None, "errors": []}
+    (candidate,) = body["candidates"]
+    assert (candidate["path"], candidate["line"], candidate["unit"], candidate["verdict"]) == (
+        "fs/c.c",
+        8,
+        "c_drop",
+        "failed",
+    )
+    assert "is not reachable" in candidate["reason"] and body["stats"]["failed"] == 1
+    assert "1 candidates not audited" in done.stderr
+    assert Path(body["rule"]).read_text().endswith(DOUBLE_KFREE)
+
+
+def test_wrong_flags_are_each_one_sentence(tree):
+    done = _variants(tree, "drivers/usb/b.c:14", "--from", "r.json", "--retries", "-1", "--max-files", "0")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "k3lsp variants: error: give either FILE:LINE or --from REPORT (with --finding N); --retries -1 is too "
+        "small: give 0 or more; --max-files 0 is too small: give 1 or more\n"
+    )
+    done = _variants(tree, "drivers/usb/b.c:99")
+    assert done.returncode == 2 and done.stderr == "k3lsp variants: error: drivers/usb/b.c:99: the file has 16 lines\n"
