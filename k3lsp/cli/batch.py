@@ -26,8 +26,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from lsprotocol import types as lsp
-
 from k3lsp.cli import findings_text
 from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
@@ -36,6 +34,7 @@ from k3lsp.core.options import Options
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
 from k3lsp.core.run import Counters, Summary, Target, describe
 from k3lsp.findings import pipeline, suppress
+from k3lsp.findings.spans import Range
 from k3lsp.units import split as units
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
@@ -55,7 +54,7 @@ class Span:
     end_column: int
 
     @classmethod
-    def of(cls, rng: lsp.Range) -> Span:
+    def of(cls, rng: Range) -> Span:
         return cls(rng.start.line + 1, rng.start.character + 1, rng.end.line + 1, rng.end.character + 1)
 
 

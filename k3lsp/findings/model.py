@@ -1,4 +1,4 @@
-"""The Finding model: validated against its unit, fingerprinted, and turned into LSP types.
+"""The Finding model: validated against its unit, fingerprinted, and written as a hover's text.
 
 A finding comes from the model (a `report_finding` tool call), so nothing in it is trusted: the wire
 shape is checked by `protocol.validate_finding`, then every line number is checked against the unit it
@@ -9,7 +9,9 @@ hiding control or bidi characters in code) is dropped from an otherwise good fin
 1-based and relative to the unit (line 1 = `unit.start_line`), as in the prompt.
 
 The fingerprint names a finding independently of where its function sits in the file, so baselines
-and suppressions survive edits above it; SARIF output reuses it as `partialFingerprints`.
+and suppressions survive edits above it; SARIF output reuses it as `partialFingerprints`. Where a finding sits in
+its file is ``k3lsp.findings.spans``; its LSP shapes (diagnostic, hover, edit) are the language server's, made at
+its edge (``k3lsp.lsp.convert``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lsprotocol import types as lsp
-
 from k3lsp.units.split import Unit
 from k3lsp.wire import bounds, protocol, sanitize
 
@@ -33,14 +33,6 @@ SEVERITIES = protocol.SEVERITIES  # most severe first
 CWE_URL = "https://cwe.mitre.org/data/definitions/{}.html"
 MAX_MESSAGE_CHARS = 4000  # what a hover or a problems panel can usefully show
 HOVER_REASONING_CHARS = 400  # the hover's "why this was flagged": the start of the model's reasoning
-
-_LSP_SEVERITY = {
-    "critical": lsp.DiagnosticSeverity.Error,
-    "high": lsp.DiagnosticSeverity.Error,
-    "medium": lsp.DiagnosticSeverity.Warning,
-    "low": lsp.DiagnosticSeverity.Information,
-    "info": lsp.DiagnosticSeverity.Hint,
-}
 
 
 class FindingError(ValueError):
@@ -213,70 +205,11 @@ def fingerprint(finding: Finding, unit: Unit) -> str:
     return h.hexdigest()[:32]
 
 
-# --- LSP --------------------------------------------------------------------------------------------------
-
-
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units: LSP's default position encoding."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def line_range(unit: Unit, start_line: int, end_line: int) -> lsp.Range:
-    """The file range of unit lines start..end (1-based): from the first non-blank character of the
-    first line to the end of the last, so the squiggle covers code, not indentation."""
-    lines = unit.text.split("\n")
-    first, last = lines[start_line - 1], lines[end_line - 1]
-    indent = len(first) - len(first.lstrip())
-    return lsp.Range(
-        start=lsp.Position(unit.file_line(start_line), utf16_len(first[:indent])),
-        end=lsp.Position(unit.file_line(end_line), utf16_len(last)),
-    )
+# --- the hover's text -------------------------------------------------------------------------------------
 
 
 def cwe_url(cwe: int) -> str:
     return CWE_URL.format(cwe)
-
-
-def to_diagnostic(finding: Finding, unit: Unit, uri: str, *, related: bool = True) -> lsp.Diagnostic:
-    """The diagnostic for a finding. `related=False` (client without relatedInformation support) folds
-    the trace into the message, as clangd does with notes."""
-    message = finding.title + (f"\n{finding.message}" if finding.message else "")
-    if finding.fix is not None:
-        message += "\n(fix available)"
-    related_info = None
-    if finding.trace and related:
-        related_info = [
-            lsp.DiagnosticRelatedInformation(lsp.Location(uri, line_range(unit, s.line, s.line)), s.note)
-            for s in finding.trace
-        ]
-    elif finding.trace:
-        message += "".join(f"\n  line {unit.file_line(s.line) + 1}: {s.note}" for s in finding.trace)
-    if finding.witness is not None:
-        message += f"\n(also {finding.witness.tool} {finding.witness.rule})"
-    if finding.verdict is not None:
-        message += f"\n{finding.verdict.verdict} by the model: {finding.verdict.reason}"
-    return lsp.Diagnostic(
-        range=line_range(unit, finding.start_line, finding.end_line),
-        message=message,
-        severity=lsp.DiagnosticSeverity.Hint if finding.refuted else _LSP_SEVERITY[finding.severity],
-        code=f"CWE-{finding.cwe}",
-        code_description=lsp.CodeDescription(href=cwe_url(finding.cwe)),
-        source=SOURCE,
-        related_information=related_info,
-        data={"fingerprint": fingerprint(finding, unit)},  # what code actions get back to find the finding
-    )
-
-
-def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
-    """An information note on a unit's first line: the daemon refused it as too long to audit."""
-    return lsp.Diagnostic(
-        range=line_range(unit, 1, 1),
-        message=f"Too long to audit: {why}. Split the function, or raise the daemon's --max-prompt-tokens.",
-        severity=lsp.DiagnosticSeverity.Information,
-        code="too-long",
-        source=SOURCE,
-        data={"unit": unit.name, "unit_key": unit.key},
-    )
 
 
 @dataclass(frozen=True)
@@ -343,29 +276,3 @@ def short_reasoning(text: str, limit: int = HOVER_REASONING_CHARS) -> str:
 
 def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
-
-
-def to_hover(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> lsp.Hover:
-    kind = lsp.MarkupKind.Markdown if style.markdown else lsp.MarkupKind.PlainText
-    return lsp.Hover(
-        contents=lsp.MarkupContent(kind=kind, value=hover_text(finding, unit, style)),
-        range=line_range(unit, finding.start_line, finding.end_line),
-    )
-
-
-def fix_text_edit(finding: Finding, unit: Unit) -> lsp.TextEdit | None:
-    """The suggested fix as a file edit, or None without a fix: its whole lines (from the first column to the
-    end of the last line) replaced by the fix's code. The one place a fix's range is computed."""
-    fix = finding.fix
-    if fix is None:
-        return None
-    last = unit.text.split("\n")[fix.end_line - 1]
-    start = lsp.Position(unit.file_line(fix.start_line), 0)
-    end = lsp.Position(unit.file_line(fix.end_line), utf16_len(last))
-    return lsp.TextEdit(range=lsp.Range(start, end), new_text=fix.replacement)
-
-
-def fix_edit(finding: Finding, unit: Unit, uri: str) -> lsp.WorkspaceEdit | None:
-    """The suggested fix as a WorkspaceEdit (the code action's), or None without a fix."""
-    edit = fix_text_edit(finding, unit)
-    return None if edit is None else lsp.WorkspaceEdit(changes={uri: [edit]})

@@ -19,37 +19,38 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lsprotocol import types as lsp
-
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.findings.model import Finding
+from k3lsp.findings.spans import Edit, Range, line_range, whole_lines
 from k3lsp.units.split import Unit
 
 
 @dataclass(frozen=True)
 class Reportable:
-    """A finding that passed every step, with the unit it belongs to and its fingerprint. Its file ranges are
-    0-based LSP ranges (UTF-16 columns), the ones its diagnostic and code actions use."""
+    """A finding that passed every step, with the unit it belongs to and its fingerprint. Its file ranges
+    (``k3lsp.findings.spans``: 0-based lines, UTF-16 columns) are the ones its diagnostic, code actions and report
+    rows use."""
 
     finding: Finding
     unit: Unit
     fingerprint: str
 
     @property
-    def range(self) -> lsp.Range:
+    def range(self) -> Range:
         """What the finding flags: its lines, from the first code character to the end of the last line."""
-        return findings.line_range(self.unit, self.finding.start_line, self.finding.end_line)
+        return line_range(self.unit, self.finding.start_line, self.finding.end_line)
 
     @property
-    def trace(self) -> list[tuple[lsp.Range, str]]:
+    def trace(self) -> list[tuple[Range, str]]:
         """Each step of its trace: the step's line and its note."""
-        return [(findings.line_range(self.unit, s.line, s.line), s.note) for s in self.finding.trace]
+        return [(line_range(self.unit, s.line, s.line), s.note) for s in self.finding.trace]
 
     @property
-    def fix(self) -> lsp.TextEdit | None:
+    def fix(self) -> Edit | None:
         """Its suggested fix as an edit of whole lines, or None without a fix."""
-        return findings.fix_text_edit(self.finding, self.unit)
+        fix = self.finding.fix
+        return None if fix is None else whole_lines(self.unit, fix.start_line, fix.end_line, fix.replacement)
 
 
 IN_SOURCE, EXTERNAL = "inSource", "external"  # silenced by a `k3-audit: ignore` comment, by the baseline

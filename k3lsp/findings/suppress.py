@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types as lsp
-
-from k3lsp.findings.model import utf16_len
+from k3lsp.findings.spans import Edit, Position, Range, utf16_len
 from k3lsp.units import comments
 from k3lsp.wire import supplied
 
@@ -83,7 +81,7 @@ def disarmed(lines: list[str], which: Iterable[int]) -> list[str]:
     return out
 
 
-def suppression_edit(lines: list[str], line: int, cwe: int) -> lsp.TextEdit | None:
+def suppression_edit(lines: list[str], line: int, cwe: int) -> Edit | None:
     """The edit that silences `cwe` on 0-based file `line`, or None if it is already silenced.
 
     A directive already on the line above gets the CWE appended (a second comment line would push the
@@ -93,12 +91,12 @@ def suppression_edit(lines: list[str], line: int, cwe: int) -> lsp.TextEdit | No
     above = line - 1
     found = _directive(lines, above)
     if found is not None:  # a directive with other CWEs: add ours to its list
-        pos = lsp.Position(above, utf16_len(lines[above][: found[1]]))
-        return lsp.TextEdit(lsp.Range(pos, pos), f", CWE-{cwe}")
+        pos = Position(above, utf16_len(lines[above][: found[1]]))
+        return Edit(Range(pos, pos), f", CWE-{cwe}")
     target = lines[line] if 0 <= line < len(lines) else ""
     indent = target[: len(target) - len(target.lstrip())]
-    start = lsp.Position(line, 0)
-    return lsp.TextEdit(lsp.Range(start, start), f"{indent}/* k3-audit: ignore CWE-{cwe} */\n")
+    start = Position(line, 0)
+    return Edit(Range(start, start), f"{indent}/* k3-audit: ignore CWE-{cwe} */\n")
 
 
 # --- the baseline file ------------------------------------------------------------------------------------

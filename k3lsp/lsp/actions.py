@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from lsprotocol import types as lsp
 
-from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
+from k3lsp.lsp import convert
 from k3lsp.lsp.documents import Shown
 
 EXPLAIN = "k3lsp.explain"
@@ -27,16 +27,15 @@ def for_finding(shown: Shown, uri: str, lines: list[str]) -> list[lsp.CodeAction
     f, unit, diagnostic = shown.finding, shown.unit, shown.diagnostic
     label = f"CWE-{f.cwe}"
     out: list[lsp.CodeAction] = []
-    fix = findings.fix_edit(f, unit, uri)
+    fix = convert.workspace_edit(uri, shown.fix)
     if fix is not None:
         out.append(_quick_fix(f"Apply suggested fix ({label}: {f.title})", diagnostic, edit=fix, preferred=True))
     out.append(_quick_fix(f"Explain this {label} finding", diagnostic, command=(EXPLAIN, [uri, shown.fingerprint])))
     variants = (FIND_VARIANTS, [uri, shown.fingerprint])
     out.append(_quick_fix(f"Find variants of this {label} finding in the workspace", diagnostic, command=variants))
-    line_edit = suppress.suppression_edit(lines, unit.file_line(f.start_line), f.cwe)
+    line_edit = convert.workspace_edit(uri, suppress.suppression_edit(lines, unit.file_line(f.start_line), f.cwe))
     if line_edit is not None:
-        edit = lsp.WorkspaceEdit(changes={uri: [line_edit]})
-        out.append(_quick_fix(f"Suppress {label} on this line", diagnostic, edit=edit))
+        out.append(_quick_fix(f"Suppress {label} on this line", diagnostic, edit=line_edit))
     baseline = (SUPPRESS_IN_BASELINE, [uri, shown.fingerprint])
     out.append(_quick_fix(f"Suppress this {label} finding in the workspace baseline", diagnostic, command=baseline))
     out.append(_quick_fix(f"Re-audit {unit.name}", diagnostic, command=(REAUDIT_FUNCTION, [uri, unit.start_line])))

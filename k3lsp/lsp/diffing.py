@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 from lsprotocol import types as lsp
 
-from k3lsp.findings.model import utf16_len
+from k3lsp.findings.spans import utf16_len
 from k3lsp.units.split import Unit
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from k3lsp.core.options import Options
 from k3lsp.core.scope import Changed
 from k3lsp.findings import model as findings
 from k3lsp.findings import pipeline, suppress
-from k3lsp.lsp import diffing
+from k3lsp.lsp import convert, diffing
 from k3lsp.units.split import Unit
 from k3lsp.witnesses import shown as witnessed
 from k3lsp.witnesses.alert import Alert
@@ -169,7 +169,7 @@ def present(
         )
         for r, why in screen:
             if why is None:
-                diagnostic = findings.to_diagnostic(r.finding, r.unit, uri, related=view.related_information)
+                diagnostic = convert.diagnostic(r.finding, r.unit, uri, related=view.related_information)
                 shown.append(Shown(r.finding, r.unit, r.fingerprint, diagnostic))
             else:
                 silenced = silenced.plus(why)
@@ -187,7 +187,7 @@ def alert_notices(
     out, silenced = [], Silenced()
     for alert, unit, why in witnessed.screened(alerts, units, text.split("\n"), covered, view.baseline):
         if why is None:
-            out.append(Notice(unit, witnessed.diagnostic(alert, unit, view.options.witness_severity)))
+            out.append(Notice(unit, convert.alert_diagnostic(alert, unit, view.options.witness_severity)))
         else:
             silenced = silenced.plus(why)
     return out, silenced
@@ -196,5 +196,5 @@ def alert_notices(
 def notices(units: Sequence[Unit], refusals: dict[str, str]) -> list[Notice]:
     """A "too long to audit" note on the first line of every unit the daemon refused."""
     return [
-        Notice(unit, findings.refusal_diagnostic(unit, refusals[unit.key])) for unit in units if unit.key in refusals
+        Notice(unit, convert.refusal_diagnostic(unit, refusals[unit.key])) for unit in units if unit.key in refusals
     ]

@@ -25,7 +25,7 @@ from k3lsp.wire import ending, sanitize
 
 
 class Utf16Protocol(LanguageServerProtocol):
-    """Always negotiate UTF-16 columns, the only encoding k3lsp computes (``findings.utf16_len``).
+    """Always negotiate UTF-16 columns, the only encoding k3lsp computes (``k3lsp.findings.spans.utf16_len``).
 
     pygls 2.1 picks the client's first offered encoding, and Neovim offers utf-8 first: the ranges we send
     and the incremental edits pygls applies would then be counted in different units on non-ASCII lines.

@@ -32,7 +32,7 @@ from k3lsp.core.pool import Pool
 from k3lsp.core.run import Target, describe
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
-from k3lsp.lsp import actions, progress, workspace
+from k3lsp.lsp import actions, convert, progress, workspace
 from k3lsp.lsp.documents import Document, Silenced, View, alert_notices, notices, present
 from k3lsp.units import split as units
 from k3lsp.units.split import Unit
@@ -348,7 +348,7 @@ class Session:
     def hover(self, uri: str, position: lsp.Position) -> lsp.Hover | None:
         doc = self.docs.get(uri)
         hits = doc.at(position) if doc else []
-        return findings.to_hover(hits[0].finding, hits[0].unit, self.hover_style) if hits else None
+        return convert.hover(hits[0].finding, hits[0].unit, self.hover_style) if hits else None
 
     def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         doc = self.docs.get(params.text_document.uri)

@@ -1,10 +1,10 @@
-"""Analyzer alerts as diagnostics: shown at once, before (or without) the model's word, labelled as the tool's.
+"""Analyzer alerts shown at once, before (or without) the model's word, labelled as the tool's.
 
-An alert becomes a diagnostic whose ``source`` is the tool (``cppcheck``, ``clang``...), at the
-``witnessSeverity`` setting, its message saying it is an analyzer's alert the model has not triaged: that is
-what an editor shows while the daemon is loading, down, or still auditing. The same silencing as findings
-applies: a ``k3-audit: ignore`` comment on its line (for its CWE, or every CWE) and the workspace baseline (an
-alert's fingerprint names tool, rule, function, flagged line and message, never its line number). Once the
+An alert becomes a diagnostic (``k3lsp.lsp.convert.alert_diagnostic``) whose ``source`` is the tool (``cppcheck``,
+``clang``...), at the ``witnessSeverity`` setting, its message saying it is an analyzer's alert the model has not
+triaged: that is what an editor shows while the daemon is loading, down, or still auditing. The same silencing as
+findings applies: a ``k3-audit: ignore`` comment on its line (for its CWE, or every CWE) and the workspace baseline
+(an alert's fingerprint names tool, rule, function, flagged line and message, never its line number). Once the
 model has triaged an alert, the finding it became (or merged into, ``k3lsp.core.verdicts``) stands for it: an alert
 whose tool, rule and line a finding's ``witness`` names is not shown again, whether that finding is shown,
 refuted or silenced.
@@ -15,20 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
-from lsprotocol import types as lsp
-
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.findings.pipeline import EXTERNAL, IN_SOURCE
 from k3lsp.units.split import Unit
 from k3lsp.witnesses.alert import Alert
 
-_SEVERITY = {
-    "error": lsp.DiagnosticSeverity.Error,
-    "warning": lsp.DiagnosticSeverity.Warning,
-    "information": lsp.DiagnosticSeverity.Information,
-    "hint": lsp.DiagnosticSeverity.Hint,
-}
 Covered = set[tuple[str, str, int]]  # (tool, rule, 0-based file line) of the alerts a finding stands for
 
 
@@ -55,20 +47,6 @@ def fingerprint(alert: Alert, unit: Unit) -> str:
     for part in (alert.tool, alert.rule, unit.name, " ".join(flagged.split()), alert.message):
         h.update(part.encode("utf-8", "surrogatepass") + b"\0")
     return h.hexdigest()[:32]
-
-
-def diagnostic(alert: Alert, unit: Unit, severity: str) -> lsp.Diagnostic:
-    cwe = f", CWE-{alert.cwe}" if alert.cwe is not None else ""
-    line = alert.line - unit.start_line  # 1-based in the unit
-    return lsp.Diagnostic(
-        range=findings.line_range(unit, line, line),
-        message=f"{alert.message}\n({alert.tool} {alert.rule}{cwe}: an analyzer's alert, not triaged by the model)",
-        severity=_SEVERITY[severity],
-        code=alert.rule,
-        code_description=lsp.CodeDescription(href=findings.cwe_url(alert.cwe)) if alert.cwe is not None else None,
-        source=alert.tool,
-        data={"fingerprint": fingerprint(alert, unit), "witness": alert.tool},
-    )
 
 
 def screened(

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from lsprotocol import types as lsp
 
 from k3lsp.findings import model as findings
-from k3lsp.lsp import diffing
+from k3lsp.lsp import convert, diffing
 from k3lsp.units import split as units
 from tests.lsp.conftest import example_text
 from tests.support.edits import apply_change
@@ -76,7 +76,7 @@ def test_shifted_diagnostic_moves_with_its_trace():
         },
         unit,
     )
-    d = findings.to_diagnostic(f, unit, "file:///k.c")
+    d = convert.diagnostic(f, unit, "file:///k.c")
     moved = diffing.shifted(d, 3)
     assert moved.range.start.line == d.range.start.line + 3 and moved.range.end.character == d.range.end.character
     assert moved.related_information[0].location.range.start.line == 41 + 12 + 3

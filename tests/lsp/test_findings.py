@@ -1,4 +1,5 @@
-"""findings: untrusted findings are checked against their unit and mapped to exact LSP ranges."""
+"""findings: untrusted findings are checked against their unit and mapped to exact file ranges (``spans``), made
+LSP types at the language server's edge (``k3lsp.lsp.convert``)."""
 
 import logging
 
@@ -9,6 +10,8 @@ from lsprotocol import converters
 from lsprotocol import types as lsp
 
 from k3lsp.findings import model as findings
+from k3lsp.findings import pipeline, spans
+from k3lsp.lsp import convert
 from k3lsp.units import split as units
 from tests.lsp.conftest import example_text
 from tests.support.edits import apply_edits
@@ -96,7 +99,7 @@ def test_out_of_range_trace_steps_and_fixes_are_dropped_from_a_kept_finding():
 
 def test_diagnostic_maps_to_the_exact_file_range():
     f = findings.validate(raw(), WRITE)
-    d = findings.to_diagnostic(f, WRITE, "file:///ws/k3demo_chardev.c")
+    d = convert.diagnostic(f, WRITE, "file:///ws/k3demo_chardev.c")
     line = CHARDEV.split("\n")[32]
     assert line.startswith("\tif (copy_from_user(slot->buf")
     assert d.range == lsp.Range(lsp.Position(32, 1), lsp.Position(32, len(line)))  # indentation excluded
@@ -121,9 +124,9 @@ def test_severity_mapping_and_folded_trace():
         "info": lsp.DiagnosticSeverity.Hint,
     }
     for severity, lsp_severity in expected.items():
-        d = findings.to_diagnostic(findings.validate(raw(severity=severity), WRITE), WRITE, "file:///x.c")
+        d = convert.diagnostic(findings.validate(raw(severity=severity), WRITE), WRITE, "file:///x.c")
         assert d.severity == lsp_severity
-    d = findings.to_diagnostic(findings.validate(raw(), WRITE), WRITE, "file:///x.c", related=False)
+    d = convert.diagnostic(findings.validate(raw(), WRITE), WRITE, "file:///x.c", related=False)
     assert d.related_information is None and "line 27: hdr copied from user" in d.message
 
 
@@ -133,16 +136,17 @@ def test_multi_line_range_and_utf16_columns():
     f = findings.validate(
         raw(start_line=3, end_line=3, trace=[], fix={"start_line": 3, "end_line": 3, "replacement": "\tx = 2;"}), unit
     )
-    d = findings.to_diagnostic(f, unit, "file:///f.c")
+    d = convert.diagnostic(f, unit, "file:///f.c")
     assert d.range.start == lsp.Position(2, 1)
     assert d.range.end == lsp.Position(2, len("\t/* é 😀 */ x = 1;") + 1)  # the emoji is two UTF-16 units
-    edit = findings.fix_edit(f, unit, "file:///f.c")
+    edit = convert.workspace_edit("file:///f.c", pipeline.Reportable(f, unit, "").fix)
     assert apply_edits(source, edit.changes["file:///f.c"]) == "int f(void)\n{\n\tx = 2;\n\ty = 2;\n}\n"
+    assert edit.changes["file:///f.c"][0].range.end == lsp.Position(2, len("\t/* é 😀 */ x = 1;") + 1)
 
 
 def test_fix_edit_replaces_exactly_its_lines():
     f = findings.validate(raw(), WRITE)
-    (edit,) = findings.fix_edit(f, WRITE, "file:///c.c").changes["file:///c.c"]
+    edit = spans.whole_lines(WRITE, f.fix.start_line, f.fix.end_line, f.fix.replacement)
     fixed = apply_edits(CHARDEV, [edit])
     lines = fixed.split("\n")
     original = CHARDEV.split("\n")
@@ -155,7 +159,8 @@ def test_fix_edit_replaces_exactly_its_lines():
     ]
     assert lines[:31] == original[:31] and lines[35:] == original[33:]
     without_fix = findings.validate({k: v for k, v in raw().items() if k != "fix"}, WRITE)
-    assert findings.fix_edit(without_fix, WRITE, "file:///c.c") is None
+    assert pipeline.Reportable(without_fix, WRITE, "").fix is None
+    assert convert.workspace_edit("file:///c.c", None) is None
 
 
 def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
@@ -163,7 +168,7 @@ def test_fingerprint_is_stable_when_code_above_moves_and_differs_otherwise():
     moved = unit_named("// a\n// b\n// c\n" + CHARDEV, "k3demo_write_msg")
     assert moved.start_line == WRITE.start_line + 3
     assert findings.fingerprint(f, moved) == findings.fingerprint(f, WRITE)
-    d_moved = findings.to_diagnostic(f, moved, "file:///x.c")
+    d_moved = convert.diagnostic(f, moved, "file:///x.c")
     assert d_moved.range.start.line == 35
     assert findings.fingerprint(findings.validate(raw(cwe=787), WRITE), WRITE) != findings.fingerprint(f, WRITE)
     other_title = findings.validate(raw(title="other"), WRITE)
@@ -186,7 +191,7 @@ def test_hover_has_everything_and_escapes_model_text():
     ):
         assert part in md, part
     assert "\\[link\\] \\(command\\:rm\\)" in md and "\\<b\\>bold\\<\\/b\\>" in md  # text, never a link or HTML
-    hover = findings.to_hover(f, WRITE)
+    hover = convert.hover(f, WRITE, findings.HoverStyle())
     assert hover.contents.kind == lsp.MarkupKind.Markdown and hover.range.start.line == 32
     fenced = findings.validate(raw(fix={"start_line": 1, "end_line": 1, "replacement": "```c\nx"}), WRITE)
     assert "````c\n```c\nx\n````" in findings.hover_text(fenced, WRITE)
@@ -223,5 +228,5 @@ def test_accept_never_raises_and_keeps_only_findings_inside_the_unit(overrides):
     for f in findings.accept([raw(**overrides)], WRITE):
         assert 1 <= f.start_line <= f.end_line <= WRITE.line_count
         assert all(1 <= s.line <= WRITE.line_count for s in f.trace)
-        findings.to_diagnostic(f, WRITE, "file:///x.c")
+        convert.diagnostic(f, WRITE, "file:///x.c")
         findings.hover_text(f, WRITE)
