@@ -127,9 +127,9 @@ def print_text(found: hunting.Hunt, out: TextIO) -> None:
     print(sanitize.line(f"variants of {o.rel}:{o.line}: {o.title} (CWE-{o.cwe})"), file=out)
     for n, tried in enumerate(found.tries, 1):
         print(sanitize.line(f"rule {n} refused: {tried['outcome']}"), file=out)
-    if found.rule_path is not None:
-        tries = len(found.tries) + 1
-        print(sanitize.line(f"rule: {found.rule_path} (after {tries} {'try' if tries == 1 else 'tries'})"), file=out)
+    if found.rule is not None:
+        tries, where = len(found.tries) + 1, found.rule_path or "not saved"
+        print(sanitize.line(f"rule: {where} (after {tries} {'try' if tries == 1 else 'tries'})"), file=out)
         print(sanitize.line(_scanned(found)), file=out)
     for c in found.candidates:
         why = f": {c.reason}" if c.reason else ""
@@ -145,6 +145,7 @@ def to_json(found: hunting.Hunt) -> dict:
         "origin": {"path": o.rel, "line": o.line, "end_line": o.end_line, "cwe": o.cwe, "title": o.title,
                    "fingerprint": o.fingerprint},
         "rule": None if found.rule_path is None else str(found.rule_path),
+        "rule_text": found.rule,
         "tries": found.tries,
         "spatch": None if scan is None else {"matches": len(scan.matches), "searched": scan.searched,
                                              "files": scan.total, "stopped": scan.stopped, "errors": scan.errors},

@@ -231,7 +231,10 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
         return out
     if out.rule is None:
         return out
-    out.rule_path = save_rule(origin, out.rule)
+    try:
+        out.rule_path = save_rule(origin, out.rule)
+    except OSError as exc:  # a read-only tree: the search goes on, the rule is in the report
+        out.errors.append(f"the rule could not be saved in {origin.root / RULES_DIR}: {exc.strerror or exc}")
     files = workspace_files(pool, origin.root)
     say(f"spatch over {len(files):,} C files")
     out.scan = await asyncio.to_thread(spatch.search, out.rule, files, origin.root, settings.bounds)

@@ -78,3 +78,12 @@ def test_wrong_flags_are_each_one_sentence(tree):
     )
     done = _variants(tree, "drivers/usb/b.c:99")
     assert done.returncode == 2 and done.stderr == "k3lsp variants: error: drivers/usb/b.c:99: the file has 16 lines\n"
+
+
+def test_a_rule_that_cannot_be_saved_is_said_and_the_search_goes_on(tree, tmp_path):
+    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
+    (tree / ".k3lsp").write_text("not a folder")
+    done = _variants(tree, "drivers/usb/b.c:14", "--rule", str(tmp_path / "double.cocci"), "--json")
+    body = json.loads(done.stdout)
+    assert body["rule"] is None and body["rule_text"] == DOUBLE_KFREE and body["spatch"]["matches"] == 2
+    assert f"the rule could not be saved in {tree / '.k3lsp/variants'}" in done.stderr
