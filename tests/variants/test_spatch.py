@@ -98,3 +98,18 @@ def test_a_script_that_got_past_the_checks_still_writes_nothing_outside(tree, tm
     (marks / "ran").unlink()
     search(script, [tree / "fs/c.c"], tree)  # confined: only its private directory is writable
     assert not (marks / "ran").exists()
+
+
+def test_the_workspaces_cocciconfig_is_never_read(tree, tmp_path):
+    """spatch reads ``.cocciconfig`` from its working directory and HOME (options such as ``--python PROG``): run in
+    the workspace it obeys one there; the search runs it in a private directory, given each file by its path."""
+    config = "[spatch]\noptions = --no-such-option-k3lsp\n"
+    for folder in (tree, tree / "fs"):
+        (folder / ".cocciconfig").write_text(config)
+    (tmp_path / "rule.cocci").write_text(DOUBLE_KFREE)
+    spatch = find("coccinelle").executable
+    control = subprocess.run([spatch, "--sp-file", str(tmp_path / "rule.cocci"), "--very-quiet", "fs/c.c"],
+                             cwd=tree, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert control.returncode != 0 and "kfree" not in control.stdout  # the option was read: spatch refused to run
+    scan = search(DOUBLE_KFREE, [tree / "fs/c.c"], tree)
+    assert _found(scan) == {("c.c", 8)} and not scan.errors
