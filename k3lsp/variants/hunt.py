@@ -39,6 +39,7 @@ from k3lsp.witnesses.alert import Alert
 TOOL = "variants"  # the alerts' tool: what marks a finding as a variant's verdict
 RULES_DIR = Path(".k3lsp") / "variants"
 DEFAULT_RETRIES = 2  # rules after the first one, each told what was wrong with the last
+OWN_FILE_SECONDS = 30.0  # a rule's try on the finding's own file: bounds of its own, not the workspace search's
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def miss(origin: Origin, scan: spatch.Scan) -> str | None:
         return None
     span = f"{origin.line}" if origin.end_line == origin.line else f"{origin.line}-{origin.end_line}"
     said = f"; spatch said: {scan.errors[0]}" if scan.errors else ""
+    said += f"; spatch stopped at {scan.stopped}" if scan.stopped else ""
     found = f"it matched lines {', '.join(map(str, lines[:20]))} instead" if lines else "it matched nothing there"
     return f"the rule did not match line {span} of {origin.rel}, the finding's line: {found}{said}"
 
@@ -100,7 +102,8 @@ async def _tried(rule: str, origin: Origin, bounds: spatch.Bounds) -> str | None
     why = await asyncio.to_thread(spatch.parse_error, rule, origin.root)
     if why is not None:
         return f"spatch cannot parse the rule: {why}"
-    own = await asyncio.to_thread(spatch.search, rule, [origin.path], origin.root, bounds)
+    alone = spatch.Bounds(files=1, seconds=OWN_FILE_SECONDS, per_file=bounds.per_file)  # not the workspace bounds
+    own = await asyncio.to_thread(spatch.search, rule, [origin.path], origin.root, alone)
     return miss(origin, own)
 
 

@@ -87,3 +87,13 @@ def test_a_rule_that_cannot_be_saved_is_said_and_the_search_goes_on(tree, tmp_pa
     body = json.loads(done.stdout)
     assert body["rule"] is None and body["rule_text"] == DOUBLE_KFREE and body["spatch"]["matches"] == 2
     assert f"the rule could not be saved in {tree / '.k3lsp/variants'}" in done.stderr
+
+
+def test_the_bounds_given_as_flags_stop_the_workspace_search_and_are_said(tree, tmp_path):
+    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
+    rule = ("--rule", str(tmp_path / "double.cocci"))
+    timed = _variants(tree, "drivers/usb/b.c:14", *rule, "--max-seconds", "0.01")  # the finding's own file first
+    assert timed.returncode == 0, timed.stderr  # the rule matched its finding; the search found nothing in time
+    assert "spatch: 0 matched lines in 0 of 3 C files; stopped at the time bound: 0.01 s, 0 of 3 files" in timed.stdout
+    capped = _variants(tree, "drivers/usb/b.c:14", *rule, "--max-matches", "1", "--json")
+    assert json.loads(capped.stdout)["spatch"]["stopped"] == "the match bound: 1 matches, 3 of 3 files"
