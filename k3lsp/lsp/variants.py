@@ -3,8 +3,9 @@ its confirmed variants shown as diagnostics that link to the original finding.
 
 The search starts from the finding as shown (its file on disk, its lines), in the workspace folder; its steps show
 as progress. Each confirmed variant becomes a diagnostic in its file (source ``k3-audit variants``, the model's
-finding, related information pointing at the original), published beside that file's own diagnostics: they stay
-until that file's next audit publishes its findings again. The command answers with the rule's path and the
+finding, related information pointing at the original), published beside that file's own diagnostics (a client
+that pulls diagnostics keeps pushed ones apart, so they are published alone there): they stay until that file's
+next audit publishes its findings again. The command answers with the rule's path and the
 counts, and the counts are said in a message.
 """
 
@@ -79,5 +80,6 @@ def _publish(session: Session, origin: Origin, rows: list[Reported]) -> None:
     for row in rows:
         by_uri.setdefault((origin.root / Path(row.uri)).as_uri(), []).append(diagnostic(row, origin))
     for uri, variants in by_uri.items():
-        own = session.docs[uri].diagnostics() if uri in session.docs else []
+        pushed = uri in session.docs and not session.pull  # a client that pulls keeps pushed ones apart
+        own = session.docs[uri].diagnostics() if pushed else []
         session.ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=own + variants))
