@@ -1,4 +1,4 @@
-"""Many front ends on one real daemon at once (issue 39): 8 and 16 `k3lsp audit` processes, concurrent `k3lsp
+"""Many front ends on one real daemon at once (issue 39): 16 `k3lsp audit` processes, concurrent `k3lsp
 review` runs and concurrent language-server sessions, all on the same files (examples/*.c) with one shared result
 cache. Every run ends, with its results or a clear error.
 
@@ -64,9 +64,10 @@ def accounted(report: dict) -> bool:
     return s["audited"] + s["cached"] + s["failed"] == s["units"] or any("not audited" in e for e in report["errors"])
 
 
-@pytest.mark.parametrize("runs", [8, 16])
-async def test_concurrent_audits_of_the_same_files_all_end(crowded, tree, tmp_path, runs):
-    cache = tmp_path / "shared-cache"
+async def test_concurrent_audits_of_the_same_files_all_end(crowded, tree, tmp_path):
+    """16 runs at once, twice the reviews' and the editors': rounds of 8 already hung before the fix (75 of 160
+    runs in stress_concurrent.py's 20 rounds), so a second case of 8 proved nothing these do not."""
+    cache, runs = tmp_path / "shared-cache", 16
     common = ["--endpoint", crowded.endpoint, "--json", "--thinking-effort", "off"]
     outcomes = await asyncio.gather(
         *(ended("audit", FILES[i % len(FILES)], *common, cache=cache, cwd=tree) for i in range(runs))
