@@ -25,8 +25,10 @@ from k3lsp.variants import origin as origins
 from k3lsp.variants.spatch import Bounds
 from k3lsp.wire import sanitize, supplied
 from k3lsp.wire.cache import ResultCache
+from k3lsp.wire.protocol import MAX_RULE_TRIES
 
 VERDICTS = ("confirmed", "refuted", "untriaged", "failed")
+MAX_RETRIES = MAX_RULE_TRIES - 1  # a rule request carries every earlier try
 MAX_RULE_FILE_BYTES = 64 * 1024
 
 
@@ -47,35 +49,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _problems(args: argparse.Namespace) -> list[str]:
+    """Each wrong flag, in one sentence."""
     out = []
     if (args.report is None) == (args.place is None):
         out.append("give either FILE:LINE or --from REPORT (with --finding N)")
-    for flag, value in (("--retries", args.retries), ("--max-files", args.max_files),
-                        ("--max-matches", args.max_matches)):  # fmt: skip
-        if value < (0 if flag == "--retries" else 1):
-            out.append(f"{flag} {value} is too small: give {'0' if flag == '--retries' else '1'} or more")
-    if args.retries > 7:
-        out.append(f"--retries {args.retries} is over 7, the most a rule request carries")
+    if not 0 <= args.retries <= MAX_RETRIES:
+        out.append(
+            f"--retries {args.retries} is not 0 to {MAX_RETRIES} (a rule request carries {MAX_RULE_TRIES} tries)"
+        )
+    for flag, value in (("--max-files", args.max_files), ("--max-matches", args.max_matches)):
+        if value < 1:
+            out.append(f"{flag} {value} is too small: give 1 or more")
     if not args.max_seconds > 0:
         out.append(f"--max-seconds {args.max_seconds} is not a number of seconds above 0")
     return out
 
 
+def _start(args: argparse.Namespace) -> tuple[origins.Origin, str | None]:
+    """The finding to start from and the rule given with --rule; raises OriginError or OSError saying which."""
+    if args.report is not None:
+        start = origins.from_report(args.report, args.finding)
+    else:
+        start = origins.from_place(args.place, args.root, args.title)
+    return start, None if args.rule is None else _read_rule(args.rule)
+
+
 def run(args: argparse.Namespace, options: Options, endpoints: list[str], jobs: int) -> int:
-    problems = _problems(args)
+    problems, start, rule = _problems(args), None, None
     try:
-        start = (
-            origins.from_report(args.report, args.finding)
-            if args.report is not None
-            else origins.from_place(args.place, args.root, args.title)
-        ) if not problems else None  # fmt: skip
-        rule = _read_rule(args.rule) if args.rule is not None and not problems else None
+        if not problems:
+            start, rule = _start(args)
     except (origins.OriginError, OSError) as exc:
         problems.append(str(exc))
-    if problems:
+    if problems or start is None:
         print(sanitize.line("k3lsp variants: error: " + "; ".join(problems)), file=sys.stderr)
         return batch.EXIT_ERROR
-    assert start is not None
     first, *others = endpoints
     options = replace(options, endpoint=first, other_endpoints=tuple(others))
     settings = hunting.Settings(args.retries, Bounds(args.max_files, args.max_seconds, args.max_matches))

@@ -73,8 +73,8 @@ def test_wrong_flags_are_each_one_sentence(tree):
     done = _variants(tree, "drivers/usb/b.c:14", "--from", "r.json", "--retries", "-1", "--max-files", "0")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
-        "k3lsp variants: error: give either FILE:LINE or --from REPORT (with --finding N); --retries -1 is too "
-        "small: give 0 or more; --max-files 0 is too small: give 1 or more\n"
+        "k3lsp variants: error: give either FILE:LINE or --from REPORT (with --finding N); --retries -1 is not 0 "
+        "to 7 (a rule request carries 8 tries); --max-files 0 is too small: give 1 or more\n"
     )
     done = _variants(tree, "drivers/usb/b.c:99")
     assert done.returncode == 2 and done.stderr == "k3lsp variants: error: drivers/usb/b.c:99: the file has 16 lines\n"
