@@ -32,7 +32,18 @@ from k3lsp.cli.admission import read_sources as read_sources  # its tests read a
 from k3lsp.core import tasks
 from k3lsp.core.options import Options
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
-from k3lsp.core.run import Counters, Summary, Target, describe
+from k3lsp.core.run import Counters, Summary
+from k3lsp.core.service import (
+    AuditService,
+    Document,
+    Event,
+    FileDone,
+    Job,
+    LookedUp,
+    Prepared,
+    Progress,
+    UnitDone,
+)
 from k3lsp.findings import pipeline, suppress
 from k3lsp.findings.spans import Range
 from k3lsp.units import split as units
@@ -154,15 +165,13 @@ async def audit_paths(
     baseline = suppress.Baseline.load(root)
     if baseline.error:
         report.errors.append(baseline.error)
-    by_target = {Target(root, s.rel, u): s for s in sources for u in s.units}
-    report.units = len(by_target)
     if endpoints:
         first, *others = dict.fromkeys(endpoints)
         options = replace(options, endpoint=first, other_endpoints=tuple(others))
     pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
     report.by_backend = dict.fromkeys(options.endpoints, 0)
     try:
-        summary = await _run(pool, report, by_target, options, baseline, stop or asyncio.Event(), on_progress)
+        summary = await _run(AuditService(pool), report, sources, baseline, stop or asyncio.Event(), on_progress)
     finally:
         await pool.close()
     _summarise(report, summary, allow_incomplete)
@@ -173,44 +182,52 @@ async def audit_paths(
 
 
 async def _run(
-    pool: Pool,
+    service: AuditService,
     report: BatchReport,
-    by_target: dict[Target, Source],
-    options: Options,
+    sources: list[Source],
     baseline: suppress.Baseline,
     stop: asyncio.Event,
     on_progress: Callable[[int, int, str], None] | None,
 ) -> Summary | None:
-    """The tree's units as one background run; None when ``stop`` ended it first."""
-    run = pool.audit(list(by_target), priority=Priority.BACKGROUND)
-    total = len(by_target)
+    """The tree's files as one background job of the audit service; None when ``stop`` ended it first."""
+    docs = {Document(s.path, report.root, s.rel, text="\n".join(s.lines)): s for s in sources}
+    done = 0
 
-    def progress(note: str) -> None:
+    def progress(note: str, total: int) -> None:
         if on_progress is not None:
-            on_progress(run.summary.cached + run.summary.audited, total, note)
+            on_progress(done, total, note)
 
-    async def results() -> None:
-        progress("")
-        async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
-            source = by_target[result.target]
+    def told(event: Event) -> None:
+        nonlocal done
+        if isinstance(event, Prepared):
+            report.units += len(event.targets)
+            report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
+        elif isinstance(event, LookedUp):
+            done += event.hits
+            progress("", event.hits + event.misses)
+        elif isinstance(event, Progress):
+            done = event.done
+            progress(event.note, event.total)
+        elif isinstance(event, UnitDone):
+            result = event.result
             if result.endpoint is not None:
                 report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
-            if result.refusal is None:
-                rows = reported(source, result.unit, result.findings, options.min_severity, baseline)
-                report.findings += [r for r in rows if r.suppression is None]
-                report.silenced += [r for r in rows if r.suppression is not None]
-            progress("")
+            rows = [row(docs[event.doc], r, why) for r, why in event.findings]
+            report.findings += [r for r in rows if r.suppression is None]
+            report.silenced += [r for r in rows if r.suppression is not None]
+        elif isinstance(event, FileDone) and event.outcome.error is not None:
+            report.errors.append(event.outcome.error)
 
+    job = Job(priority=Priority.BACKGROUND, baseline=baseline, bounded=False)  # admission said what it takes
     try:
-        await tasks.until_stopped(results(), stop)
+        outcome = await tasks.until_stopped(service.audit(list(docs), told, job), stop)
     except tasks.Interrupted:
-        done = run.summary.cached + run.summary.audited
         report.interrupted = True
         report.errors.append(
-            f"interrupted: {done} of {total} units done; their results are cached, a rerun audits only the rest"
+            f"interrupted: {done} of {report.units} units done; their results are cached, a rerun audits only the rest"
         )
         return None
-    return run.summary
+    return outcome.summary
 
 
 def _summarise(report: BatchReport, summary: Summary | None, allow_incomplete: bool) -> None:

@@ -114,13 +114,16 @@ class Document:
 class Job:
     """How one job runs, beyond the settings: ``force`` skips the cache (a re-audit), ``fresh`` asks the daemons
     not to answer from their result stores either (an eval measures the model), ``baseline`` the accepted findings
-    screened out (None: none), ``cached_only`` asks no daemon (an opened file shows what the cache knows)."""
+    screened out (None: none), ``cached_only`` asks no daemon (an opened file shows what the cache knows),
+    ``bounded`` refuses a file over ``maxFileBytes`` (``k3lsp audit`` audits a file named on its command line
+    whatever its size, having said what it costs: ``k3lsp.cli.admission``)."""
 
     priority: Priority = Priority.INTERACTIVE
     force: bool = False
     fresh: bool = False
     baseline: suppress.Baseline | None = None
     cached_only: bool = False
+    bounded: bool = True  # refuse a document over maxFileBytes; False: the front end admitted its files itself
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,19 @@ class Prepared:
     witnessed: Report | None  # None: no witnesses configured
     changed: scope.Changed | None  # scope changed: the lines that count (None: every line)
     note: str | None = None  # the splitter fell back to line windows: say so
+
+    def witness_notes(self) -> list[str]:
+        """What the person is told about the witnesses of this file, one sentence each (the same sentence for
+        the same reason, so a front end says each once): a witness that could not run, alerts left out."""
+        if self.witnessed is None:
+            return []
+        out = [f"witness {r.tool}: {r.problem}" for r in self.witnessed.runs if r.problem is not None]
+        if self.witnessed.outside:
+            out.append(
+                f"witnesses: {self.witnessed.outside} alert(s) on {self.doc.relpath} left out: they named a place "
+                "outside the workspace, which the analyzers may not read (docs/witnesses.md)"
+            )
+        return out
 
 
 @dataclass(frozen=True)
@@ -260,7 +276,7 @@ class _Audit:
                 text = await asyncio.to_thread(doc.path.read_text, encoding="utf-8", errors="replace")
             except OSError as exc:
                 return f"cannot read {doc.relpath}: {exc.strerror or exc}"
-        if len(text.encode("utf-8", "surrogatepass")) > o.max_file_bytes:
+        if self.job.bounded and len(text.encode("utf-8", "surrogatepass")) > o.max_file_bytes:
             return f"{doc.relpath} is larger than maxFileBytes ({o.max_file_bytes}); not audited"
         split = await self.service.split(text, o.kernel_macros)
         report = None
