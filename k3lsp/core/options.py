@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from k3lsp.core.client import default_endpoint
 from k3lsp.units.kernelc import DEFAULT_MACROS, Macros
+from k3lsp.units.kernelc import KINDS as KINDS_OF_MACROS
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
 from k3lsp.witnesses.adapters import ADAPTERS
 
@@ -174,44 +176,138 @@ def _globs(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _witnesses(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ValueError("expected a list of witness names")
-    unknown = [v for v in value if v not in ADAPTERS]
-    if unknown:
-        raise ValueError(f"unknown witness {unknown[0]!r} (known: {', '.join(ADAPTERS)})")
-    return tuple(dict.fromkeys(value))
+class Partly(ValueError):
+    """A value of which the valid part is kept: the message names what was dropped."""
+
+    def __init__(self, message: str, kept: Any):
+        super().__init__(message)
+        self.kept = kept
 
 
-_PARSERS = {
-    "endpoint": ("endpoint", _endpoints),
-    "serverKey": ("server_key", _text),
-    "clientKey": ("client_key", _text),
-    "insecure": ("insecure", _flag),
-    "trigger": ("trigger", _choice(TRIGGERS)),
-    "minSeverity": ("min_severity", _choice(SEVERITIES)),
-    "maxFileBytes": ("max_file_bytes", _positive_int),
-    "include": ("include", _globs),
-    "exclude": ("exclude", _globs),
-    "thinkingEffort": ("thinking_effort", _choice(THINKING_EFFORTS)),
-    "maxWorkspaceFiles": ("max_workspace_files", _count),
-    "kernelMacros": ("kernel_macros", Macros.parse),
-    "witnesses": ("witnesses", _witnesses),
-    "witnessSeverity": ("witness_severity", _choice(WITNESS_SEVERITIES)),
-    "refute": ("refute", _flag),
-    "refuteFrom": ("refute_from", _choice(SEVERITIES)),
-    "showRefuted": ("show_refuted", _flag),
-    "scope": ("scope", _choice(SCOPES)),
-    "baseRef": ("base_ref", _text),
-}
+def _names(choices: tuple[str, ...]):
+    """A list of names out of ``choices``: an unknown one is dropped and named, the others still apply (one
+    misspelt witness must not turn every witness off)."""
 
+    def check(value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"expected a list of names out of {', '.join(choices)}")
+        kept = tuple(dict.fromkeys(v for v in value if v in choices))
+        unknown = [v for v in value if v not in choices]
+        if unknown:
+            named = ", ".join(repr(v) for v in unknown)
+            raise Partly(f"unknown {named} left out (known: {', '.join(choices)})", kept)
+        return kept
+
+    return check
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of the settings, as every editor declares, checks and documents it (k3lsp.core.schema renders
+    VS Code's manifest and Neovim's option table from these; tests check README's table against them)."""
+
+    key: str  # the wire key: camelCase, as initializationOptions and workspace/configuration carry it
+    kind: str  # one of KINDS: how the value is checked here, in VS Code's JSON schema and in Neovim's Lua
+    describe: str  # one line for the editors' settings pages
+    choices: tuple[str, ...] = ()  # the allowed values of a choice, or of each name of a names list
+    connection: bool = False  # from initializationOptions only (machine-scoped in VS Code): see CONNECTION
+
+    @property
+    def field(self) -> str:
+        """The Options field (and Neovim's option name): the snake_case of the key."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.key).lower()
+
+    @property
+    def default(self) -> Any:
+        """The default as JSON, what an editor shows and may send; an empty endpoint is the server's own
+        (K3LSP_ENDPOINT, else the user's daemon socket: computed per user, so no editor can show it)."""
+        if self.key == "endpoint":
+            return ""
+        return shown(self, Options.__dataclass_fields__[self.field].default)
+
+    def check(self, value: Any) -> Any:
+        if self.kind == "choice":
+            return _choice(self.choices)(value)
+        if self.kind == "names":
+            return _names(self.choices)(value)
+        return _CHECKS[self.kind](value)
+
+
+_CHECKS = {"endpoints": _endpoints, "text": _text, "flag": _flag, "size": _positive_int, "count": _count,
+           "globs": _globs, "macros": Macros.parse}  # fmt: skip
+KINDS = (*_CHECKS, "choice", "names")
+
+SETTINGS = (
+    Setting("endpoint", "endpoints", "The k3-backend daemon, e.g. tcp://mac-studio:5555 (with keys), or a list "
+            "of them (several Mac pairs, the same keys): audits on save go to the first reachable one, workspace "
+            "audits spread over all. Empty: K3LSP_ENDPOINT, else the private ipc:// socket of your user's daemon.",
+            connection=True),
+    Setting("serverKey", "text", "Path of the daemon's public CurveZMQ key file. Empty (with clientKey empty too): "
+            "no encryption, for the daemon of your user on this machine.", connection=True),
+    Setting("clientKey", "text", "Path of this client's secret CurveZMQ key file (k3lsp keys init); its public "
+            "half must be in the daemon's authorized keys. Set both keys or neither.", connection=True),
+    Setting("insecure", "flag", "true allows a plain tcp:// endpoint without keys. Nothing proves who answers "
+            "there: anyone on this machine or network could pose as the daemon and receive your code.",
+            connection=True),
+    Setting("trigger", "choice", "When audits run: on save, on open and save, or only by command (manual).",
+            TRIGGERS),
+    Setting("minSeverity", "choice", "Findings below this severity are not shown.", SEVERITIES),
+    Setting("maxFileBytes", "size", "Files larger than this many bytes are not audited."),
+    Setting("include", "globs", "Globs, relative to the workspace folder, of the files workspace audits cover."),
+    Setting("exclude", "globs", "Globs, relative to the workspace folder, of the files workspace audits skip."),
+    Setting("thinkingEffort", "choice", "How long the model thinks: auto is low for audits on save and open and "
+            "for explanations, high for workspace audits.", THINKING_EFFORTS),
+    Setting("maxWorkspaceFiles", "count", "A workspace audit's bound on files (open ones first, then the most "
+            "recently changed); 0 audits every file."),
+    Setting("kernelMacros", "macros", 'Kernel macros the C splitter should know, added to its built-in table: '
+            '{"loops": [...], "attributes": [...], "statements": [...]} of names, * globs or name().'),
+    Setting("witnesses", "names", "Static analyzers run on each save whose alerts show at once and are triaged "
+            "by the model.", tuple(ADAPTERS)),
+    Setting("witnessSeverity", "choice", "How an alert the model has not triaged shows.", WITNESS_SEVERITIES),
+    Setting("refute", "flag", "After each audit, one more turn asking the model to disprove its findings at or "
+            "above refuteFrom; refuted ones are hidden."),
+    Setting("refuteFrom", "choice", "The lowest severity the refutation turn asks about.", SEVERITIES),
+    Setting("showRefuted", "flag", "Show refuted findings and alerts (as hints, the model's reason in the "
+            "hover)."),
+    Setting("scope", "choice", "changed: audit and show only what the work tree changed since baseRef.", SCOPES),
+    Setting("baseRef", "text", "The base of scope changed: a branch, tag or commit; empty: the merge-base of "
+            "HEAD with its branch's upstream, else HEAD."),
+)  # fmt: skip
+BY_KEY = {s.key: s for s in SETTINGS}
 
 # The settings that choose where the code goes and how the daemon is trusted: from initializationOptions only.
-CONNECTION = ("endpoint", "serverKey", "clientKey", "insecure")
+CONNECTION = tuple(s.key for s in SETTINGS if s.connection)
 _CONNECTION_FIELDS = {"endpoint": ("endpoint", "other_endpoints"), "serverKey": ("server_key",),
                       "clientKey": ("client_key",), "insecure": ("insecure",)}  # fmt: skip
+
+
+def shown(setting: Setting, value: Any) -> Any:
+    """An option's value as the JSON an editor sends for it (tuples as lists, the kernel macro table as the
+    entries added to the built-in one)."""
+    if setting.kind == "macros":
+        return {k: [e for e in getattr(value, k) if e not in getattr(DEFAULT_MACROS, k)] for k in KINDS_OF_MACROS
+                if set(getattr(value, k)) - set(getattr(DEFAULT_MACROS, k))}  # fmt: skip
+    return list(value) if isinstance(value, tuple) else value
+
+
+def effective(opts: Options) -> dict[str, Any]:
+    """The settings in force, by wire key: what the server's status reports, so an editor (and its tests) can
+    see that what the user set arrived."""
+    out = {s.key: shown(s, getattr(opts, s.field)) for s in SETTINGS}
+    out["endpoint"] = list(opts.endpoints) if opts.other_endpoints else opts.endpoint
+    return out
+
+
+def summary(errors: list[str]) -> str:
+    """Every settings problem in one message (one popup, not one per key), each named once."""
+    unique = list(dict.fromkeys(errors))
+    if len(unique) == 1:
+        return unique[0]
+    return f"k3lsp: {len(unique)} settings problems; the other settings apply. " + " ".join(
+        f"({n}) {e}" for n, e in enumerate(unique, 1)
+    )
 
 
 def _section(raw: Any) -> Any:
@@ -258,16 +354,19 @@ def parse(raw: Any, base: Options | None = None) -> tuple[Options, list[str]]:
     values: dict[str, Any] = {}
     errors: list[str] = []
     for key, value in raw.items():
-        if key not in _PARSERS:
-            errors.append(f"unknown k3lsp setting {key!r} (known: {', '.join(_PARSERS)})")
+        if key not in BY_KEY:
+            errors.append(f"unknown k3lsp setting {key!r} (known: {', '.join(BY_KEY)})")
             continue
         if value is None:
             continue
-        name, check = _PARSERS[key]
+        setting = BY_KEY[key]
         try:
-            values[name] = check(value)
+            values[setting.field] = setting.check(value)
+        except Partly as exc:
+            values[setting.field] = exc.kept
+            errors.append(f"k3lsp setting {key!r}: {exc}; using {list(exc.kept)!r}")
         except ValueError as exc:
-            errors.append(f"k3lsp setting {key!r}: {exc}; using {getattr(base, name)!r}")
+            errors.append(f"k3lsp setting {key!r}: {exc}; using {getattr(base, setting.field)!r}")
     if "endpoint" in values:
         values["endpoint"], *others = values["endpoint"]
         values["other_endpoints"] = tuple(others)

@@ -123,8 +123,9 @@ class Session:
         self._sent_state: dict | None = None
         self._initial = options.Options()  # from initializationOptions: what a client without a settings section gets
         self._settings_read: asyncio.Future | None = None
-        self._pending_errors: list[str] = []
-        self._told: set[str] = set()  # the settings errors of the last read: each is shown once, not at every read
+        self._pending_errors: list[str] = []  # initializationOptions' settings problems
+        self._read_errors: list[str] = []  # the last workspace/configuration read's settings problems
+        self._told: set[str] = set()  # the settings problems in force: each is shown once, not at every read
         self._told_witness: set[tuple[str, str]] = set()  # a witness that cannot run is said once per reason
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
@@ -146,9 +147,8 @@ class Session:
 
     async def initialized(self) -> None:
         await self.pool.reconfigure(self.options)
-        for error in self._pending_errors:
-            self.message(error, lsp.MessageType.Error)
         await self.refresh_settings()
+        self._tell_settings()  # without a read (no workspace/configuration, or it failed) the initial problems
         self.load_baseline()
         self._ready.set()
         self._state_changed(self.pool.state)  # the client learns the state now, not at the first audit
@@ -183,13 +183,22 @@ class Session:
         except Exception as exc:  # a client that does not answer is not a reason to stop
             log.warning("workspace/configuration failed: %s", exc)
             return
-        self.options, errors = options.parse_workspace(raw, self._initial) if raw is not None else (self._initial, [])
-        for error in errors:
-            if error not in self._told:
-                self.message(error, lsp.MessageType.Error)
-        self._told = set(errors)
+        self.options, self._read_errors = (
+            options.parse_workspace(raw, self._initial) if raw is not None else (self._initial, [])
+        )
+        self._tell_settings()
         await self.pool.reconfigure(self.options)
         await self.republish_all()
+
+    def _tell_settings(self) -> None:
+        """One message for the settings problems not yet told: initializationOptions' and the last read's
+        together, the same problem in both named once (VS Code sends the same keys both ways); a problem fixed and
+        made again is told again."""
+        problems = list(dict.fromkeys([*self._pending_errors, *self._read_errors]))
+        untold = [p for p in problems if p not in self._told]
+        if untold:
+            self.message(options.summary(untold), lsp.MessageType.Error)
+        self._told = set(problems)
 
     def load_baseline(self) -> None:
         if self.root is None:
@@ -569,6 +578,7 @@ class Session:
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
         out["witnesses"] = witness_status(self.options.witnesses)
+        out["settings"] = options.effective(self.options)  # what the editor's settings became, by key
         out["scope"] = self.scope_note()
         return out
 

@@ -2,8 +2,8 @@
  * Settings -> how to start the server and what to tell it.
  *
  * Pure functions over a `get(key)` view of the `k3lsp` configuration section, so they can be
- * tested without VS Code. The server keys are the ones every editor sends (see the language
- * server's options): this file must not invent keys the server does not read.
+ * tested without VS Code. The server keys are the ones package.json declares, which the language server's
+ * schema generates: this file lists none of them.
  */
 import * as os from "node:os";
 import * as path from "node:path";
@@ -15,14 +15,22 @@ export interface SettingsView {
 }
 
 /**
- * Settings that name a program to run, the daemon that receives the code, the keys that say who it is, or allow
- * an unproven one. The audited repository must not choose them, trusted or not: its own `.vscode/settings.json`
- * could send the code to its daemon (which answers with forged findings and "fixes") or start its own program.
- * So they are read from the user's settings (user or remote: `globalValue`) and the defaults only, never from a
- * workspace or folder; package.json scopes them `machine` (VS Code ignores workspace values) and restricts them
- * in untrusted workspaces; the server takes the connection ones from initializationOptions only.
+ * The settings package.json declares (`contributes.configuration`): the server's keys there are generated from
+ * the server's own schema (`python -m k3lsp.core.schema`, k3lsp/core/options.py), so this file names no server key
+ * and every declared one reaches the server; a test fails when the manifest and the schema drift apart.
  */
-export const USER_ONLY: readonly string[] = ["server.path", "server.python", "endpoint", "serverKey", "clientKey", "insecure"];
+const DECLARED: Record<string, { scope?: string }> = require("../package.json").contributes.configuration.properties;
+const KEYS = Object.keys(DECLARED).map((id) => id.replace(/^k3lsp\./, ""));
+
+/**
+ * Settings that name a program to run, the daemon that receives the code, the keys that say who it is, or allow
+ * an unproven one: the `machine`-scoped ones. The audited repository must not choose them, trusted or not: its own
+ * `.vscode/settings.json` could send the code to its daemon (which answers with forged findings and "fixes") or
+ * start its own program. So they are read from the user's settings (user or remote: `globalValue`) and the
+ * defaults only, never from a workspace or folder; package.json restricts them in untrusted workspaces; the
+ * server takes the connection ones from initializationOptions only.
+ */
+export const USER_ONLY: readonly string[] = KEYS.filter((key) => DECLARED[`k3lsp.${key}`].scope === "machine");
 
 /** A setting's value; for a USER_ONLY one, the user's or the default, and nothing when scopes are unknown. */
 function read(settings: SettingsView, key: string): unknown {
@@ -33,19 +41,9 @@ function read(settings: SettingsView, key: string): unknown {
   return scopes?.globalValue ?? scopes?.defaultValue;
 }
 
-/** Keys of the `k3lsp` section that the server reads; `server.*` and `trace.*` stay in the editor. */
-export const SERVER_KEYS = [
-  "endpoint",
-  "serverKey",
-  "clientKey",
-  "insecure",
-  "trigger",
-  "minSeverity",
-  "maxFileBytes",
-  "include",
-  "exclude",
-  "thinkingEffort",
-] as const;
+/** Keys of the `k3lsp` section that the server reads: every declared one but the extension's own `server.*` and
+ * `trace.*`. */
+export const SERVER_KEYS: readonly string[] = KEYS.filter((key) => !/^(server|trace)\./.test(key));
 
 /** The command line of the language server; no arguments means LSP on stdio. */
 export interface ServerCommand {

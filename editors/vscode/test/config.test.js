@@ -21,8 +21,27 @@ test("contributed defaults start the server as documented", () => {
   const props = manifest.contributes.configuration.properties;
   const defaults = { get: (key) => props[`k3lsp.${key}`].default };
   assert.deepEqual(config.serverCommand(defaults), { command: "k3lsp", args: [] });
-  // null / "" defaults mean "the server's default" and are not sent.
-  assert.deepEqual(config.serverSettings(defaults), { trigger: "save", minSeverity: "info", thinkingEffort: "auto" });
+  // "" and [] defaults mean "the server's default" and are not sent; the others are the server's own defaults.
+  const sent = config.serverSettings(defaults);
+  for (const blank of ["endpoint", "serverKey", "clientKey", "baseRef", "witnesses"]) {
+    assert.equal(sent[blank], undefined, blank);
+  }
+  assert.equal(sent.trigger, "save");
+  assert.deepEqual(sent.include, ["**/*.c", "**/*.h"]);
+});
+
+test("every server key of the manifest is sent when set, none dropped (the keys come from package.json)", () => {
+  const props = manifest.contributes.configuration.properties;
+  const set = {};
+  for (const key of config.SERVER_KEYS) {
+    set[key] = props[`k3lsp.${key}`].enum?.[1] ?? `value of ${key}`;
+  }
+  const view = { get: (key) => set[key], inspect: (key) => ({ globalValue: set[key] }) };
+  assert.deepEqual(config.serverSettings(view), set);
+  for (const key of ["witnesses", "refute", "refuteFrom", "showRefuted", "scope", "baseRef", "kernelMacros",
+    "witnessSeverity", "maxWorkspaceFiles"]) {
+    assert.ok(config.SYNCHRONIZED_SETTINGS.includes(`k3lsp.${key}`), key);
+  }
 });
 
 test("serverSection leaves non-objects alone", () => {

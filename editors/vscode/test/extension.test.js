@@ -4,11 +4,12 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const os = require("node:os");
 const path = require("node:path");
-const { OUT, loadExtension, Uri, State } = require("./support/fakes");
+const { OUT, defaultsSent, loadExtension, Uri, State } = require("./support/fakes");
 const { eventually } = require("./support/wait");
 
 const manifest = require("../package.json");
 const config = require(path.join(OUT, "config.js"));
+const DEFAULTS_SENT = defaultsSent();
 
 async function activated(settings = {}) {
   const loaded = loadExtension(settings);
@@ -65,6 +66,7 @@ test("initializationOptions carry the server's settings and nothing extension-on
   });
   const options = onlyClient(lc).clientOptions;
   assert.deepEqual(options.initializationOptions, {
+    ...DEFAULTS_SENT,
     endpoint: "tcp://127.0.0.1:7001",
     serverKey: "/keys/server.key",
     clientKey: "/keys/client.key_secret",
@@ -87,6 +89,15 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.include",
       "k3lsp.exclude",
       "k3lsp.thinkingEffort",
+      "k3lsp.maxWorkspaceFiles",
+      "k3lsp.kernelMacros",
+      "k3lsp.witnesses",
+      "k3lsp.witnessSeverity",
+      "k3lsp.refute",
+      "k3lsp.refuteFrom",
+      "k3lsp.showRefuted",
+      "k3lsp.scope",
+      "k3lsp.baseRef",
     ],
   });
 });
@@ -115,12 +126,10 @@ test("workspace/configuration for section k3lsp answers with the server's keys o
 
 test("unset settings (empty string, null) are left to the server's defaults", async () => {
   const { lc } = await activated({ endpoint: "", serverKey: "  ", maxFileBytes: null, trigger: "open" });
-  // minSeverity and thinkingEffort are package.json's defaults, which VS Code reports like user values.
-  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, {
-    trigger: "open",
-    minSeverity: "info",
-    thinkingEffort: "auto",
-  });
+  // The others are package.json's defaults, which VS Code reports like user values.
+  const { maxFileBytes, ...sent } = DEFAULTS_SENT;
+  assert.deepEqual(onlyClient(lc).clientOptions.initializationOptions, { ...sent, trigger: "open" });
+  assert.equal(maxFileBytes, 1000000, "a null setting is left to the server, not sent as the default");
 });
 
 test("the four commands of package.json are registered", async () => {
@@ -241,11 +250,7 @@ test("restart disposes the client and starts a new one with the current settings
   assert.equal(lc.clients.length, 2);
   assert.equal(lc.clients[0].disposed, 1);
   assert.equal(lc.clients[1].serverOptions.command, "/opt/k3lsp/bin/k3lsp");
-  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, {
-    trigger: "manual",
-    minSeverity: "info",
-    thinkingEffort: "auto",
-  });
+  assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, { ...DEFAULTS_SENT, trigger: "manual" });
   assert.ok(lc.clients[1].isRunning());
 });
 
@@ -264,11 +269,9 @@ test("changing the endpoint or a key restarts the server with it; a workspace's 
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(lc.clients.length, 2);
   assert.deepEqual(lc.clients[1].clientOptions.initializationOptions, {
+    ...DEFAULTS_SENT,
     endpoint: "tcp://mac:5555",
     serverKey: "/keys/server.key",
-    trigger: "save",
-    minSeverity: "info",
-    thinkingEffort: "auto",
   });
   vscode.changeSettings({ endpoint: "tcp://attacker:5555", "server.path": "/repo/evil" }, vscode.workspaceSettings);
   await new Promise((resolve) => setImmediate(resolve));
@@ -291,10 +294,9 @@ test("a workspace's .vscode/settings.json chooses no program, daemon, key or ins
     const client = onlyClient(loaded.lc);
     assert.deepEqual(client.serverOptions, { command: "k3lsp", args: [] });
     assert.deepEqual(client.clientOptions.initializationOptions, {
+      ...DEFAULTS_SENT,
       clientKey: "/home/me/.config/k3lsp/keys/me.key_secret",
-      trigger: "save",
       minSeverity: "high",
-      thinkingEffort: "auto",
     });
   } finally {
     await loaded.extension.deactivate();

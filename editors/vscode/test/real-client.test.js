@@ -10,7 +10,7 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
-const { loadExtension } = require("./support/fakes");
+const { defaultsSent, loadExtension } = require("./support/fakes");
 const { eventually } = require("./support/wait");
 
 const ECHO_SERVER = path.join(__dirname, "support", "echo-server.js");
@@ -52,20 +52,22 @@ for (const client of ["real", "bundle"]) {
       const [initialize] = received(log);
       assert.equal(initialize.method, "initialize");
       assert.deepEqual(initialize.params.argv, [], "k3lsp with no arguments is LSP on stdio");
-      assert.deepEqual(initialize.params.initializationOptions, {
-        trigger: "manual",
-        minSeverity: "high",
-        exclude: ["gen/**"],
-        thinkingEffort: "high",
-      });
+      const { include, insecure, ...untouched } = defaultsSent(); // include: null is left to the server
+      const expected = { ...untouched, trigger: "manual", minSeverity: "high", exclude: ["gen/**"], thinkingEffort: "high" };
+      assert.deepEqual(initialize.params.initializationOptions, { ...expected, insecure });
+      assert.ok(include);
       const messages = await eventually(
         "configuration answers",
         () => received(log),
         (m) => m.some((x) => x.method === "configuration-result") && m.some((x) => x.method === "didChangeConfiguration"),
       );
-      const expected = { trigger: "manual", minSeverity: "high", exclude: ["gen/**"], thinkingEffort: "high" };
+      // insecure is a connection setting: initializationOptions only.
       assert.deepEqual(messages.find((m) => m.method === "configuration-result").params, [expected]);
-      assert.deepEqual(messages.find((m) => m.method === "didChangeConfiguration").params, { settings: { k3lsp: expected } });
+      // The library's announcement (the server reads the settings again rather than trusting it) has what was set.
+      const announced = messages.find((m) => m.method === "didChangeConfiguration").params.settings.k3lsp;
+      for (const key of ["trigger", "minSeverity", "exclude", "thinkingEffort"]) {
+        assert.deepEqual(announced[key], expected[key], key);
+      }
 
       // The library registered the server's other commands; ours stayed ours and forward the uri.
       assert.ok(vscode.commands.has("k3lsp.explain"));

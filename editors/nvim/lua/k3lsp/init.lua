@@ -8,45 +8,25 @@ local M = {}
 
 M.name = 'k3lsp'
 
---- Lua option -> server key; the server reads these from initializationOptions and from the
---- workspace/configuration section `k3lsp`. Options left nil are not sent: the server's default
---- applies (e.g. the endpoint from K3LSP_ENDPOINT).
-local SERVER_KEYS = {
-  endpoint = 'endpoint',
-  server_key = 'serverKey',
-  client_key = 'clientKey',
-  insecure = 'insecure',
-  trigger = 'trigger',
-  min_severity = 'minSeverity',
-  max_file_bytes = 'maxFileBytes',
-  include = 'include',
-  exclude = 'exclude',
-  thinking_effort = 'thinkingEffort',
-}
-
-local TRIGGERS = { 'save', 'open', 'manual' }
-local SEVERITIES = { 'critical', 'high', 'medium', 'low', 'info' }
-local EFFORTS = { 'auto', 'off', 'low', 'high', 'max' }
+--- The server's settings (generated from k3lsp/core/options.py: `python -m k3lsp.core.schema`): each setup{}
+--- option, its camelCase server key (what the VS Code extension sends too), its kind and allowed values. The
+--- server reads them from initializationOptions and from the workspace/configuration section `k3lsp`. Options
+--- left nil are not sent: the server's default applies (e.g. the endpoint from K3LSP_ENDPOINT).
+local SETTINGS = require('k3lsp.settings')
 
 M.defaults = {
   cmd = nil, -- list: the server command line, e.g. { '/path/to/venv/bin/k3lsp' }
   python = nil, -- string: run `python -I -m k3lsp.cli` with this interpreter instead of `cmd`
-  endpoint = nil,
-  server_key = nil,
-  client_key = nil,
-  insecure = nil, -- boolean: allow a plain tcp:// endpoint, where nothing proves who the daemon is
-  trigger = nil,
-  min_severity = nil,
-  max_file_bytes = nil,
-  include = nil,
-  exclude = nil,
-  thinking_effort = nil,
+  -- every server option (SETTINGS) is nil: the server's default
   filetypes = { 'c', 'cpp' }, -- cpp only for `*.h`: Neovim calls headers cpp unless g:c_syntax_for_h is set
   root_markers = { '.git', 'compile_commands.json', '.k3audit-baseline.json' },
   lsp = {}, -- extra fields for the client config: on_attach, capabilities, handlers, ...
 }
 
-local OPTION_NAMES = vim.list_extend(vim.tbl_keys(SERVER_KEYS), { 'cmd', 'python', 'filetypes', 'root_markers', 'lsp' })
+local OPTION_NAMES = { 'cmd', 'python', 'filetypes', 'root_markers', 'lsp' }
+for _, setting in ipairs(SETTINGS) do
+  table.insert(OPTION_NAMES, setting.option)
+end
 
 --- The resolved options of the last `setup` (nil before): `:checkhealth k3lsp` reads them.
 M.options = nil
@@ -58,67 +38,83 @@ local function fail(msg)
   error('k3lsp.setup: ' .. msg, 0)
 end
 
-local function check_type(opts, key, expected)
-  local value = opts[key]
-  if value ~= nil and type(value) ~= expected then
-    fail(('%s must be a %s, got %s'):format(key, expected, vim.inspect(value)))
-  end
-end
-
-local function check_choice(opts, key, choices)
-  local value = opts[key]
-  if value ~= nil and not vim.tbl_contains(choices, value) then
-    fail(('%s must be one of %s, got %s'):format(key, table.concat(choices, ', '), vim.inspect(value)))
-  end
-end
-
-local function check_strings(opts, key)
-  local value = opts[key]
-  if value == nil then
-    return
-  end
+local function is_strings(value)
   local ok = type(value) == 'table' and vim.islist(value)
   for _, item in ipairs(ok and value or {}) do
     ok = ok and type(item) == 'string' and item ~= ''
   end
-  if not ok then
-    fail(('%s must be a list of non-empty strings, got %s'):format(key, vim.inspect(value)))
+  return ok
+end
+
+local function is_integer(value, least)
+  return type(value) == 'number' and value >= least and value == math.floor(value)
+end
+
+--- What each kind of the schema accepts, and how to say so. `names` (witnesses) checks only the type: an
+--- unknown name is the server's to leave out and name, so the other names still apply.
+local KINDS = {
+  endpoints = { 'a string or a non-empty list of strings', function(v)
+    return type(v) == 'string' or (is_strings(v) and #v > 0)
+  end },
+  text = { 'a string', function(v)
+    return type(v) == 'string'
+  end },
+  flag = { 'a boolean', function(v)
+    return type(v) == 'boolean'
+  end },
+  size = { 'a positive integer', function(v)
+    return is_integer(v, 1)
+  end },
+  count = { '0 or a positive integer', function(v)
+    return is_integer(v, 0)
+  end },
+  globs = { 'a list of non-empty strings', is_strings },
+  names = { 'a list of non-empty strings', is_strings },
+  macros = { 'a table of lists (loops, attributes, statements)', function(v)
+    return type(v) == 'table' and (next(v) == nil or not vim.islist(v))
+  end },
+}
+
+--- The problem with one server option, or nil.
+local function check_setting(setting, value)
+  if setting.kind == 'choice' then
+    if not vim.tbl_contains(setting.choices, value) then
+      return ('%s must be one of %s, got %s'):format(setting.option, table.concat(setting.choices, ', '), vim.inspect(value))
+    end
+    return nil
+  end
+  local expected, ok = KINDS[setting.kind][1], KINDS[setting.kind][2]
+  if not ok(value) then
+    return ('%s must be %s, got %s'):format(setting.option, expected, vim.inspect(value))
   end
 end
 
---- Every user mistake becomes one error naming the option, raised from `setup`, not a broken client later.
+--- Every user mistake, in one error naming each wrong option once, raised from `setup`, not a broken client later.
 local function validate(opts)
+  local problems = {}
+  local function check(ok, problem)
+    if not ok then
+      table.insert(problems, problem)
+    end
+  end
   for key in pairs(opts) do
-    if not vim.tbl_contains(OPTION_NAMES, key) then
-      fail(('unknown option %s'):format(vim.inspect(key)))
+    check(vim.tbl_contains(OPTION_NAMES, key), ('unknown option %s'):format(vim.inspect(key)))
+  end
+  for _, setting in ipairs(SETTINGS) do
+    if opts[setting.option] ~= nil then
+      local problem = check_setting(setting, opts[setting.option])
+      check(problem == nil, problem)
     end
   end
-  for _, key in ipairs({ 'python', 'server_key', 'client_key' }) do
-    check_type(opts, key, 'string')
+  check(opts.python == nil or type(opts.python) == 'string', 'python must be a string')
+  check(opts.lsp == nil or type(opts.lsp) == 'table', 'lsp must be a table')
+  for _, key in ipairs({ 'cmd', 'filetypes', 'root_markers' }) do
+    check(opts[key] == nil or is_strings(opts[key]), key .. ' must be a list of non-empty strings')
   end
-  if type(opts.endpoint) ~= 'string' then -- one endpoint, or a list of them (several Mac pairs)
-    check_strings(opts, 'endpoint')
-    if opts.endpoint ~= nil and #opts.endpoint == 0 then
-      fail('endpoint must be a string or a non-empty list of strings')
-    end
-  end
-  check_type(opts, 'lsp', 'table')
-  check_type(opts, 'insecure', 'boolean')
-  check_choice(opts, 'trigger', TRIGGERS)
-  check_choice(opts, 'min_severity', SEVERITIES)
-  check_choice(opts, 'thinking_effort', EFFORTS)
-  for _, key in ipairs({ 'cmd', 'include', 'exclude', 'filetypes', 'root_markers' }) do
-    check_strings(opts, key)
-  end
-  local bytes = opts.max_file_bytes
-  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 1 or bytes ~= math.floor(bytes)) then
-    fail(('max_file_bytes must be a positive integer, got %s'):format(vim.inspect(bytes)))
-  end
-  if opts.cmd and opts.python then
-    fail('set cmd or python, not both')
-  end
-  if opts.cmd and #opts.cmd == 0 then
-    fail('cmd must not be empty')
+  check(not (opts.cmd and opts.python), 'set cmd or python, not both')
+  check(not (opts.cmd and #opts.cmd == 0), 'cmd must not be empty')
+  if #problems > 0 then
+    fail(table.concat(problems, '; '))
   end
 end
 
@@ -136,15 +132,18 @@ function M.server_cmd(opts)
 end
 
 --- The server keys that are set. Key paths get `~` and `$VARS` expanded: the server sees them verbatim.
+--- An empty kernel_macros table goes as the JSON object `{}`, not the list `[]` an empty Lua table makes.
 function M.server_settings(opts)
   local settings = {}
-  for key, server_key in pairs(SERVER_KEYS) do
-    local value = opts[key]
+  for _, setting in ipairs(SETTINGS) do
+    local value = opts[setting.option]
     if value ~= nil then
-      if key == 'server_key' or key == 'client_key' then
+      if setting.option == 'server_key' or setting.option == 'client_key' then
         value = vim.fs.normalize(value)
+      elseif setting.kind == 'macros' and next(value) == nil then
+        value = vim.empty_dict()
       end
-      settings[server_key] = value
+      settings[setting.key] = value
     end
   end
   return settings
@@ -218,9 +217,6 @@ end
 --- forming links (every punctuation character) would show as backslashes, and a concealed link hides its target.
 local CAPABILITIES = { textDocument = { hover = { contentFormat = { 'plaintext', 'markdown' } } } }
 
---- The server keys it reads from initializationOptions only (the daemon, its keys, insecure): never from
---- workspace/configuration, where some clients put a project's own settings (k3lsp/options.py).
-local CONNECTION_KEYS = { 'endpoint', 'serverKey', 'clientKey', 'insecure' }
 
 --- The client config shared by the 0.11 and 0.10 paths.
 --- With no server keys set, nothing is sent (an empty Lua table would go out as the JSON list `[]`):
@@ -230,8 +226,10 @@ function M.client_config(opts)
   local settings = M.server_settings(opts)
   local has_settings = next(settings) ~= nil
   local section = vim.deepcopy(settings)
-  for _, key in ipairs(CONNECTION_KEYS) do
-    section[key] = nil
+  for _, setting in ipairs(SETTINGS) do
+    if setting.connection then -- read from initializationOptions only (k3lsp/core/options.py: CONNECTION)
+      section[setting.key] = nil
+    end
   end
   local defaults = { handlers = { ['k3lsp/status'] = on_status }, capabilities = CAPABILITIES }
   return vim.tbl_deep_extend('force', defaults, opts.lsp or {}, {

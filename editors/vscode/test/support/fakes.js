@@ -49,6 +49,16 @@ function contributedDefaults() {
 }
 
 /**
+ * What an untouched settings page sends the server: package.json's defaults that are not blank (the server's own
+ * defaults, generated from its schema), as config.ts's serverSettings picks them.
+ */
+function defaultsSent() {
+  const config = require(path.join(OUT, "config.js"));
+  const defaults = contributedDefaults();
+  return config.serverSettings({ get: (key) => defaults[key], inspect: (key) => ({ defaultValue: defaults[key] }) });
+}
+
+/**
  * `workspace.getConfiguration(section).get(key)` over the `k3lsp` settings: a full id gives its value,
  * a prefix gives the nested object (getConfiguration().get("k3lsp") is the whole section). `user` are the user
  * settings over the defaults, `workspace` the workspace's: `get` merges them (the workspace wins, as in VS Code),
@@ -349,4 +359,4 @@ function loadExtension(settings = {}, { client = "fake" } = {}) {
   return { extension, context, vscode, lc };
 }
 
-module.exports = { loadExtension, Uri, State, OUT };
+module.exports = { loadExtension, defaultsSent, Uri, State, OUT };
