@@ -131,6 +131,21 @@ async def write_rule(pool: Pool, origin: Origin, unit: Unit, hunt: Hunt, setting
     hunt.errors.append(f"no rule after {settings.retries + 1} tries; the last: {last}")
 
 
+async def take_rule(rule: str, origin: Origin, hunt: Hunt, settings: Settings) -> None:
+    """A rule the user gave (``--rule``) into ``hunt.rule``, checked and tried as the model's are, or
+    ``hunt.errors`` saying why not."""
+    try:
+        checked = check(rule)
+    except RuleRefused as exc:
+        hunt.errors.append(f"the rule is refused: {exc}")
+        return
+    why = await _tried(checked, origin, settings.bounds)
+    if why is None:
+        hunt.rule = checked
+    else:
+        hunt.errors.append(why)
+
+
 def save_rule(origin: Origin, rule: str) -> Path:
     """The rule in the workspace's ``.k3lsp/variants/``, named after the finding, with where it came from."""
     folder = origin.root / RULES_DIR
@@ -219,16 +234,11 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
         out.errors.append(f"{origin.rel}:{origin.line} is in no function: a variant search starts from one")
         return out
     try:
+        spatch.executable()  # before the model is asked: without spatch no rule can be tried
         if rule is None:
             await write_rule(pool, origin, unit, out, settings, say)
         else:
-            try:
-                checked = check(rule)
-            except RuleRefused as exc:
-                out.errors.append(f"the rule is refused: {exc}")
-                return out
-            why = await _tried(checked, origin, settings.bounds)
-            out.rule, out.errors = (checked, out.errors) if why is None else (None, [why])
+            await take_rule(rule, origin, out, settings)
     except spatch.SpatchUnavailable as exc:
         out.errors.append(str(exc))
         return out

@@ -68,7 +68,8 @@ class Scan:
     errors: list[str] = field(default_factory=list)  # spatch's failures on a chunk (the search goes on)
 
 
-def _spatch() -> str:
+def executable() -> str:
+    """spatch's path; raises SpatchUnavailable when it is missing or cannot be confined here."""
     found = find("coccinelle")
     if found is None:
         raise SpatchUnavailable("spatch is not installed: apt-get install coccinelle")
@@ -88,7 +89,7 @@ def parse_error(rule: str, root: Path, seconds: float = 20.0) -> str | None:
     """Why spatch cannot parse ``rule`` (``spatch --parse-cocci``, confined), or None when it can."""
     with tempfile.TemporaryDirectory(prefix="k3lsp-variants-") as tmp:
         (Path(tmp) / RULE_FILE).write_text(rule, encoding="utf-8")
-        outcome = run([_spatch(), "--parse-cocci", RULE_FILE], tmp, Limits(seconds=seconds), [root])
+        outcome = run([executable(), "--parse-cocci", RULE_FILE], tmp, Limits(seconds=seconds), [root])
     if outcome.timed_out:
         return f"spatch took over {seconds:g} s to parse the rule"
     return None if outcome.code == 0 else complaint(outcome.stderr)
@@ -123,7 +124,7 @@ def marked_lines(diff: str) -> dict[Path, list[int]]:
 
 def search(rule: str, files: Sequence[Path], root: Path, bounds: Bounds = Bounds()) -> Scan:
     """The lines ``rule`` marks in ``files`` (absolute paths in the workspace ``root``), within ``bounds``."""
-    exe, scan = _spatch(), Scan(total=len(files))
+    exe, scan = executable(), Scan(total=len(files))
     taken = list(files)[: bounds.files]
     if len(files) > bounds.files:
         scan.stopped = f"the file bound: {bounds.files:,} of {len(files):,} files searched"

@@ -97,3 +97,11 @@ def test_the_bounds_given_as_flags_stop_the_workspace_search_and_are_said(tree, 
     assert "spatch: 0 matched lines in 0 of 3 C files; stopped at the time bound: 0.01 s, 0 of 3 files" in timed.stdout
     capped = _variants(tree, "drivers/usb/b.c:14", *rule, "--max-matches", "1", "--json")
     assert json.loads(capped.stdout)["spatch"]["stopped"] == "the match bound: 1 matches, 3 of 3 files"
+
+
+def test_without_spatch_it_says_so_before_asking_the_model(tree):
+    endpoint = f"ipc://{tree.parent / 'sockets' / 'nobody.sock'}"  # the model would not answer: not asked at all
+    done = k3lsp("variants", "drivers/usb/b.c:14", "--endpoint", endpoint, cache=tree.parent / "cache", cwd=tree,
+                 env={"PATH": str(tree / "no-programs-here")})  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == "k3lsp variants: error: spatch is not installed: apt-get install coccinelle\n"
