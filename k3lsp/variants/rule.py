@@ -7,8 +7,11 @@ constraint runs it per binding; ``#include "x.cocci"`` and ``using "x.iso"`` rea
 line adds command-line options (``--include-headers``, ``--python PROG``); ``virtual`` names select rules with
 ``-D``. The model writes the rule, and the model read the repository: a prompt in a comment can make it write
 any of these. So none of them is accepted, wherever it appears (a comment included: a rule is refused for a
-word it did not need rather than run for one it should not have had). What is refused is said in one sentence
-naming the line, and that sentence goes back to the model as the reason for its next try.
+word it did not need rather than run for one it should not have had), and the words that make a script are
+refused alone (``script``, ``initialize``, ``finalize``, ``python``, ``ocaml``): spatch reads a rule's header
+as tokens, so ``@script``, ``:`` and ``python@`` on three lines, or with comments between them, are a script
+too. What is refused is said in one sentence naming the line, and that sentence goes back to the model as the
+reason for its next try.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from k3lsp.wire.protocol import MAX_RULE_CHARS  # what a rule request's tries ca
 
 # (what, pattern): a construct that runs code, reads a file or sets spatch's options; searched line by line.
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a script (script:python, script:ocaml) runs code", re.compile(r"\bscript\s*:", re.IGNORECASE)),
-    ("an @initialize or @finalize rule runs code", re.compile(r"\b(initiali[sz]e|finali[sz]e)\s*:", re.IGNORECASE)),
-    ("Python or OCaml code is not allowed", re.compile(r":\s*(python|ocaml)\b|\bcoccilib\b", re.IGNORECASE)),
+    # whole words, wherever they are: spatch reads a rule's header as tokens, so "@script", ":" and "python@" on
+    # three lines, or with a comment between them, still make a script rule
+    ("a script (script:python, script:ocaml) runs code", re.compile(r"\bscript\b", re.IGNORECASE)),
+    ("an @initialize or @finalize rule runs code", re.compile(r"\b(initiali[sz]e|finali[sz]e)\b", re.IGNORECASE)),
+    ("Python or OCaml code is not allowed", re.compile(r"\b(python|ocaml|coccilib)\b", re.IGNORECASE)),
     ("a line starting with # (#include, #spatch options) reads a file or sets options", re.compile(r"^\s*#")),
     ('"using" reads an isomorphism file', re.compile(r"\busing\b")),
     ('"virtual" rules select code by -D options', re.compile(r"^\s*virtual\b")),

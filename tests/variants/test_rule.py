@@ -33,6 +33,12 @@ HOSTILE = {
     "using": '@r using "/home/me/x.iso"@\n@@\n*kfree(...);\n',
     "virtual": "virtual report\n@@\n@@\n*kfree(...);\n",
     "option in text": "@@\n@@\n*kfree(...); // --include /home/me/x.h\n",
+    # spatch reads a rule's header as tokens: a newline or a comment between them still makes a script
+    "header over lines": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script\n:\npython@\ne << r.E;\n@@\nprint(1)\n",
+    "comment in header": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script/* x */:python@\ne << r.E;\n@@\nprint(1)\n",
+    "line comment": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script // x\n:python@\ne << r.E;\n@@\nprint(1)\n",
+    "comments in header": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script/**/:/**/python@\ne << r.E;\n@@\nprint(1)\n",
+    "initialize over lines": "@initialize\n:\nocaml@\n@@\nlet _ = 1\n\n@@\n@@\n*kfree(...);\n",
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from k3lsp.variants.rule import RuleRefused, check
 from k3lsp.variants.spatch import Bounds, marked_lines, parse_error, search
 from k3lsp.witnesses.analyze import find
 from tests.variants.tree import DOUBLE_KFREE, UNCHECKED_KMALLOC, plant
@@ -113,3 +114,15 @@ def test_the_workspaces_cocciconfig_is_never_read(tree, tmp_path):
     assert control.returncode != 0 and "kfree" not in control.stdout  # the option was read: spatch refused to run
     scan = search(DOUBLE_KFREE, [tree / "fs/c.c"], tree)
     assert _found(scan) == {("c.c", 8)} and not scan.errors
+
+
+@pytest.mark.parametrize("header", ["@script\n:\npython@", "@script/**/:/**/python@"])
+def test_a_script_header_split_over_lines_or_comments_runs_python_and_is_refused(tree, tmp_path, header):
+    rule = f'@r@\nexpression E;\n@@\n* kfree(E);\n\n{header}\ne << r.E;\n@@\nprint("K3LSP-" + "RAN")\n'
+    (tmp_path / "split.cocci").write_text(rule)
+    spatch = find("coccinelle").executable
+    control = subprocess.run([spatch, "--sp-file", "split.cocci", "--very-quiet", str(tree / "fs/c.c")],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "K3LSP-RAN" in control.stdout + control.stderr  # spatch reads it as a script rule
+    with pytest.raises(RuleRefused, match="a script"):
+        check(rule)
