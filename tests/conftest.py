@@ -16,6 +16,7 @@ import gc
 import importlib.util
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,21 @@ def pytest_report_header() -> str | None:
     return None
 
 
+# The groups that take longest (on the 2-core machine, 2026-12-03): started first, so that neither worker is left
+# alone with one of them at the end (xdist's own order, most tests first, put the long groups of few tests last).
+# Beside the pair group, which runs first, the other worker starts with commands run one at a time (the signal
+# tests), not a crowd of processes: a pair's ranks miss their timeouts on a crowded machine. Every other group
+# follows, most tests first.
+LONG_GROUPS = [
+    "pair",  # 1.7 min
+    "backend/test_signals.py",  # the demo, serve and fidelity record, each signalled: about 1.5 min
+    "batch/test_signals.py",  # 26 commands, each signalled: about 1 min
+    "vscode",  # the VS Code workbench and the extension's build
+    "batch/test_concurrent.py",  # 16 audits, 8 reviews, 8 language servers on one daemon: about 2 min
+    "editors/test_nvim.py",
+]
+
+
 def worker_group(item: pytest.Item) -> str:
     """Which tests pytest-xdist runs in one worker, one after the other (``--dist loadgroup``): a file's, so its
     module fixtures (daemons among them) start once; every pair test file's together, since two pairs of ranks
@@ -69,7 +85,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``daemon``: the daemon's own tests, and every test whose fixtures build a tiny checkpoint (that is,
     need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories; ``logic``:
     tests on the daemon's fake (tests/support/fake_daemon.py); ``fuzz``: hypothesis tests. Then the xdist
-    groups, the pair tests first: they are the longest group, and a worker takes groups in this order."""
+    groups in the order the workers take them (``--no-loadscope-reorder`` keeps it): LONG_GROUPS first, then
+    the others, most tests first."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(worker_group(item)))
         directory = item.path.relative_to(REPO / "tests").parts[0]
@@ -82,7 +99,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("logic")
         if is_hypothesis_test(getattr(item, "obj", None)):
             item.add_marker("fuzz")
-    items.sort(key=lambda item: worker_group(item) != "pair")
+    counts = Counter(worker_group(item) for item in items)
+
+    def order(item: pytest.Item) -> tuple[int, int, str]:
+        group = worker_group(item)
+        long = LONG_GROUPS.index(group) if group in LONG_GROUPS else len(LONG_GROUPS)
+        return long, -counts[group], group
+
+    items.sort(key=order)  # stable: a group's tests keep their order
 
 
 LOST = ("exception was never retrieved", "Task was destroyed but it is pending")

@@ -1,0 +1,41 @@
+"""The order in which the two xdist workers take the test files (tests/conftest.py, ``pytest_collection_modifyitems``):
+the pair group first, then the other groups known to be long, then the rest, most tests first.
+
+With its default ``--loadscope-reorder``, xdist sorted the groups by their number of tests and undid that order: the
+pair group (31 tests) and the long groups of few tests (the VS Code workbench, the concurrent front ends) ran
+wherever their counts put them, some at the very end, while the other worker had nothing left to do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import LONG_GROUPS, REPO
+
+PAIR = "tests/pair/test_supervise.py"
+LONG = "tests/batch/test_concurrent.py"  # 4 tests, about 2 minutes: LONG_GROUPS
+MANY = "tests/lsp/test_units.py"  # many quick tests
+
+
+def test_xdist_keeps_the_order_the_conftest_gives(pytestconfig):
+    assert pytestconfig.getoption("loadscopereorder") is False
+
+
+def test_the_pair_group_comes_first_then_the_long_groups_then_the_rest():
+    """Collected in the order given here (many quick tests first): scheduled pair, long, then many."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "--co", "-q", MANY, LONG, PAIR],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    assert list(dict.fromkeys(files)) == [PAIR, LONG, MANY], files
+
+
+def test_every_long_group_is_a_group_of_this_suite():
+    """A long group renamed or moved would silently fall back to xdist's place for it."""
+    groups = {"pair", "vscode"} | {
+        p.relative_to(REPO / "tests").as_posix() for p in (REPO / "tests").rglob("test_*.py")
+    }
+    assert [g for g in LONG_GROUPS if g not in groups] == []
