@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 from backend import channels, prompts
 from backend.engine import EngineArgs, Failed, Finish, GenRequest
+from backend.hooks import About
 from backend.scheduler import Scheduler
-from backend.script import Script
 from backend.settings import flag
 from k3lsp.wire import protocol
 from k3lsp.wire.bounds import FindingBounds, fit_lines
@@ -167,7 +167,7 @@ class Conversation:
     alerts: list[dict] = field(default_factory=list)  # the analyzer alerts the model is asked to triage
     refute_from: str | None = None  # the refutation turn's severity threshold; None: no refutation turn
     review: bool = False  # the unit is under review (the request's `changes`): findings may say `introduced`
-    kind: str = "audit"  # the request's kind and, for a rule, its earlier tries: what a script's entry matches
+    kind: str = "audit"  # the request's kind and, for a rule, its earlier tries: what its generations are about
     tries: int = 0
 
 
@@ -214,7 +214,6 @@ class Agent:
     config: AgentConfig
     send: Send
     ask_tool: AskTool
-    script: Script = field(default_factory=Script)
     priority: Priority = Priority.INTERACTIVE
     owner: str = ""  # the requester's identity: the engine keeps its file contexts and continuations apart
     tally: ChannelTally = field(default_factory=ChannelTally)
@@ -324,7 +323,7 @@ class Agent:
         ``budget`` counts the tokens generated since ``spent``."""
         markers = channels.Markers.of(self.tokenizer)
         for n in range(self.config.max_tool_rounds + 1):
-            generation = stats.rounds  # the request's n-th generation (what a script's n-th turn forces)
+            generation = stats.rounds  # the request's n-th generation (About.generation: a script's n-th turn)
             initial = channels.initial_state(self.tokenizer, conv.prompt)
             reader = channels.Reader(markers, initial)
             findings = FindingStream(
@@ -410,8 +409,7 @@ class Agent:
             seed=rid,
             priority=self.priority.rank,
             owner=self.owner,
-            forced=self.script.forced(self.tokenizer, unit, n, conv.kind, conv.tries),
-            fault=self.script.fault(unit, n, conv.kind, conv.tries),
+            about=About(unit, conv.kind, conv.tries, n),
         )
         self.last_rid = rid
         pace = ProgressPace()

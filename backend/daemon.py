@@ -52,7 +52,6 @@ from backend.gate import Gate
 from backend.loading import LoadProgress, ModelInfo, StillLoading, wait_loaded
 from backend.prompts import PROMPT_VERSION
 from backend.scheduler import Scheduler
-from backend.script import Script
 from backend.settings import flag
 from backend.store import ResultStore
 from k3lsp import __version__
@@ -135,7 +134,6 @@ class Daemon:
         scheduler: Scheduler | None,
         config: DaemonConfig,
         agent_config: AgentConfig,
-        script: Script | None = None,
         record: Record | None = None,
         store: ResultStore | None = None,
         *,
@@ -150,7 +148,6 @@ class Daemon:
             self.attach(scheduler)
         self.config = config
         self.agent_config = agent_config
-        self.script = script or Script()
         self.record = record  # where finished conversations go (serve --trace-file), or None
         self.store = store  # complete audits shared by every authorised client (serve --store), or None
         self.fair = FairShare(config.slots, config.interactive_reserve)
@@ -453,7 +450,6 @@ class Daemon:
                 self.agent_config,
                 send=send,
                 ask_tool=ask_tool,
-                script=self.script,
                 priority=priority,
                 owner=job.user,
                 tally=self.tally,

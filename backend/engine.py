@@ -46,6 +46,7 @@ from mlx_lm.utils import hf_repo_to_path
 from backend import decode, dist, memory, mlx_internals, prefill
 from backend.fingerprint import checkpoint_fingerprint
 from backend.guards import FinishCounter, LoopDetector
+from backend.hooks import About, EngineHooks
 from backend.loading import says_random_weights
 from backend.prompt_cache import CONTEXT, CONTINUATION, SYSTEM, PromptCache
 from backend.settings import flag
@@ -120,9 +121,8 @@ class GenRequest:
     top_p: float
     seed: int  # per-request sampler seed (identical on every rank)
     priority: int = 0  # Priority.rank of the request: interactive (0) before background (1)
-    forced: list[int] | None = None  # scripted answer: force exactly these tokens, then eos
-    fault: str | None = None  # scripted failure: its first prefill chunk raises this (fault containment tests)
     owner: str = ""  # whose request: its file contexts and continuations are cached for it alone (prompt_cache.py)
+    about: About | None = None  # what it is for (the agent's unit, kind, round): what the engine's hooks go by
 
 
 class Finish(StrEnum):
@@ -241,8 +241,10 @@ class _Counters:
 class Engine:
     """Continuous batching over one loaded model; see the module docstring."""
 
-    def __init__(self, args: EngineArgs, model=None, tokenizer=None, group=None):
+    def __init__(self, args: EngineArgs, model=None, tokenizer=None, group=None, hooks: EngineHooks | None = None):
+        """``hooks``: scripted answers and failures (backend/hooks.py), None in production."""
         self.args = args
+        self.hooks = hooks
         mlx_internals.read_kda_in_chunks(not args.sequential_kda)
         self.ranks = group.size() if group is not None else 1
         if model is None or tokenizer is None:
@@ -417,11 +419,10 @@ class Engine:
 
     def _check(self, req: GenRequest) -> tuple[str, str] | None:
         """(code, why) a request cannot run, or None."""
-        tokens = [*req.prompt, *(req.forced or [])]
         if not req.prompt:
             return ErrorCode.INTERNAL, "empty prompt"
-        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in tokens):
-            return ErrorCode.INTERNAL, f"prompt and forced tokens must be ids in 0..{self.vocab_size - 1}"
+        if not self._ids(req.prompt):
+            return ErrorCode.INTERNAL, f"prompt tokens must be ids in 0..{self.vocab_size - 1}"
         if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
             return ErrorCode.INTERNAL, f"max_tokens must be a positive integer, got {req.max_tokens!r}"
         if not isinstance(req.seed, int) or not isinstance(req.priority, int):
@@ -436,6 +437,9 @@ class Engine:
                 f"{self.max_prompt_tokens} (--max-prompt-tokens)"
             )
         return None
+
+    def _ids(self, tokens: list) -> bool:
+        return all(isinstance(t, int) and 0 <= t < self.vocab_size for t in tokens)
 
     def _apply_ends(self) -> list[GenEvent]:
         """Finish the requests cancelled or failed since the last step, wherever they are."""
@@ -520,8 +524,11 @@ class Engine:
         end = len(prompt) - 1
         stops = {s: SYSTEM if i == 0 else CONTEXT for i, s in enumerate(req.segments) if cached < s <= end}
         chunk = prefill.chunk_for(self.args.prefill_step_size, len(prompt), self.args.prefill_context)
-        reading = prefill.Reading(prompt, cache, cached, end, chunk, stops, req.fault)
-        processors = [decode.Forcing(req.forced, self.eos)] if req.forced is not None else []
+        reading = prefill.Reading(prompt, cache, cached, end, chunk, stops)
+        answer = self.hooks.answer(req, self.tokenizer) if self.hooks is not None else None
+        if answer is not None and not self._ids(answer):
+            raise ValueError(f"the hooks' answer must be token ids in 0..{self.vocab_size - 1}")
+        processors = [decode.Forcing(answer, self.eos)] if answer is not None else []
         self._live[req.rid] = _Live(
             req,
             cached,
@@ -559,7 +566,7 @@ class Engine:
         """One chunk of every request of ``group`` in one pass; the ones read. If the pass fails, each request
         of a larger group is read alone, so the one that fails on its own fails alone (its event in ``events``)."""
         try:
-            prefill.read(self.model, [live.reading for live in group])
+            self._read_pass(group)
             return group
         except Exception as e:
             if len(group) == 1:
@@ -568,11 +575,18 @@ class Engine:
         done = []
         for live in group:
             try:
-                prefill.read(self.model, [live.reading])
+                self._read_pass([live])
                 done.append(live)
             except Exception as e:
                 events.append(self._fail_now(live, "prefill", e))
         return done
+
+    def _read_pass(self, group: list[_Live]) -> None:
+        """One prefill pass over ``group``, the hooks asked first (one may fail a request here)."""
+        if self.hooks is not None:
+            for live in group:
+                self.hooks.reading(live.req)
+        prefill.read(self.model, [live.reading for live in group])
 
     def _after_chunk(self, live: _Live) -> GenEvent:
         reading = live.reading

@@ -29,10 +29,6 @@ SAFE_PREFILL_CONTEXT = 8192
 MIN_PREFILL_STEP = 256
 
 
-class ScriptedFault(RuntimeError):
-    """The failure a scripted request asked for (``GenRequest.fault``): a real error in its prefill, on every rank."""
-
-
 def chunk_for(base: int, context: int, safe_context: int = SAFE_PREFILL_CONTEXT) -> int:
     """The prefill chunk for a prompt of ``context`` tokens.
 
@@ -56,7 +52,6 @@ class Reading:
     end: int  # len(prompt) - 1: the last token is fed by the first decode step
     chunk: int
     stops: dict[int, str] = field(default_factory=dict)  # offset -> prompt-cache kind to store there
-    fault: str | None = None
     last: int = 0  # tokens read by the last chunk
 
     @property
@@ -72,9 +67,6 @@ class Reading:
 def read(model, readings: list[Reading]) -> None:
     """Advance every reading by one piece in one batched forward pass; raises if the pass fails, and then
     leaves every reading as it was (their caches are only replaced once the pass has succeeded)."""
-    for r in readings:
-        if r.fault is not None:
-            raise ScriptedFault(r.fault)
     pieces = [r.piece() for r in readings]
     batch = PromptProcessingBatch(
         model,

@@ -1,8 +1,9 @@
 """Scripted answers (`k3-backend serve --script FILE`): deterministic model output through the REAL engine.
 
 Tests and demos need to know what the model says, but a fake engine would skip the code that matters.
-A script instead picks the tokens the real engine is forced to emit (``GenRequest.forced``), so batching,
-sampling, the detokenizer, stop tokens, the tool parser and the agent loop all really run.
+A script instead picks the tokens the real engine is forced to emit, so batching, sampling, the detokenizer,
+stop tokens, the tool parser and the agent loop all really run: a ``Script`` is the engine's hooks
+(backend/hooks.py), given to the engine of every rank, and goes by what each request is for (``GenRequest.about``).
 
 File format (JSON)::
 
@@ -28,14 +29,22 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from k3lsp.wire.protocol import MAX_RULE_TRIES, REQUEST_KINDS
+
+if TYPE_CHECKING:
+    from backend.engine import GenRequest
 
 MAX_REPEAT_TOKENS = 100_000
 
 
 class ScriptError(ValueError):
     """The script file is not valid; the message says where."""
+
+
+class ScriptedFault(RuntimeError):
+    """The failure a ``{"fail": ...}`` turn asks for: a real error in the request's prefill, on every rank."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +84,13 @@ class Script:
                 return entry.turns[n] if n < len(entry.turns) else None
         return None
 
-    def forced(self, tokenizer, unit: str, n: int, kind: str = "audit", tries: int = 0) -> list[int] | None:
-        """The token ids the engine must emit for the n-th generation of the request (before eos), or None."""
-        turn = self.turn(unit, n, kind, tries)
+    def _turn_of(self, req: GenRequest) -> Turn | None:
+        about = req.about
+        return None if about is None else self.turn(about.unit, about.generation, about.kind, about.tries)
+
+    def answer(self, req: GenRequest, tokenizer) -> list[int] | None:
+        """The token ids the engine must emit for this generation (before eos), or None (hooks.EngineHooks)."""
+        turn = self._turn_of(req)
         if turn is None or isinstance(turn, Fail):
             return None
         if isinstance(turn, Repeat):
@@ -85,10 +98,11 @@ class Script:
             return (period * (turn.tokens // len(period) + 1))[: turn.tokens]
         return _encode(tokenizer, turn)
 
-    def fault(self, unit: str, n: int, kind: str = "audit", tries: int = 0) -> str | None:
-        """The failure the n-th generation of the request must raise, or None."""
-        turn = self.turn(unit, n, kind, tries)
-        return turn.message if isinstance(turn, Fail) else None
+    def reading(self, req: GenRequest) -> None:
+        """Raise ScriptedFault when this generation's turn is a failure (hooks.EngineHooks)."""
+        turn = self._turn_of(req)
+        if isinstance(turn, Fail):
+            raise ScriptedFault(turn.message)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -100,7 +114,7 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _encoded(tokenizer, text: str) -> tuple[int, ...]:
-    """A turn is encoded once, not for every generation (forced() runs on the daemon's event loop)."""
+    """A turn is encoded once, not for every generation (answer() runs in the engine's step)."""
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 

@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"k3-backend serve: {problem}", file=sys.stderr)
         return 2
     try:
-        script = load_script(args.script) if args.script else Script()
+        script = load_script(args.script) if args.script else None
     except ScriptError as exc:
         print(f"k3-backend serve: {exc}", file=sys.stderr)
         return 2
@@ -230,7 +230,7 @@ def _agent_config(args: argparse.Namespace) -> AgentConfig:
     return from_args(AgentConfig, args, budgets=effort_budgets(args.effort_tokens))
 
 
-async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int:
+async def _serve(args: argparse.Namespace, script: Script | None, ready: TextIO) -> int:
     import mlx.core as mx
 
     from backend import dist
@@ -259,7 +259,7 @@ async def _serve(args: argparse.Namespace, script: Script, ready: TextIO) -> int
         if ranks is None or group.rank() == 0:
             return await _lead(engine_args, ranks, args, script, ready)
         try:  # a follower loads on this thread: it has no socket to answer meanwhile
-            engine = _load(engine_args, ranks, args)
+            engine = _load(engine_args, ranks, args, hooks=script)
         except LoadError as exc:
             print(f"k3-backend serve: {exc}", file=sys.stderr)
             return 1
@@ -290,8 +290,9 @@ async def _stop_after_a_turn(daemon: Daemon, fail: Callable[[str], None]) -> Non
     daemon.stop()
 
 
-def _load(engine_args, group, args: argparse.Namespace, progress=None):
-    """Load the model (this rank's shard) and compile its kernels; LoadError if that fails."""
+def _load(engine_args, group, args: argparse.Namespace, progress=None, hooks: Script | None = None):
+    """Load the model (this rank's shard) and compile its kernels; LoadError if that fails. ``hooks``: the
+    ``--script``, given to every rank's engine alike."""
     from backend import dist
     from backend.engine import Engine
 
@@ -299,7 +300,7 @@ def _load(engine_args, group, args: argparse.Namespace, progress=None):
         model, tokenizer = dist.load_model(
             args.model, group, trust_remote_code=args.trust_remote_code, progress=progress, pace=args.load_pace
         )
-        engine = Engine(engine_args, model, tokenizer, group=group)
+        engine = Engine(engine_args, model, tokenizer, group=group, hooks=hooks)
         if progress is not None:
             progress.enter("warm-up")
         engine.warmup()
@@ -309,7 +310,7 @@ def _load(engine_args, group, args: argparse.Namespace, progress=None):
         raise LoadError(f"cannot load model {args.model}: {exc}") from exc
 
 
-async def _lead(engine_args, group, args: argparse.Namespace, script: Script, ready: TextIO) -> int:
+async def _lead(engine_args, group, args: argparse.Namespace, script: Script | None, ready: TextIO) -> int:
     """Rank 0 (or the only process): the ROUTER at once, the model loaded in a thread, then the scheduler."""
     from backend import dist, loading, pair
     from backend.fidelity.traces import TraceFile
@@ -342,7 +343,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
         results = (
             None
             if args.store is None
-            else store.ResultStore(args.store, args.store_max_bytes, script=script, prompt_version=PROMPT_VERSION)
+            else store.ResultStore(args.store, args.store_max_bytes, hooks=script, prompt_version=PROMPT_VERSION)
         )
     except Exception as exc:
         print(f"k3-backend serve: cannot open the result store {args.store}: {exc}", file=sys.stderr)
@@ -354,7 +355,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
         interactive_reserve=engine_args.interactive_reserve,
         security=from_args(auth.Security, args),
     )
-    daemon = Daemon(None, config, _agent_config(args), script, record, results, loading=(info, progress))
+    daemon = Daemon(None, config, _agent_config(args), record, results, loading=(info, progress))
     try:
         endpoint = daemon.bind()
     except Exception as exc:
@@ -377,7 +378,7 @@ async def _lead(engine_args, group, args: argparse.Namespace, script: Script, re
 
     def load() -> None:  # the loading thread
         try:
-            engine = _load(engine_args, group, args, progress)
+            engine = _load(engine_args, group, args, progress, hooks=script)
             if group is not None:
                 links.append(pair.Link(group, engine, args.rank_tick))
                 links[0].connect()

@@ -51,7 +51,7 @@ from typing import Any
 import platformdirs
 
 from backend.agent import AskTool, Send
-from backend.script import Script
+from backend.hooks import EngineHooks
 from k3lsp.wire.address import cut_short
 from k3lsp.wire.cache import CachedResult, ResultCache
 
@@ -89,9 +89,10 @@ def default_path() -> Path | None:
 class ResultStore:
     """Complete audit results of every client, filed by what the model saw and by whom (see the module doc)."""
 
-    def __init__(self, path: Path, max_bytes: int, *, script: Script, prompt_version: str):
+    def __init__(self, path: Path, max_bytes: int, *, hooks: EngineHooks | None, prompt_version: str):
+        """``hooks``: the engine's (a script of answers), when the model does not answer alone."""
         self._cache = ResultCache(path, max_bytes)
-        self._script = script
+        self._hooks = hooks
         self._prompt_version = prompt_version
         self.answered = 0  # audit requests answered from the store
         self.replayed = 0  # ... of which after asking their tool calls again
@@ -159,8 +160,8 @@ class ResultStore:
     def _key(self, fingerprint: str, view: str) -> str:
         """Where the results of one view are filed: the view under the answering model and the prompt version."""
         answering = fingerprint
-        if self._script.entries:  # the checkpoint forced through a script: a hash of both
-            answering = hashlib.sha256(f"{fingerprint}\0scripted\0{self._script!r}".encode()).hexdigest()
+        if self._hooks is not None:  # the checkpoint forced through a script: a hash of both
+            answering = hashlib.sha256(f"{fingerprint}\0scripted\0{self._hooks!r}".encode()).hexdigest()
         return hashlib.sha256(f"k3-backend-store-v2\0{answering}\0{self._prompt_version}\0{view}".encode()).hexdigest()
 
     async def _lookup(self, keys: list[str], mine: str, ask_tool: AskTool) -> CachedResult | None:

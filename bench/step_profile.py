@@ -52,7 +52,7 @@ PHASES = [
     ("events to the event loop", ("Scheduler._post", "Scheduler._deliver")),
     ("waiting for work", ("Scheduler._take",)),
     ("event loop in epoll (py-spy counts a short wait as running)", ("EpollSelector.select",)),
-    ("prompt render, script (worker threads)", ("_locked", "backend/prompts.py", "Script.forced")),
+    ("prompt render (worker threads), script", ("_locked", "backend/prompts.py", "Script.answer")),
     ("channel reading", ("backend/channels.py",)),
     ("finding validation", ("FindingStream.",)),
     ("progress, msgpack, send", ("Daemon._job_send", "Daemon._send", "k3lsp/wire/protocol.py", "send_multipart")),

@@ -17,7 +17,7 @@ class ClientGone(Exception):
 
 
 async def test_leaving_a_generation_early_cancels_it_before_the_error_propagates(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True), hooks=SCRIPT)
     sched = Scheduler(engine)
     cancels: list[int] = []
     real_cancel = sched.cancel
@@ -31,7 +31,7 @@ async def test_leaving_a_generation_early_cancels_it_before_the_error_propagates
     async def ask_tool(tool: str, args: dict) -> tuple[bool, str]:
         return False, "no tools here"
 
-    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool, script=SCRIPT)
+    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool)
     req = {
         "path": "a.c",
         "unit": "f",

@@ -63,7 +63,7 @@ def test_such_a_renderer_is_noticed(quirky):
 
 
 async def test_the_tool_loop_still_finishes_by_rendering_the_whole_conversation(quirky, caplog):
-    engine = Engine(EngineArgs(model=str(quirky)))
+    engine = Engine(EngineArgs(model=str(quirky)), hooks=SCRIPT)
     sched = Scheduler(engine)
     sched.start()
     sent: list[tuple[str, dict]] = []
@@ -74,7 +74,7 @@ async def test_the_tool_loop_still_finishes_by_rendering_the_whole_conversation(
     async def ask_tool(tool: str, args: dict) -> tuple[bool, str]:
         return True, "int f(void)\n{\n\treturn 0;\n}"
 
-    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool, script=SCRIPT)
+    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool)
     req = {"path": "a.c", "unit": "f", "code": "int f(void)\n{\n\treturn 0;\n}", "context": ""}
     try:
         with caplog.at_level(logging.WARNING, logger="backend.agent"):

@@ -1,8 +1,9 @@
 """The engine on the real tiny kimi_k3: batching, forced answers, cancel, loop guard, prompt-cache reuse.
 
-Answers are scripted with `GenRequest.forced`, so the real BatchGenerator, sampler (temp 1.0, top-p 0.95),
-detokenizer, stop token and tool parser all run while the output stays known. The tests that render prompts
-run on both dialects of the checkpoint (`checkpoint`); the scheduling ones on the release-shaped one.
+Answers are scripted through the engine's hooks (`FORCED`, tests/support/forcing.py), so the real BatchGenerator,
+sampler (temp 1.0, top-p 0.95), detokenizer, stop token and tool parser all run while the output stays known. The
+tests that render prompts run on both dialects of the checkpoint (`checkpoint`); the scheduling ones on the
+release-shaped one.
 """
 
 import itertools
@@ -13,6 +14,7 @@ from backend import channels, prompts
 from backend.engine import PHASES, Engine, EngineArgs, GenRequest
 from backend.prefill import chunk_for
 from tests.support.engine import drain
+from tests.support.forcing import Forced
 from tests.support.kimi import answer_tokens
 
 FINDING = {
@@ -25,11 +27,12 @@ FINDING = {
     "trace": [{"line": 1, "note": "p from caller"}, {"line": 3, "note": "sink"}],
 }
 rids = itertools.count(1)
+FORCED = Forced()  # every engine of this module answers by it
 
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    e = Engine(EngineArgs(model=str(checkpoint.path), max_tokens=512, trust_remote_code=True))
+    e = Engine(EngineArgs(model=str(checkpoint.path), max_tokens=512, trust_remote_code=True), hooks=FORCED)
     e.warmup()
     assert e.stats()["generations"] == 0 and not e.busy()  # warm-up leaves no trace
     return e
@@ -37,7 +40,7 @@ def engine(checkpoint):
 
 def new_engine(model, **args) -> Engine:
     """An engine of its own on the tiny checkpoint (whose tokenizer class is this repository's code)."""
-    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args))
+    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args), hooks=FORCED)
 
 
 def unit(tok, name: str, context: str = "#include <string.h>", path: str = "lib/unit.c") -> list[dict]:
@@ -48,7 +51,7 @@ def unit(tok, name: str, context: str = "#include <string.h>", path: str = "lib/
 
 
 def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0, temp=1.0) -> GenRequest:
-    return GenRequest(
+    return FORCED.request(
         next(rids),
         list(tokens) if tokens is not None else None,
         list(segments),
@@ -57,7 +60,7 @@ def request(tokens, segments=(), forced=None, max_tokens=256, seed=0, priority=0
         0.95,
         seed,
         priority,
-        list(forced) if forced is not None else None,
+        forced=forced,
     )
 
 

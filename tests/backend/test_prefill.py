@@ -9,8 +9,10 @@ import pytest
 from backend.engine import Engine, EngineArgs, GenRequest
 from k3lsp.wire.protocol import ErrorCode
 from tests.support.engine import drain
+from tests.support.forcing import Forced
 
 rids = itertools.count(1)
+FORCED = Forced()  # every engine of this module answers (and fails) by it
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,8 @@ def engine(tiny_model):
             prefill_context=1024,
             max_prompt_tokens=4000,
             trust_remote_code=True,
-        )
+        ),
+        hooks=FORCED,
     )
     e.warmup()
     return e
@@ -37,7 +40,7 @@ def prompt(engine: Engine, n: int, salt: str) -> list[int]:
 
 
 def request(tokens, forced, **kw) -> GenRequest:
-    return GenRequest(
+    return FORCED.request(
         next(rids), tokens, kw.pop("segments", []), kw.pop("max_tokens", 64), 1.0, 0.95, seed=7, forced=forced, **kw
     )
 
@@ -107,7 +110,7 @@ def test_a_request_whose_prefill_fails_fails_alone(engine):
 
 
 def test_a_failed_decode_step_fails_the_decoding_requests_and_the_engine_goes_on(tiny_model, monkeypatch):
-    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, trust_remote_code=True))
+    e = Engine(EngineArgs(model=str(tiny_model), max_tokens=64, trust_remote_code=True), hooks=FORCED)
     tok = e.tokenizer
     decoding = request(tok.encode("int a;"), list(range(100, 140)))
     e.submit(decoding)

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 
 from backend import prompts
-from backend.engine import Engine, EngineArgs, GenRequest
+from backend.engine import Engine, EngineArgs
 from tests.support.engine import drain
+from tests.support.forcing import Forced
 from tests.support.kimi import answer_tokens
 
 CALL = prompts.ToolCall("read_lines", {"path": "lib/file.c", "start": 1, "end": 3}, 1)
@@ -21,7 +22,7 @@ EFFORT = "low"
 
 def new_engine(model, **args) -> Engine:
     """An engine on the tiny checkpoint (whose tokenizer class is this repository's code)."""
-    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args))
+    return Engine(EngineArgs(model=str(model), trust_remote_code=True, **args), hooks=Forced())
 
 
 def unit_messages(tok, i: int) -> list[dict]:
@@ -60,7 +61,7 @@ def audit_file(engine: Engine, units: int, width: int = 8, tool_steps: int = 5) 
         answer = answer_tokens(tok, rnd.messages, prompts.AUDIT_TOOLS, EFFORT, "" if calls else "nothing", calls)
         rid = next(rids)
         open_[rid] = rnd
-        engine.submit(GenRequest(rid, rnd.prompt, rnd.segments, 256, 1.0, 0.95, rid, forced=answer[:-1]))
+        engine.submit(engine.hooks.request(rid, rnd.prompt, rnd.segments, 256, 1.0, 0.95, rid, forced=answer[:-1]))
 
     for step in range(20_000):
         while todo and len(open_) + len(later) < width:
@@ -99,13 +100,13 @@ def test_entries_are_typed_by_the_segment_they_end(tiny_model):
     e = new_engine(tiny_model, max_tokens=64)
     messages = unit_messages(e.tokenizer, 1)
     r = prompts.render(e.tokenizer, messages, prompts.AUDIT_TOOLS, EFFORT)
-    e.submit(GenRequest(1, r.tokens, r.segments, 64, 1.0, 0.95, 1, forced=e.tokenizer.encode("ok")))
+    e.submit(e.hooks.request(1, r.tokens, r.segments, 64, 1.0, 0.95, 1, forced=e.tokenizer.encode("ok")))
     drain(e)
     kinds = {k: v["n_sequences"] for k, v in e.stats()["prompt_cache"].items()}
     assert kinds == {"system": 1, "context": 1, "continuation": 1}
     # The second unit of another file: its system prefix is found, its context stored as a context.
     other = prompts.render(e.tokenizer, unit_messages(e.tokenizer, 2), prompts.AUDIT_TOOLS, EFFORT)
-    e.submit(GenRequest(2, other.tokens, other.segments, 64, 1.0, 0.95, 2, forced=e.tokenizer.encode("ok")))
+    e.submit(e.hooks.request(2, other.tokens, other.segments, 64, 1.0, 0.95, 2, forced=e.tokenizer.encode("ok")))
     out = drain(e)[2]
     assert out.stats["cached_tokens"] == other.segments[0]
     kinds = {k: v["n_sequences"] for k, v in e.stats()["prompt_cache"].items()}
@@ -173,7 +174,7 @@ def test_units_of_a_file_sent_together_read_the_shared_prefix_once(tiny_model):
     e = new_engine(tiny_model, max_tokens=64)
     rendered = units_of_one_file(e.tokenizer, 4)
     for rid, r in enumerate(rendered, 1):
-        e.submit(GenRequest(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
+        e.submit(e.hooks.request(rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok")))
     out = drain(e)
     shared = rendered[0].segments[1]
     assert all(r.segments[1] == shared for r in rendered)
@@ -191,7 +192,7 @@ def test_a_file_context_is_cached_for_its_owner_alone_the_system_prompt_for_ever
     owners = {1: "alice", 2: "bob", 3: "alice"}
     for rid, r in enumerate(rendered, 1):
         e.submit(
-            GenRequest(
+            e.hooks.request(
                 rid, r.tokens, r.segments, 64, 1.0, 0.95, rid, forced=e.tokenizer.encode("ok"), owner=owners[rid]
             )
         )

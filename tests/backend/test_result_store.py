@@ -8,7 +8,6 @@ import pytest
 
 from backend.agent import AgentConfig, seen
 from backend.dist import load_tokenizer
-from backend.script import Script
 from backend.store import MAX_REPLAYS, ResultStore
 from k3lsp.wire.protocol import EFFORTS
 
@@ -50,7 +49,7 @@ async def test_every_input_the_model_sees_is_in_the_key(tok):
 
 
 async def test_a_lookup_tries_the_askers_own_first_and_asks_a_bounded_number_of_others_again(tmp_path):
-    store = ResultStore(tmp_path / "store.sqlite3", 1 << 20, script=Script(), prompt_version="v")
+    store = ResultStore(tmp_path / "store.sqlite3", 1 << 20, hooks=None, prompt_version="v")
     asked: list[str] = []
 
     async def nothing(kind: str, **fields) -> None:

@@ -7,11 +7,12 @@ import pytest
 
 from backend.engine import Engine, EngineArgs, GenRequest, Outcome
 from backend.scheduler import Commands, Scheduler, local_exchange
+from tests.support.forcing import Forced
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True), hooks=Forced())
     engine.warmup()
     return engine
 
@@ -31,7 +32,7 @@ class FailingOnce(Engine):
 
 def request(sched: Scheduler, engine: Engine, n: int = 8, forced: list[int] | None = None) -> GenRequest:
     prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
-    return GenRequest(
+    return engine.hooks.request(
         rid=sched.new_rid(), prompt=prompt, segments=[], max_tokens=n, temp=1.0, top_p=0.95, seed=7, forced=forced
     )
 
@@ -109,7 +110,7 @@ async def test_abandoned_stream_cancels_in_the_engine(engine):
 @pytest.mark.parametrize("ranks", [1, 2])
 async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_model, ranks):
     """On a pair too: the failure is a request's, not the pair's (the other rank learns it from the outcome)."""
-    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True), hooks=Forced())
     engine.ranks = ranks
     failures: list[str] = []
     sched = Scheduler(engine, PeerRank() if ranks == 2 else local_exchange, on_failure=failures.append)
@@ -127,7 +128,7 @@ async def test_engine_exception_fails_the_requests_and_the_thread_goes_on(tiny_m
 async def test_a_collective_failing_inside_a_step_is_a_rank_failure(tiny_model):
     """A peer that dies mid-step makes the step's own collective fail first (before the next exchange): that
     is the pair's failure (the daemon answers rank_failure and exits), not the request's."""
-    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine = FailingOnce(EngineArgs(model=str(tiny_model), trust_remote_code=True), hooks=Forced())
     engine.ranks, engine.error = 2, "[ring] connection to a peer was lost"
     failures: list[str] = []
     sched = Scheduler(engine, PeerRank(), on_failure=failures.append)
@@ -171,7 +172,7 @@ class BreakingExchange:
 
 
 async def test_a_failed_turn_on_one_rank_also_cancels_the_requests_in_the_engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True), hooks=Forced())
     exchange = BreakingExchange()
     sched = Scheduler(engine, exchange)
     sched.start()
@@ -213,7 +214,7 @@ class PeerRank:
 
 
 async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_go_on(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True), hooks=Forced())
     engine.ranks = 2
     peer = PeerRank()
     failures: list[str] = []
@@ -238,7 +239,7 @@ async def test_a_request_failed_on_another_rank_fails_here_alone_and_the_others_
     ("make", "flag", "why"), [(BreakingExchange, "armed", "injected"), (PeerRank, "diverge", "out of lockstep")]
 )
 async def test_a_failed_exchange_or_ranks_out_of_lockstep_end_the_pair(tiny_model, make, flag, why):
-    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), trust_remote_code=True), hooks=Forced())
     engine.ranks = 2  # as on a pair: the other rank may not have failed the same way
     exchange = make()
     failures: list[str] = []

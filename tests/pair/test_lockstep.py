@@ -12,11 +12,12 @@ import pytest
 from backend.engine import Engine, EngineArgs, GenRequest, Outcome
 from backend.scheduler import Commands, RankFailure, Scheduler
 from tests.support.engine import drain
+from tests.support.forcing import Forced
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_concurrency=4, trust_remote_code=True), hooks=Forced())
     engine.warmup()
     return engine
 
@@ -32,7 +33,9 @@ async def _posted_events_delivered() -> None:
 
 def request(engine: Engine, rid: int, forced: list[int]) -> GenRequest:
     prompt = list(engine.tokenizer.encode("int f(int n) { return n; }"))
-    return GenRequest(rid=rid, prompt=prompt, segments=[], max_tokens=20, temp=1.0, top_p=0.95, seed=rid, forced=forced)
+    return engine.hooks.request(
+        rid=rid, prompt=prompt, segments=[], max_tokens=20, temp=1.0, top_p=0.95, seed=rid, forced=forced
+    )
 
 
 async def test_idle_leader_runs_an_empty_turn_every_tick(engine):

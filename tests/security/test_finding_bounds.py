@@ -43,7 +43,7 @@ FLOOD = LOW_BOUND + 3
 async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(tiny_model, monkeypatch, caplog):
     monkeypatch.setattr(bounds, "MAX_FINDINGS_PER_UNIT", LOW_BOUND)
     script = parse_script([{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}])
-    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True))
+    engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True), hooks=script)
     scheduler = Scheduler(engine)
     scheduler.start()
     sent: list[tuple[str, dict]] = []
@@ -54,7 +54,7 @@ async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(tiny_model
     async def no_tools(tool: str, args: dict) -> tuple[bool, str]:
         return False, "no tools here"
 
-    agent = Agent(scheduler, AgentConfig(max_tokens=2000), send, no_tools, script=script)
+    agent = Agent(scheduler, AgentConfig(max_tokens=2000), send, no_tools)
     try:
         with caplog.at_level(logging.WARNING, logger="backend.agent"):
             stats = await agent.audit(audit_fields("flood"))

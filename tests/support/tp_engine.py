@@ -10,18 +10,20 @@ import sys
 
 import mlx.core as mx
 
-from backend.engine import Engine, EngineArgs, GenRequest
+from backend.engine import Engine, EngineArgs
+from tests.support.forcing import Forced
 
 PROMPTS = ["static int counter;", "void f(char *p) { strcpy(buf, p); }", "int main(void)"]
 CANCEL_AT_STEP = 6  # request 2 is cancelled here on every rank
 
 
 def run(model: str, group) -> dict:
-    engine = Engine(EngineArgs(model=model, max_tokens=64, trust_remote_code=True), group=group)
+    forcing = Forced()  # every rank makes the same calls, so its engine answers alike
+    engine = Engine(EngineArgs(model=model, max_tokens=64, trust_remote_code=True), group=group, hooks=forcing)
     tok = engine.tokenizer
-    engine.submit(GenRequest(0, tok.encode(PROMPTS[0]), [], 20, 1.0, 0.95, seed=1))
-    engine.submit(GenRequest(1, tok.encode(PROMPTS[1]), [], 40, 1.0, 0.95, seed=2, forced=tok.encode("safe")))
-    engine.submit(GenRequest(2, tok.encode(PROMPTS[2]), [], 40, 1.0, 0.95, seed=3, forced=list(range(10, 60))))
+    engine.submit(forcing.request(0, tok.encode(PROMPTS[0]), [], 20, 1.0, 0.95, seed=1))
+    engine.submit(forcing.request(1, tok.encode(PROMPTS[1]), [], 40, 1.0, 0.95, seed=2, forced=tok.encode("safe")))
+    engine.submit(forcing.request(2, tok.encode(PROMPTS[2]), [], 40, 1.0, 0.95, seed=3, forced=list(range(10, 60))))
     texts = {0: "", 1: "", 2: ""}
     finish: dict[int, str] = {}
     for step in range(500):
