@@ -1,17 +1,17 @@
 """The model's Coccinelle rule: taken out of its answer, and refused before spatch sees it when it could run code,
 read a file, or change how spatch runs.
 
-A semantic patch is a program as much as a pattern: an ``@script:python@`` or ``@script:ocaml@`` rule runs code
-for every match, ``@initialize:...@`` and ``@finalize:...@`` run it once, a metavariable's ``script:python(...)``
-constraint runs it per binding; ``#include "x.cocci"`` and ``using "x.iso"`` read another file; a ``#spatch``
-line adds command-line options (``--include-headers``, ``--python PROG``); ``virtual`` names select rules with
-``-D``. The model writes the rule, and the model read the repository: a prompt in a comment can make it write
-any of these. So none of them is accepted, wherever it appears (a comment included: a rule is refused for a
-word it did not need rather than run for one it should not have had), and the words that make a script are
-refused alone (``script``, ``initialize``, ``finalize``, ``python``, ``ocaml``): spatch reads a rule's header
-as tokens, so ``@script``, ``:`` and ``python@`` on three lines, or with comments between them, are a script
-too. What is refused is said in one sentence naming the line, and that sentence goes back to the model as the
-reason for its next try.
+A semantic patch is a program as much as a pattern: an ``@script:python@`` or ``@script:ocaml@`` rule runs code for
+every match, ``@initialize:...@`` and ``@finalize:...@`` run it once, a metavariable's ``script:python(...)``
+constraint runs it per binding; ``#include "x.cocci"`` and ``using "x.iso"`` read another file; a ``#spatch`` line
+adds command-line options (``--include-headers``, ``--python PROG``); ``virtual`` names select rules with ``-D``.
+The model writes the rule, and the model read the repository: a prompt in a comment can make it write any of these.
+So none of them is accepted, wherever it appears (a comment included: a rule is refused for a word it did not need
+rather than run for one it should not have had), and the words that make a script or read a file are refused alone
+(``script``, ``initialize``, ``finalize``, ``python``, ``ocaml``, ``virtual``, and any ``#``): spatch reads a rule
+as tokens, so ``@script``, ``:`` and ``python@`` on three lines, or with comments between them, are a script too,
+and ``/* */ #include "x.cocci"`` includes as well as a line that starts with it. What is refused is said in one
+sentence naming the line, and that sentence goes back to the model as the reason for its next try.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a script (script:python, script:ocaml) runs code", re.compile(r"\bscript\b", re.IGNORECASE)),
     ("an @initialize or @finalize rule runs code", re.compile(r"\b(initiali[sz]e|finali[sz]e)\b", re.IGNORECASE)),
     ("Python or OCaml code is not allowed", re.compile(r"\b(python|ocaml|coccilib)\b", re.IGNORECASE)),
-    ("a line starting with # (#include, #spatch options) reads a file or sets options", re.compile(r"^\s*#")),
+    ("# (#include, #spatch options) reads a file or sets options", re.compile(r"#")),
     ('"using" reads an isomorphism file', re.compile(r"\busing\b")),
-    ('"virtual" rules select code by -D options', re.compile(r"^\s*virtual\b")),
+    ('"virtual" rules select code by -D options', re.compile(r"\bvirtual\b")),
     (
         "spatch options are not allowed in a rule",
         re.compile(r"--(include|python|parse-handler|sp-file|iso|macro|file-groups|dir|all-includes|recursive|local-)"),

@@ -38,6 +38,8 @@ HOSTILE = {
     "comment in header": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script/* x */:python@\ne << r.E;\n@@\nprint(1)\n",
     "line comment": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script // x\n:python@\ne << r.E;\n@@\nprint(1)\n",
     "comments in header": "@r@\nexpression E;\n@@\n*kfree(E);\n\n@script/**/:/**/python@\ne << r.E;\n@@\nprint(1)\n",
+    "include after a comment": '/* x */ #include "/home/me/rules.cocci"\n@@\n@@\n*kfree(...);\n',
+    "virtual after a comment": "/* x */ virtual report\n@@\n@@\n*kfree(...);\n",
     "initialize over lines": "@initialize\n:\nocaml@\n@@\nlet _ = 1\n\n@@\n@@\n*kfree(...);\n",
 }
 
