@@ -3,6 +3,7 @@ ones it was written for), and on any other version the daemon takes mlx-lm's pub
 the tiny checkpoint and one log line per override; pyproject.toml bounds mlx and mlx-lm below their next minor, the
 installed versions lie inside the bounds, and the overrides know them."""
 
+import ast
 import logging
 import subprocess
 import sys
@@ -149,3 +150,41 @@ def test_pyproject_bounds_mlx_and_mlx_lm_below_the_next_minor_around_the_version
             assert all(u.release[:2] == (installed.major, installed.minor + 1) for u in uppers), requirement
             assert requirement.specifier.contains(installed), f"{name} {installed} is outside {requirement}"
             assert all(requirement.specifier.contains(v) for versions in known for v in versions)
+
+
+def reaches_in(path: Path) -> list[str]:
+    """What a module does to mlx's or mlx-lm's private parts: a private name imported, an attribute of an mlx or
+    mlx-lm module replaced."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    theirs = {"mlx", "mlx_lm"}
+    modules = set()  # the names mlx / mlx-lm modules are bound to here
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in theirs:
+            names = [a.name for a in node.names]
+            if any(part.startswith("_") for part in node.module.split(".") + names):
+                found.append(f"line {node.lineno}: from {node.module} import {', '.join(names)}")
+            modules |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in theirs}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in modules
+                ):
+                    found.append(f"line {node.lineno}: {target.value.id}.{target.attr} replaced")
+    return found
+
+
+def test_only_mlx_internals_reaches_into_mlx_and_mlx_lm():
+    root = Path(mlx_internals.__file__).parent
+    others = {
+        str(path.relative_to(root.parent)): found
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "mlx_internals.py" and (found := reaches_in(path))
+    }
+    assert not others
+    assert len(reaches_in(root / "mlx_internals.py")) >= 4  # the overrides are all here: the check sees them
