@@ -67,8 +67,9 @@ RULE_SYSTEM_PROMPT = (
     "them.\n"
     "- Mark the lines that show the bug with * in the first column, or write the fix as - and + lines; not both.\n"
     "- It must match the finding's own lines in the unit shown.\n"
-    "- No @script, @initialize or @finalize blocks, and no #include, using or virtual lines: the rule runs without "
-    "them, and a rule with one is refused.\n"
+    "- No comments, and none of these anywhere in the rule: # (no #include), script, initialize, finalize, "
+    "python, ocaml, using or virtual. A rule runs without them (no @script, @initialize or @finalize blocks), and "
+    "one that has any is refused.\n"
     "Answer with the rule alone in one ```cocci fence. For example, a use after kfree:\n```cocci\n"
     + RULE_EXAMPLE
     + "```"

@@ -6,6 +6,7 @@ daemon answers rule requests through the editor's real client, the first try and
 prose around the fence included (the editor cuts the fence out, not the daemon).
 """
 
+import re
 import shutil
 import subprocess
 
@@ -15,6 +16,7 @@ from backend import prompts
 from backend.dist import load_tokenizer
 from backend.script import ScriptError, parse_script
 from k3lsp.core.client import ClientOptions, DaemonClient
+from k3lsp.variants.rule import check
 from tests.support.daemon import audit_fields, module_daemon
 from tests.support.kimi import turn
 
@@ -62,7 +64,7 @@ def test_the_prompt_gives_the_rules_the_finding_its_unit_and_the_earlier_tries(t
     first = tok.decode(prompts.render(tok, messages, prompts.RULE_TOOLS, "low").tokens)
     again = prompts.render(tok, retry, prompts.RULE_TOOLS, "low").tokens
     system = messages[0]["content"]
-    for rule in ("```cocci", "@script", "@initialize", "@finalize", "#include", "virtual", "* in the first column"):
+    for rule in ("```cocci", "* in the first column", "No comments"):
         assert rule in system
     assert (
         "struct x_priv;" in first and "3|\tstruct x_priv *priv = kmalloc" in first and "5|\tpriv->dev = dev;" in first
@@ -81,6 +83,14 @@ def test_the_prompt_gives_the_rules_the_finding_its_unit_and_the_earlier_tries(t
     )
     end = tok.convert_tokens_to_ids("<|end_of_msg|>")
     assert again.count(end) == prompts.render(tok, clean, prompts.RULE_TOOLS, "low").tokens.count(end)
+
+
+def test_the_prompt_names_what_the_editor_refuses_and_its_example_passes_the_editors_checks():
+    """The editor refuses a rule with any of these words, a comment included (k3lsp/variants/rule.py): the model is
+    told so before it writes one, and the one example it is shown is a rule the editor runs."""
+    for word in ("#", "script", "initialize", "finalize", "python", "ocaml", "using", "virtual"):
+        assert re.search(rf"\s{re.escape(word)}[\s,.]", prompts.RULE_SYSTEM_PROMPT), word
+    assert check(prompts.RULE_EXAMPLE) == prompts.RULE_EXAMPLE
 
 
 @pytest.mark.skipif(shutil.which("spatch") is None, reason="spatch (coccinelle) is not installed; .ci/run installs it")
