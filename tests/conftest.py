@@ -59,14 +59,15 @@ def pytest_report_header() -> str | None:
 # alone with one of them at the end (xdist's own order, most tests first, put the long groups of few tests last).
 # Beside the pair group, which runs first, the other worker starts with commands run one at a time (the signal
 # tests), not a crowd of processes: a pair's ranks miss their timeouts on a crowded machine. Every other group
-# follows, most tests first.
+# follows: those with a test that needs a daemon or an editor first (starting one takes seconds, however few the
+# tests), then the rest, most tests first within each.
 LONG_GROUPS = [
     "pair",  # 1.7 min
     "backend/test_signals.py",  # the demo, serve and fidelity record, each signalled: about 1.5 min
     "batch/test_signals.py",  # 26 commands, each signalled: about 1 min
-    "vscode",  # the VS Code workbench and the extension's build
+    "editors/test_nvim.py",  # real Neovim sessions on a daemon: 3 to 5 min alone at load 10
     "batch/test_concurrent.py",  # 16 audits, 8 reviews, 8 language servers on one daemon: about 2 min
-    "editors/test_nvim.py",
+    "vscode",  # the VS Code workbench and the extension's build
 ]
 
 
@@ -86,7 +87,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories; ``logic``:
     tests on the daemon's fake (tests/support/fake_daemon.py); ``fuzz``: hypothesis tests. Then the xdist
     groups in the order the workers take them (``--no-loadscope-reorder`` keeps it): LONG_GROUPS first, then
-    the others, most tests first."""
+    the groups with a ``daemon`` or ``editors`` test, then the rest; most tests first within each."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(worker_group(item)))
         directory = item.path.relative_to(REPO / "tests").parts[0]
@@ -100,11 +101,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if is_hypothesis_test(getattr(item, "obj", None)):
             item.add_marker("fuzz")
     counts = Counter(worker_group(item) for item in items)
+    heavy = {worker_group(item) for item in items if {"daemon", "editors"} & {m.name for m in item.iter_markers()}}
 
-    def order(item: pytest.Item) -> tuple[int, int, str]:
+    def order(item: pytest.Item) -> tuple[int, bool, int, str]:
         group = worker_group(item)
         long = LONG_GROUPS.index(group) if group in LONG_GROUPS else len(LONG_GROUPS)
-        return long, -counts[group], group
+        return long, group not in heavy, -counts[group], group
 
     items.sort(key=order)  # stable: a group's tests keep their order
 

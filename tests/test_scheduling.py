@@ -1,5 +1,6 @@
 """The order in which the two xdist workers take the test files (tests/conftest.py, ``pytest_collection_modifyitems``):
-the pair group first, then the other groups known to be long, then the rest, most tests first.
+the pair group first, then the other groups known to be long, then those that need a daemon or an editor, then the
+rest; most tests first within each.
 
 With its default ``--loadscope-reorder``, xdist sorted the groups by their number of tests and undid that order: the
 pair group (31 tests) and the long groups of few tests (the VS Code workbench, the concurrent front ends) ran
@@ -15,6 +16,7 @@ from tests.conftest import LONG_GROUPS, REPO
 
 PAIR = "tests/pair/test_supervise.py"
 LONG = "tests/batch/test_concurrent.py"  # 4 tests, about 2 minutes: LONG_GROUPS
+DAEMON = "tests/batch/test_tiny.py"  # one test, on a daemon serving the tiny checkpoint
 MANY = "tests/lsp/test_units.py"  # many quick tests
 
 
@@ -22,15 +24,16 @@ def test_xdist_keeps_the_order_the_conftest_gives(pytestconfig):
     assert pytestconfig.getoption("loadscopereorder") is False
 
 
-def test_the_pair_group_comes_first_then_the_long_groups_then_the_rest():
-    """Collected in the order given here (many quick tests first): scheduled pair, long, then many."""
+def test_the_pair_group_comes_first_then_the_long_groups_then_the_daemons_then_the_rest():
+    """Collected in the order given here (many quick tests first): scheduled pair, long, a group that starts a
+    daemon (however few its tests), then the quick ones."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "0", "--co", "-q", MANY, LONG, PAIR],
+        [sys.executable, "-m", "pytest", "-n", "0", "--co", "-q", MANY, DAEMON, LONG, PAIR],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     files = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
-    assert list(dict.fromkeys(files)) == [PAIR, LONG, MANY], files
+    assert list(dict.fromkeys(files)) == [PAIR, LONG, DAEMON, MANY], files
 
 
 def test_every_long_group_is_a_group_of_this_suite():
