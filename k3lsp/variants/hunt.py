@@ -117,10 +117,12 @@ async def write_rule(pool: Pool, origin: Origin, unit: Unit, hunt: Hunt, setting
         except (DaemonUnavailable, DaemonError) as exc:
             hunt.errors.append(f"the model could not be asked for a rule: {exc}")
             return
+        rule = answer  # what the model is shown of this try: the rule once it is out of its fence
         try:
-            rule = check(extract(answer))
+            rule = extract(answer)
+            check(rule)
         except RuleRefused as exc:
-            hunt.tries.append(asking.tried(answer, f"refused before spatch ran it: {exc}"))
+            hunt.tries.append(asking.tried(rule, f"refused before spatch ran it: {exc}"))
             continue
         why = await _tried(rule, origin, settings.bounds)
         if why is None:
