@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import mlx.core as mx
 
-    from backend import dist
+    from backend import dist, mlx_internals
 
     if args.timeout <= 0 or args.check_timeout <= 0 or min(args.bandwidth_mb) < 1:
         print("k3-backend doctor: --timeout, --check-timeout and --bandwidth-mb must be positive", file=sys.stderr)
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             for per_rank in dist.gather(local_checks(group, args.model, args.trust_remote_code), group)
             for c in per_rank
         ]
+        versions = doctor_checks.same_mlx(dist.gather(mlx_internals.report(), group))
+        checks.append(Check(versions.name, "all", versions.result, versions.ok))
         if args.model is not None:
             same = doctor_checks.same_checkpoint(dist.gather(doctor_checks.checkpoint_report(args.model), group))
             checks.append(Check(same.name, "all", same.result, same.ok))

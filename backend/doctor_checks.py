@@ -14,6 +14,9 @@ on this host:
   Every rank reports `fingerprint.checkpoint_parts` (config, index and tokenizer files by content, weight files
   by size and sampled content), and the ranks' reports are compared: the differing files are named.
 - **RDMA** (with a `jaccl` hostfile): macOS 26.2 or later, and at least one RDMA device (`ibv_devices`).
+- **Same mlx and mlx-lm.** Every rank reports its versions and whether the daemon's overrides of their internals
+  fit them (backend/mlx_internals.py: on other versions a rank takes mlx-lm's public paths, slower); ranks that
+  run different versions fail the check.
 """
 
 from __future__ import annotations
@@ -171,6 +174,14 @@ def read_rdma() -> tuple[str, str | None, list[str] | None]:
     except (OSError, subprocess.TimeoutExpired):
         devices = []
     return system, macos, devices
+
+
+def same_mlx(reports: list[str]) -> Verdict:
+    """Whether every rank runs the same mlx and mlx-lm (``reports``: each rank's ``mlx_internals.report()``)."""
+    name = "mlx and mlx-lm versions"
+    if len(set(reports)) == 1:
+        return Verdict(name, f"{reports[0]} (on {len(reports)} ranks)", True)
+    return Verdict(name, "ranks differ: " + "; ".join(f"rank {r}: {v}" for r, v in enumerate(reports)), False)
 
 
 def uses_jaccl(env: dict[str, str] | None = None) -> bool:

@@ -89,6 +89,15 @@ OVERRIDES = (COMPILED_STEP, CHUNKED_KDA, LAUNCH_SELECT, DOWNLOAD)
 _told: set[str] = set()  # the overrides whose fallback was logged: once per process each
 
 
+def report() -> str:
+    """The installed versions and whether the overrides fit them, for `k3-backend doctor` (nothing is logged)."""
+    installed = f"mlx {INSTALLED.get(MLX)}, mlx-lm {INSTALLED.get(MLX_LM)}"
+    off = [o for o in OVERRIDES if o.mismatches()]
+    if not off:
+        return f"{installed}: the overrides fit"
+    return f"{installed}: {len(off)} of {len(OVERRIDES)} overrides off, mlx-lm's public paths (slower)"
+
+
 def usable(override: Override) -> bool:
     """Whether ``override`` fits the installed versions; the first time one does not, one log line says so."""
     off = override.mismatches()

@@ -70,3 +70,12 @@ def test_checkpoint_reports_are_compared_file_by_file(tiny_model, tmp_path):
     assert "tokenizer.json (sha256 " in verdict.result and " vs missing)" in verdict.result
     missing = dc.same_checkpoint([same, dc.checkpoint_report(str(tmp_path))])
     assert not missing.ok and "rank 1: " in missing.result and "no config.json" in missing.result
+
+
+def test_the_ranks_mlx_and_mlx_lm_versions_are_compared():
+    fits = "mlx 0.32.4, mlx-lm 0.32.2: the overrides fit"
+    same = dc.same_mlx([fits, fits])
+    assert same.ok and same.result == f"{fits} (on 2 ranks)"
+    other = "mlx 0.33.0, mlx-lm 0.33.1: 4 of 4 overrides off, mlx-lm's public paths (slower)"
+    differ = dc.same_mlx([fits, other])
+    assert not differ.ok and f"rank 0: {fits}" in differ.result and f"rank 1: {other}" in differ.result

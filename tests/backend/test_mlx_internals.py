@@ -99,6 +99,16 @@ def test_asked_for_mlx_lms_own_step_and_loop_nothing_is_said(tiny_model, loaded,
     assert not caplog.records  # no override was going to be used: no fallback to tell of
 
 
+def test_doctor_is_told_the_versions_and_whether_the_overrides_fit_them(monkeypatch, caplog):
+    installed = f"mlx {mlx_internals.INSTALLED['mlx']}, mlx-lm {mlx_internals.INSTALLED['mlx-lm']}"
+    assert mlx_internals.report() == f"{installed}: the overrides fit"
+    other_versions(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=mlx_internals.__name__):
+        report = mlx_internals.report()
+    assert report == "mlx 0.99.0, mlx-lm 0.99.1: 4 of 4 overrides off, mlx-lm's public paths (slower)"
+    assert not caplog.records  # a report uses nothing: no fallback to tell of
+
+
 def test_a_local_checkpoint_is_found_alike_on_other_versions(tiny_model, caplog, monkeypatch):
     assert mlx_internals.checkpoint_dir(str(tiny_model)) == tiny_model
     other_versions(monkeypatch)

@@ -33,6 +33,7 @@ def test_doctor_passes_on_the_local_pair(tiny_model):
     assert out.count("Kimi K3 channels") == 2  # both ranks loaded the tokenizer class as serve would
     assert out.count("does not apply on Linux") == 2  # the wired-memory cap is macOS's
     assert "same checkpoint on every rank" in out and "identical on 2 ranks" in out
+    assert "mlx and mlx-lm versions" in out and "the overrides fit (on 2 ranks)" in out  # the same on both
 
 
 def test_doctor_names_the_flag_a_remote_code_tokenizer_needs(tiny_model):
