@@ -300,18 +300,9 @@ class _Audit:
             return [u for u in split if any(u.start_line <= n <= u.end_line for n in doc.units_at)], {}
         if doc.change is None:
             return list(split), {}
-        lines = text.split("\n")
-        before = {u.name: u for u in await self.service.split(doc.change.before, self.options.kernel_macros)}
-        picked, changes = [], {}
-        for unit in split:
-            mine = tuple(
-                n - unit.start_line for n in sorted(doc.change.lines) if unit.start_line < n <= unit.end_line + 1
-            )
-            if any(lines[unit.file_line(k)].strip() for k in mine):  # blank lines alone change nothing
-                preimage = before.get(unit.name)
-                picked.append(unit)
-                changes[unit.name] = Changes(mine, preimage.text if preimage else "")
-        return picked, changes
+        before = await self.service.split(doc.change.before, self.options.kernel_macros)
+        changed = changed_units(split, text.split("\n"), doc.change.lines, before)
+        return [u for u, _ in changed], {u.name: c for u, c in changed}
 
     async def scoped(self, doc: Document, text: str) -> scope.Changed | None:
         o = self.options
@@ -383,6 +374,22 @@ class _Audit:
             self.pending[doc] -= 1
             if self.pending[doc] == 0:
                 await self.tell(FileDone(doc, file))
+
+
+def changed_units(
+    split: Sequence[Unit], lines: list[str], changed: frozenset[int], before: Sequence[Unit]
+) -> list[tuple[Unit, Changes]]:
+    """The units of a file holding a line a change added or modified (``changed``: 1-based file lines of
+    ``lines``; a line of blanks alone does not count), each with its change: those lines in the unit's own
+    numbering and the function of the same name ``before`` it ("" for a new one). What a review audits."""
+    named = {u.name: u for u in before}
+    out = []
+    for unit in split:
+        mine = tuple(n - unit.start_line for n in sorted(changed) if unit.start_line < n <= unit.end_line + 1)
+        if any(lines[unit.file_line(k)].strip() for k in mine):
+            preimage = named.get(unit.name)
+            out.append((unit, Changes(mine, preimage.text if preimage else "")))
+    return out
 
 
 def _merged(summaries: Sequence[Summary]) -> Summary:

@@ -6,8 +6,9 @@ For each patch (``k3lsp.review.series.Patch``: a commit, the index, the work tre
 1. **what it changed**: every C file it leaves behind (``include``/``exclude``, ``maxFileBytes``) is split into
    units (``k3lsp.units.split``, in the post-image) and the units holding a line the patch added or modified
    (``k3lsp.git.patches.changed_lines``; a line of blanks alone does not count) are the patch's units;
-2. **with the change in view**: each goes to the audit core (``k3lsp.core.pool``: cache, daemons, tools, budgets)
-   as a :class:`~k3lsp.core.run.Target` with :class:`~k3lsp.core.run.Changes`: its changed lines (marked in the
+2. **with the change in view**: each file goes to the audit service (``k3lsp.core.service``: witnesses, cache,
+   daemons, tools, budgets, as for every front end) with its change set, and each unit the change touched is
+   audited as a :class:`~k3lsp.core.run.Target` with :class:`~k3lsp.core.run.Changes`: its changed lines (in the
    unit's gutter for the model) and the function as it was before the patch (the pre-image unit of the same
    name; none for a new function). Its cache entry is its own (``Target.key``): a reviewed unit never answers
    for the same unit audited without the change, nor the other way round;
@@ -61,10 +62,10 @@ import unidiff
 
 from k3lsp.cli import batch
 from k3lsp.cli.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Reported, Source
-from k3lsp.core import tasks
+from k3lsp.core import service, tasks
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
-from k3lsp.core.run import Changes, Counters, Target, UnitResult, describe
+from k3lsp.core.run import Counters, Target, UnitResult
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.findings.silencing import Silencers
@@ -108,12 +109,22 @@ class ReviewFinding:
 
 @dataclass(frozen=True)
 class ReviewedFile:
-    """A C file of a patch under review: its post-image and the lines the patch added or modified (1-based)."""
+    """A C file of a patch under review: its post-image, the lines the patch added or modified (1-based) and the
+    file before the patch ("" for a file it adds; the callers' files have no change)."""
 
     source: Source
     old_path: str | None
     hunks: tuple[unidiff.Hunk, ...]
     changed: frozenset[int]
+    before: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.source.lines)
+
+    def touched(self) -> list[units.Unit]:
+        """Its units the patch changed: what the audit service picks for its change set."""
+        return [u for u, _ in service.changed_units(self.source.units, self.source.lines, self.changed, ())]
 
 
 @dataclass
@@ -192,44 +203,58 @@ async def review_patches(
     if baseline is not None and baseline.error:
         report.errors.append(baseline.error)
     silencers = Silencers.of(baseline, patches[0].before if patches else None)  # what the patches add does not count
-    reviews = [plan(p, tools, repo.root, options) for p in patches]
-    if how.callers:
-        await _find_callers(reviews, tools, repo.root, options, report)
-    owners: dict[Target, list[PatchReview]] = {}  # a unit two patches leave the same is audited once
+    reviews = [plan(p, repo.root, options) for p in patches]
+    docs: dict[service.Document, tuple[PatchReview, ReviewedFile]] = {}
     for r in reviews:
-        for t in [*r.units, *r.callers]:
-            owners.setdefault(t, []).append(r)
-    changed = [t for t in owners if t.changes is not None]
-    callers = [t for t in owners if t.changes is None]
+        for path, file in r.files.items():
+            change = service.ChangeSet(file.changed, file.before)
+            docs[service.Document(repo.root / path, tools, path, text=file.text, change=change)] = (r, file)
+    if how.callers:
+        for r, path, unit in await _find_callers(reviews, tools, repo.root, options, report):
+            at = frozenset({unit.start_line})
+            doc = service.Document(repo.root / path, tools, path, r.files[path].text, at, priority=Priority.BACKGROUND)
+            docs[doc] = (r, r.files[path])
+    seen: set[int] = set()  # a unit two patches leave the same is audited once, and is one result of the review
     done = 0
 
-    def progress(note: str) -> None:
+    def progress(note: str, total: int) -> None:
         if on_progress is not None:
-            on_progress(done, len(owners), note)
+            on_progress(done, total, note)
 
-    async def audit(priority: Priority, targets: list[Target]) -> None:
+    def told(event: service.Event) -> None:
         nonlocal done
-        if not targets:
-            return
-        run = pool.audit(targets, priority=priority, force=how.force, fresh=how.fresh)
-        async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
-            done += 1
-            report.results.append(result)
-            for owner in owners[result.target]:
-                _record(owner, result, options, silencers)
-            progress("")
-        errors, warnings = batch.problems(run.summary, how.allow_incomplete)
+        if isinstance(event, service.Prepared):
+            owner = docs[event.doc][0]
+            (owner.units if event.doc.change is not None else owner.callers).extend(event.targets)
+            report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
+        elif isinstance(event, service.LookedUp):
+            done += event.hits
+            progress("", event.hits + event.misses)
+        elif isinstance(event, service.Progress):
+            done = event.done
+            progress(event.note, event.total)
+        elif isinstance(event, service.UnitDone):
+            if id(event.result) not in seen:
+                seen.add(id(event.result))
+                report.results.append(event.result)
+            owner, file = docs[event.doc]
+            _record(owner, file, event.result, options, silencers)
+        elif isinstance(event, service.FileDone) and event.outcome.error is not None:
+            report.errors.append(event.outcome.error)
+
+    job = service.Job(priority=how.priority, force=how.force, fresh=how.fresh)
+    try:
+        outcome = await tasks.until_stopped(
+            service.AuditService(pool).audit(list(docs), told, job), stop or asyncio.Event()
+        )
+        errors, warnings = batch.problems(outcome.summary, how.allow_incomplete)
         report.errors += errors
         report.warnings += warnings
-
-    progress("")
-    both = asyncio.gather(audit(how.priority, changed), audit(Priority.BACKGROUND, callers))
-    try:
-        await tasks.until_stopped(both, stop or asyncio.Event())
     except tasks.Interrupted:
         report.interrupted = True
+        units = sum(len(r.units) + len(r.callers) for r in reviews)
         report.errors.append(
-            f"interrupted: {done} of {len(owners)} units done; their results are cached, a rerun reviews only the rest"
+            f"interrupted: {done} of {units} units done; their results are cached, a rerun reviews only the rest"
         )
     for r in reviews:
         r.findings.sort(key=lambda f: (not f.introduced, f.caller, f.row.path, f.row.line, f.row.cwe))
@@ -239,8 +264,9 @@ async def review_patches(
     return report
 
 
-def plan(patch: Patch, tools: Path | None, root: Path, options: Options) -> PatchReview:
-    """The patch's C files and its changed units, each with its change."""
+def plan(patch: Patch, root: Path, options: Options) -> PatchReview:
+    """The patch's C files with a line it added or modified, each as the patch leaves it and with its change (its
+    units are the audit service's to pick: ``k3lsp.core.service.changed_units``), and notes on the others."""
     review = PatchReview(patch)
     if patch.error:
         return review
@@ -260,42 +286,29 @@ def plan(patch: Patch, tools: Path | None, root: Path, options: Options) -> Patc
             review.notes.append(f"{path}: not read (not a regular file, unreadable, or over maxFileBytes)")
             continue
         text = data.decode("utf-8", "surrogateescape")
-        split = units.split(text, options.kernel_macros)
-        source = Source(root / path, path, text.split("\n"), split)
-        changed = frozenset(n for n in changed_lines(change.hunks) if 0 < n <= len(source.lines))
+        lines = text.split("\n")
+        changed = frozenset(n for n in changed_lines(change.hunks) if 0 < n <= len(lines))
         if not changed:
             continue
-        review.files[path] = ReviewedFile(source, change.old_path, change.hunks, changed)
-        before = _units_before(patch, change.old_path, options)
-        for unit in split:
-            lines = tuple(n - unit.start_line for n in sorted(changed) if unit.start_line < n <= unit.end_line + 1)
-            if any(source.lines[unit.file_line(k)].strip() for k in lines):  # blank lines alone change nothing
-                preimage = before.get(unit.name)
-                review.units.append(
-                    Target(tools, path, unit, changes=Changes(lines, preimage.text if preimage else ""))
-                )
+        old = patch.before.read(change.old_path) if change.old_path is not None else None
+        before = old.decode("utf-8", "surrogateescape") if old is not None else ""
+        source = Source(root / path, path, lines, units.split(text, options.kernel_macros))
+        review.files[path] = ReviewedFile(source, change.old_path, change.hunks, changed, before)
     return review
 
 
-def _units_before(patch: Patch, old_path: str | None, options: Options) -> dict[str, units.Unit]:
-    data = patch.before.read(old_path) if old_path is not None else None
-    if data is None:
-        return {}
-    return {u.name: u for u in units.split(data.decode("utf-8", "surrogateescape"), options.kernel_macros)}
-
-
-def _record(review: PatchReview, result: UnitResult, options: Options, silencers: Silencers) -> None:
+def _record(
+    review: PatchReview, reviewed: ReviewedFile, result: UnitResult, options: Options, silencers: Silencers
+) -> None:
     """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced (by what the
     base of the patches had: ``k3lsp.findings.silencing``)."""
     target = result.target
     caller = target.changes is None
-    reviewed = review.files[target.path]
     changed = frozenset() if caller else reviewed.changed
     source = reviewed.source
     path = reviewed.old_path or target.path
-    after = review.patch.after
     screened = silencers.screened(
-        target.unit, result.findings, source.lines, path, reviewed.changed, after, options.min_severity
+        target.unit, result.findings, source.lines, path, reviewed.changed, review.patch.after, options.min_severity
     )
     for r, silenced, by_patch in screened:
         first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1
@@ -308,32 +321,38 @@ def _record(review: PatchReview, result: UnitResult, options: Options, silencers
 
 async def _find_callers(
     reviews: list[PatchReview], tools: Path | None, root: Path, options: Options, report: ReviewReport
-) -> None:
-    """The callers of every changed function, one hop, from the work tree (``ReviewOptions.callers``)."""
+) -> list[tuple[PatchReview, str, units.Unit]]:
+    """The callers of every changed function, one hop, from the work tree (``ReviewOptions.callers``): the review,
+    the caller's file (now among the review's files) and its unit."""
     if tools is None:
         report.warnings.append("callers: a bare repository has no work tree to search; no callers audited")
-        return
+        return []
     try:
         await asyncio.wait_for(symbols.index_for(tools).ready(), INDEX_SECONDS)
     except TimeoutError:
         report.warnings.append(f"callers: the symbol index was not built in {INDEX_SECONDS:g} s; some may be missing")
     snapshot = WorktreeSnapshot(tools, options.max_file_bytes)
+    out = []
     for review in reviews:
-        changed = {(t.path, t.unit.name) for t in review.units}
-        for name in dict.fromkeys(t.unit.name for t in review.units if t.unit.kind in ("function", "macro_body")):
+        picked = [(path, unit) for path, file in review.files.items() for unit in file.touched()]
+        changed = {(path, unit.name) for path, unit in picked}
+        found: list[tuple[str, units.Unit]] = []
+        for name in dict.fromkeys(u.name for _, u in picked if u.kind in ("function", "macro_body")):
             _, _, tags, _ = await asyncio.to_thread(sandbox.references, tools, name)
-            found = 0
+            callers = 0
             for tag in dict.fromkeys(t for t in tags if t is not None):
                 file = review.files.get(tag.path) or _caller_file(snapshot, tag.path, root, options)
                 unit = _unit_at(file, tag.line) if file is not None else None
-                if unit is None or (tag.path, unit.name) in changed or Target(tools, tag.path, unit) in review.callers:
+                if unit is None or (tag.path, unit.name) in changed or (tag.path, unit) in found:
                     continue
-                if found == MAX_CALLERS:
+                if callers == MAX_CALLERS:
                     report.warnings.append(f"callers of {name}: more than {MAX_CALLERS}; only the first audited")
                     break
-                found += 1
+                callers += 1
                 review.files.setdefault(tag.path, file)
-                review.callers.append(Target(tools, tag.path, unit))
+                found.append((tag.path, unit))
+        out += [(review, path, unit) for path, unit in found]
+    return out
 
 
 def _unit_at(file: ReviewedFile, line: int) -> units.Unit | None:

@@ -125,7 +125,7 @@ def assert_same(patch: series.Patch, tree: dict[str, bytes]) -> None:
     touched = {p for f in patch.files for p in (f.old_path, f.new_path) if p is not None}
     for path in touched | set(tree):
         assert patch.after.read(path) == tree.get(path), path
-    plan = review.plan(patch, None, Path("/r"), OPTIONS)
+    plan = review.plan(patch, Path("/r"), OPTIONS)
     for path, file in plan.files.items():
         assert file.source.lines == patches.decode(tree[path]).split("\n"), path
 
@@ -169,10 +169,10 @@ def test_a_line_with_a_form_feed_in_it_is_reviewed_as_the_one_line_git_applies(t
     assert tree["drv.c"] == patched.encode()  # git keeps every one of them inside its line
     (patch,) = reviewed(tmp_path / "src", ids[0], box)
     assert_same(patch, tree)
-    plan = review.plan(patch, None, tmp_path, OPTIONS)
+    plan = review.plan(patch, tmp_path, OPTIONS)
     line = repos.line_of(patched, "kfree(r)")
     assert line in plan.files["drv.c"].changed
-    assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"}
+    assert {u.name for f in plan.files.values() for u in f.touched()} == {"drv_read", "drv_index"}
 
 
 def test_a_commit_with_a_form_feed_in_a_line_is_reviewed_with_that_line_changed(tmp_path):
@@ -185,9 +185,9 @@ def test_a_commit_with_a_form_feed_in_a_line_is_reviewed_with_that_line_changed(
     history(tmp_path / "src", [{"drv.c": repos.DRIVER_C.encode()}, {"drv.c": patched.encode()}])
     repo = gitrepo.Repository(tmp_path / "src")
     patch = series.commit(repo, repo.commit("HEAD"), OPTIONS.wants)
-    plan = review.plan(patch, None, tmp_path, OPTIONS)
+    plan = review.plan(patch, tmp_path, OPTIONS)
     assert plan.files["drv.c"].changed == {repos.line_of(patched, "kfree(r)"), repos.line_of(patched, "return 1")}
-    assert [t.unit.name for t in plan.units] == ["drv_read"]
+    assert [u.name for u in plan.files["drv.c"].touched()] == ["drv_read"]
 
 
 def test_a_mail_naming_one_file_twice_is_applied_diff_after_diff(tmp_path):
@@ -201,8 +201,11 @@ def test_a_mail_naming_one_file_twice_is_applied_diff_after_diff(tmp_path):
     ]
     tree, patch = spliced(tmp_path, commits)
     assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()
-    plan = review.plan(patch, None, tmp_path, OPTIONS)
-    assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"}  # the removed bound is in view
+    plan = review.plan(patch, tmp_path, OPTIONS)
+    assert {u.name for f in plan.files.values() for u in f.touched()} == {
+        "drv_read",
+        "drv_index",
+    }  # the removed bound is in view
     assert repos.line_of(repos.DRIVER_PATCHED, "r->len + n") in plan.files["drv.c"].changed
 
 
@@ -332,8 +335,8 @@ def test_a_file_changed_then_deleted_in_one_mail_stays_changed_as_git_leaves_it(
     ]
     tree, patch = spliced(tmp_path, commits)
     assert tree["drv.c"] == repos.DRIVER_PATCHED.encode()
-    plan = review.plan(patch, None, tmp_path, OPTIONS)
-    assert {t.unit.name for t in plan.units} == {"drv_read", "drv_index"} and not plan.notes
+    plan = review.plan(patch, tmp_path, OPTIONS)
+    assert {u.name for f in plan.files.values() for u in f.touched()} == {"drv_read", "drv_index"} and not plan.notes
 
 
 LINE = st.text(st.sampled_from("ab{};\t " + SEPARATORS), max_size=5)
