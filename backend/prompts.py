@@ -56,6 +56,9 @@ EXPLAIN_SYSTEM_PROMPT = (
 # the one rule the model is shown is a valid one; it is not a pattern the tests plant, so it cannot answer them.
 RULE_EXAMPLE = "@@\nexpression E, F;\nidentifier fld;\n@@\n* kfree(E);\n  ... when != E = F\n* E->fld\n"
 
+# spatch matches an assignment and a declaration apart (tested): a pattern that starts with either needs both forms.
+RULE_FORMS = "(\n* x = f(...);\n|\n* T *x = f(...);\n)\n"
+
 RULE_SYSTEM_PROMPT = (
     "You are a security auditor for C code who writes Coccinelle semantic patches. Given a finding in a unit of C "
     "code, write the smallest semantic patch (.cocci) that matches the finding's pattern, so that spatch finds the "
@@ -66,7 +69,10 @@ RULE_SYSTEM_PROMPT = (
     "differ elsewhere; ... for the code between the steps of the pattern; when != X for what must not come between "
     "them.\n"
     "- Mark the lines that show the bug with * in the first column, or write the fix as - and + lines; not both.\n"
-    "- It must match the finding's own lines in the unit shown.\n"
+    "- x = f(...); does not match T *x = f(...); nor the other way round: where the pattern starts with one, write "
+    "both as a disjunction, with identifier x and type T:\n"
+    + RULE_FORMS
+    + "- It must match the finding's own lines in the unit shown.\n"
     "- No comments, and none of these anywhere in the rule: # (no #include), script, initialize, finalize, "
     "python, ocaml, using or virtual. A rule runs without them (no @script, @initialize or @finalize blocks), and "
     "one that has any is refused.\n"

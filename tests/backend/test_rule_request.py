@@ -104,6 +104,27 @@ def test_the_example_rule_the_prompt_shows_is_one_spatch_parses(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.skipif(shutil.which("spatch") is None, reason="spatch (coccinelle) is not installed; .ci/run installs it")
+def test_the_prompts_advice_on_assignments_and_declarations_is_what_spatch_does(tmp_path):
+    """spatch matches `x = f(...);` and `T *x = f(...);` apart: the disjunction the prompt shows matches both, and
+    its first branch alone only the assignment."""
+    assert prompts.RULE_FORMS in prompts.RULE_SYSTEM_PROMPT
+    (tmp_path / "a.c").write_text(
+        "void g(void)\n{\n\tstruct s *p;\n\tp = f(1);\n}\n\nvoid h(void)\n{\n\tstruct s *q = f(2);\n}\n"
+    )
+    head = "@@\nidentifier x;\ntype T;\n@@\n"
+    (tmp_path / "both.cocci").write_text(head + prompts.RULE_FORMS)
+    (tmp_path / "one.cocci").write_text(head + prompts.RULE_FORMS.split("|")[0].removeprefix("(\n"))
+
+    def marked(rule: str) -> list[str]:
+        argv = ["spatch", "--sp-file", rule, "--no-includes", "--very-quiet", "a.c"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
+        return [line[1:].strip() for line in out.splitlines() if line.startswith("-") and not line.startswith("---")]
+
+    assert marked("both.cocci") == ["p = f(1);", "struct s *q = f(2);"]
+    assert marked("one.cocci") == ["p = f(1);"]
+
+
 # --- scripts -------------------------------------------------------------------------------------------------
 
 
