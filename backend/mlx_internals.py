@@ -15,10 +15,10 @@ is listed here (``OVERRIDES``) with the exact mlx and mlx-lm versions it was wri
 test of tests/backend/test_decode.py, the agreement tests of tests/backend/test_kda.py), and checked against the
 installed versions (``INSTALLED``) each time it is about to be used. On any other version it is not used: the
 daemon takes mlx-lm's public path instead (mlx-lm's own decode step, its token loop, ``mlx.launch`` as it is,
-``huggingface_hub.snapshot_download``), slower but right, and says so in one log line per override. pyproject.toml
-bounds mlx and mlx-lm below their next minor, and tests/backend/test_mlx_internals.py fails when the installed
-versions are outside those bounds or not known here: moving to a new release is running those tests on it and
-adding its version to the overrides they pass for.
+``huggingface_hub.snapshot_download``), slower but right, and says so in one log line (the first time an override
+does not fit: it names every one that does not). pyproject.toml bounds mlx and mlx-lm below their next minor, and
+tests/backend/test_mlx_internals.py fails when the installed versions are outside those bounds or not known here:
+moving to a new release is running those tests on it and adding its version to the overrides they pass for.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ class Override:
     uses: str
     instead: str
     written_for: tuple[tuple[str, frozenset[str]], ...]  # (distribution, versions): all must hold
+
+    def versions(self) -> str:
+        """The versions it was written for, as a person reads them ("mlx 0.32.4, mlx-lm 0.32.2")."""
+        return ", ".join(f"{name} {' or '.join(sorted(versions))}" for name, versions in self.written_for)
 
     def mismatches(self) -> list[str]:
         """The installed versions this override was not written for ("mlx-lm 0.33.0"), none when it fits."""
@@ -86,28 +90,31 @@ DOWNLOAD = Override(
 )
 OVERRIDES = (COMPILED_STEP, CHUNKED_KDA, LAUNCH_SELECT, DOWNLOAD)
 
-_told: set[str] = set()  # the overrides whose fallback was logged: once per process each
+_told = False  # whether the fallback was logged: one line per process
+
+
+def _installed_line() -> str:
+    return f"mlx {INSTALLED.get(MLX)}, mlx-lm {INSTALLED.get(MLX_LM)}"
 
 
 def report() -> str:
     """The installed versions and whether the overrides fit them, for `k3-backend doctor` (nothing is logged)."""
-    installed = f"mlx {INSTALLED.get(MLX)}, mlx-lm {INSTALLED.get(MLX_LM)}"
     off = [o for o in OVERRIDES if o.mismatches()]
     if not off:
-        return f"{installed}: the overrides fit"
-    return f"{installed}: {len(off)} of {len(OVERRIDES)} overrides off, mlx-lm's public paths (slower)"
+        return f"{_installed_line()}: the overrides fit"
+    return f"{_installed_line()}: {len(off)} of {len(OVERRIDES)} overrides off, mlx-lm's public paths (slower)"
 
 
 def usable(override: Override) -> bool:
-    """Whether ``override`` fits the installed versions; the first time one does not, one log line says so."""
-    off = override.mismatches()
-    if off and override.uses not in _told:
-        _told.add(override.uses)
-        known = ", ".join(f"{name} {' or '.join(sorted(v))}" for name, v in override.written_for)
-        log.warning(
-            "%s was written for %s, not %s: using %s instead", override.uses, known, ", ".join(off), override.instead
-        )
-    return not off
+    """Whether ``override`` fits the installed versions. The first time one does not, one log line names every
+    override that does not fit, the versions it was written for and the public path taken instead."""
+    global _told
+    fits = not override.mismatches()
+    if not fits and not _told:
+        _told = True
+        off = "; ".join(f"{o.uses}, written for {o.versions()}: {o.instead}" for o in OVERRIDES if o.mismatches())
+        log.warning("%s: mlx-lm's public paths instead of %s", _installed_line(), off)
+    return fits
 
 
 def decode_generator(model, *, compiled: bool, two_streams: bool, **options):
