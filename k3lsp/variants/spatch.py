@@ -8,6 +8,9 @@ address space, CPU and wall time bounded, and under Landlock reading only the wo
 no header, the workspace's included) and no ``--include-headers``, and the files to search by absolute path,
 never ``--dir``.
 
+Each file is a group of its own (``--file-groups``): spatch's ``--timeout`` covers the files of one group together,
+so one file it cannot finish would lose the matches of every file searched with it.
+
 A match is a line spatch marks: the rule's ``*`` (or ``-``) lines come out as the removed lines of a unified
 diff against the file (spatch's context mode), read here hunk by hunk with their counts, so a source line that
 looks like a diff header is never taken for one. Over a workspace the files go to spatch in chunks, so the
@@ -29,8 +32,10 @@ from k3lsp.witnesses.analyze import UNCONFINED, find
 from k3lsp.witnesses.child import Limits, run
 
 RULE_FILE = "rule.cocci"
+GROUPS_FILE = "files"  # one file per group: spatch's --timeout covers a group, so a slow file costs only itself
 MAX_ERROR_CHARS = 800  # what of spatch's complaint goes back to the model
 _NOISE = re.compile(r"^(init_defs_builtins:|Warning: PARSING:|warning: .*(unparsable|Can't find macro))")
+_GAVE_UP = re.compile(r"^EXN: .*Timeout in (.+)$", re.MULTILINE)  # a group (one file) past spatch's --timeout
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
@@ -125,7 +130,7 @@ def marked_lines(diff: str) -> dict[Path, list[int]]:
 def search(rule: str, files: Sequence[Path], root: Path, bounds: Bounds = Bounds()) -> Scan:
     """The lines ``rule`` marks in ``files`` (absolute paths in the workspace ``root``), within ``bounds``."""
     exe, scan = executable(), Scan(total=len(files))
-    taken = list(files)[: bounds.files]
+    taken = [p for p in files if "\n" not in str(p)][: bounds.files]  # a name is a line of the groups file
     if len(files) > bounds.files:
         scan.stopped = f"the file bound: {bounds.files:,} of {len(files):,} files searched"
     deadline = time.monotonic() + bounds.seconds
@@ -139,13 +144,17 @@ def search(rule: str, files: Sequence[Path], root: Path, bounds: Bounds = Bounds
                 scan.stopped = f"the time bound: {bounds.seconds:g} s, {scan.searched:,} of {len(files):,} files"
                 break
             chunk = taken[start : start + bounds.chunk]
-            outcome = run([*argv, *map(str, chunk)], tmp, Limits(seconds=left), [root])
+            (Path(tmp) / GROUPS_FILE).write_text("\n\n".join(map(str, chunk)) + "\n", encoding="utf-8")
+            outcome = run([*argv, "--file-groups", GROUPS_FILE], tmp, Limits(seconds=left), [root])
             if outcome.timed_out:
                 scan.stopped = f"the time bound: {bounds.seconds:g} s, {scan.searched:,} of {len(files):,} files"
                 break
             scan.searched += len(chunk)
             if outcome.code != 0:
                 scan.errors.append(complaint(outcome.stderr))
+            scan.errors += [
+                f"{m[1]}: spatch gave up after {bounds.per_file} s" for m in _GAVE_UP.finditer(outcome.stderr)
+            ]
             wanted = {str(p) for p in chunk}
             for path, found in marked_lines(outcome.stdout).items():
                 if str(path) in wanted:

@@ -126,3 +126,13 @@ def test_a_script_header_split_over_lines_or_comments_runs_python_and_is_refused
     assert "K3LSP-RAN" in control.stdout + control.stderr  # spatch reads it as a script rule
     with pytest.raises(RuleRefused, match="a script"):
         check(rule)
+
+
+def test_a_file_spatch_cannot_finish_costs_only_itself(tree):
+    """spatch's --timeout covers the files of one run together: one slow file lost the matches of every file
+    searched with it (13 of 21 runs over XNU). Each file is a group of its own (--file-groups)."""
+    ifs = "".join(f"\tif (a > {i})\n\t\ta += {i};\n\telse\n\t\ta -= {i};\n" for i in range(400))
+    (tree / "fs/slow.c").write_text(f"void slow(char *p, int a)\n{{\n\tkfree(p);\n{ifs}\tkfree(p);\n}}\n")
+    scan = search(DOUBLE_KFREE, [tree / "fs/slow.c", tree / "fs/c.c"], tree, Bounds(per_file=1))
+    assert _found(scan) == {("c.c", 8)}  # the paths through slow() are too many for 1 s
+    assert scan.searched == 2 and scan.errors == [f"{tree / 'fs/slow.c'}: spatch gave up after 1 s"]
