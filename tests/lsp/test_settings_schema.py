@@ -61,3 +61,11 @@ def test_the_effective_settings_are_what_was_set():
     effective = options.effective(opts)
     assert {k: effective[k] for k in raw} == raw
     assert options.parse(effective) == (opts, [])  # what the status shows, sent back, is the same settings
+
+
+def test_each_editors_readme_names_every_setting():
+    vscode = (REPO / "editors" / "vscode" / "README.md").read_text()
+    nvim = (REPO / "editors" / "nvim" / "README.md").read_text()
+    for s in options.SETTINGS:
+        assert f"`k3lsp.{s.key}`" in vscode, f"editors/vscode/README.md does not list k3lsp.{s.key}"
+        assert re.search(rf"`{s.field}`", nvim), f"editors/nvim/README.md does not list {s.field}"
