@@ -23,6 +23,7 @@ from k3lsp.core.scope import Changed
 from k3lsp.findings import model as findings
 from k3lsp.findings import pipeline, suppress
 from k3lsp.lsp import convert, diffing
+from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
 from k3lsp.witnesses import shown as witnessed
 from k3lsp.witnesses.alert import Alert
@@ -98,6 +99,18 @@ class View:
     related_information: bool = True  # the client shows relatedInformation; otherwise the trace goes in the text
 
 
+@dataclass(frozen=True)
+class FileReport:
+    """What an audit of one document came to: the answer of ``k3lsp.auditFile`` and ``reauditFunction``."""
+
+    units: int = 0  # units audited or looked up
+    done: int = 0  # ... of which a result is known now (cached or audited)
+    findings: int = 0  # findings shown for the document afterwards
+    error: str | None = None  # why units were left, or the document could not be audited
+    incomplete: int = 0  # units whose audit was cut short
+    cancelled: bool = False  # a newer audit of the document superseded this one
+
+
 @dataclass
 class Document:
     uri: str
@@ -114,6 +127,7 @@ class Document:
     silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
     alerts: list[Alert] = field(default_factory=list)  # the witnesses' alerts for its current text (file lines)
     changed: Changed | None = None  # scope changed: its lines the work tree changed (k3lsp.core.scope); None: scope all
+    split: tuple[tuple[str, Macros], tuple[Unit, ...]] | None = None  # the last split (text, macros) and its units
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
         notices = self.notices if notices is None else notices

@@ -19,7 +19,7 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 from k3lsp import __version__
 from k3lsp.core.client import DaemonClient
 from k3lsp.core.connection import TransportFactory
-from k3lsp.lsp import actions, variants
+from k3lsp.lsp import actions, variants, workspace
 from k3lsp.lsp.session import Session
 from k3lsp.wire import ending, sanitize
 
@@ -128,7 +128,7 @@ def create(transport: TransportFactory = DaemonClient) -> LanguageServer:
 
     @server.command("k3lsp.auditWorkspace")
     async def audit_workspace(ls: LanguageServer) -> dict:
-        return asdict(await session.audit_workspace())
+        return asdict(await workspace.audit(session))
 
     @server.command("k3lsp.status")
     async def status(ls: LanguageServer) -> dict:

@@ -1,8 +1,10 @@
 """The language server's state and behaviour; ``server.py`` only routes LSP messages here.
 
 One session per server process: the settings, the documents, and how results reach the client. The audits
-themselves run in the audit core (``k3lsp.core.pool``): the session is one of its front ends, turning a document's
-units into targets and the results into diagnostics. Results reach the client in exactly one way per client:
+themselves run in the audit service (``k3lsp.core.service``: text, units, witnesses, scope, targets, the run): the
+session is one of its front ends, handing it a document and turning its events into diagnostics, messages and
+progress. A result is shown with the units of the split its audit started from (the whole file is not sent to the
+splitter again while its text is the same). Results reach the client in exactly one way per client:
 pushed (``publishDiagnostics``), or pulled (``textDocument/diagnostic``) when the client can both pull and be
 told to pull again (``workspace/diagnostic/refresh``). Neovim 0.11 pulls only on open and on change, never
 after a save, so without refresh support an audit's results would never reach it.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +27,22 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from k3lsp.core import options, scope, tasks
+from k3lsp.core import options, scope, service, tasks
 from k3lsp.core.client import DaemonClient, DaemonError
 from k3lsp.core.connection import DaemonState, DaemonUnavailable, TransportFactory
 from k3lsp.core.pool import Pool
-from k3lsp.core.run import Target, describe
+from k3lsp.core.run import Target
+from k3lsp.core.service import AuditService, Event, FileDone, Job, LookedUp, Prepared, Progress, UnitDone
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.lsp import actions, convert, progress, workspace
-from k3lsp.lsp.documents import Document, Silenced, View, alert_notices, notices, present
-from k3lsp.units import split as units
+from k3lsp.lsp.documents import Document, FileReport, Silenced, View, alert_notices, notices, present
 from k3lsp.units.split import Unit
 from k3lsp.units.splitting import Splitter
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import ConnState, Priority
-from k3lsp.witnesses import shown as witnessed
-from k3lsp.witnesses.analyze import analyze, available
+from k3lsp.witnesses.analyze import available
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +75,6 @@ def hover_style(caps: lsp.ClientCapabilities) -> findings.HoverStyle:
     ours = experimental.get("k3lsp")
     shows = isinstance(ours, dict) and ours.get("hoverShowsDiagnostics") is True
     return findings.HoverStyle(markdown=markdown, shows_diagnostic=shows)
-
-
-@dataclass(frozen=True)
-class FileReport:
-    """What an audit of one document came to: the answer of ``k3lsp.auditFile`` and ``reauditFunction``."""
-
-    units: int = 0  # units audited or looked up
-    done: int = 0  # ... of which a result is known now (cached or audited)
-    findings: int = 0  # findings shown for the document afterwards
-    error: str | None = None  # why units were left, or the document could not be audited
-    incomplete: int = 0  # units whose audit was cut short
-    cancelled: bool = False  # a newer audit of the document superseded this one
 
 
 def witness_status(configured: tuple[str, ...]) -> dict[str, str]:
@@ -126,10 +115,11 @@ class Session:
         self._pending_errors: list[str] = []  # initializationOptions' settings problems
         self._read_errors: list[str] = []  # the last workspace/configuration read's settings problems
         self._told: set[str] = set()  # the settings problems in force: each is shown once, not at every read
-        self._told_witness: set[tuple[str, str]] = set()  # a witness that cannot run is said once per reason
+        self._told_witness: set[str] = set()  # a witness that cannot run is said once per reason
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = Splitter()
+        self.service = AuditService(self.pool, split=self._splitter.split)
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -268,21 +258,30 @@ class Session:
                 lsp.PublishDiagnosticsParams(uri=doc.uri, diagnostics=doc.diagnostics())
             )
 
-    async def split(self, text: str) -> tuple[Unit, ...]:
-        """The units of a text, split in the splitter's own process (``k3lsp.units.splitting``: never on the event
-        loop, nor in a thread of this process, whose parse would hold the GIL)."""
-        return await self._splitter.split(text, self.options.kernel_macros)
+    async def units(self, doc: Document, text: str) -> tuple[Unit, ...]:
+        """The units of the document's text: those of its last split while the text and ``kernelMacros`` are the
+        same (an audit's own split, kept for every result it shows), else a new split in the splitter's own process
+        (``k3lsp.units.splitting``: never on the event loop, nor in a thread of this process, whose parse would hold
+        the GIL)."""
+        asked = (text, self.options.kernel_macros)
+        if doc.split is None or doc.split[0] != asked:
+            doc.split = (asked, await self._splitter.split(*asked))
+        return doc.split[1]
 
     async def republish(self, doc: Document) -> None:
         """Derive what is shown from the stored results for the document's current text, and send it."""
         text = await self.text(doc)
         if text is None:
             return
-        split = await self.split(text)
+        split = await self.units(doc, text)
         shown, silenced = present(doc.uri, text, split, doc.results, self.view())
         alerted, quiet = alert_notices(text, split, doc.results, doc.alerts, self.view())
         doc.silenced = silenced + quiet
-        doc.changed = await self.scoped(doc, text)
+        o = self.options
+        with_scope = o.scope == scope.CHANGED  # the document's lines the work tree changed since the base, or None
+        doc.changed = (
+            await asyncio.to_thread(scope.changed, doc.path, text, o.base_ref, o.max_file_bytes) if with_scope else None
+        )
         if doc.changed is not None:  # scope changed: only what lies on lines the work tree changed
             changed = doc.changed
             shown = [s for s in shown if changed.meets(s.diagnostic.range.start.line, s.diagnostic.range.end.line)]
@@ -290,14 +289,6 @@ class Session:
         doc.show(shown, notices(split, doc.refusals) + alerted)
         self.publish(doc)
         self._state_changed(self.pool.state)  # the silenced counts in the status may have changed
-
-    async def scoped(self, doc: Document, text: str) -> scope.Changed | None:
-        """With scope changed, the document's lines the work tree changed since the base (read off the event
-        loop); None with scope all."""
-        if self.options.scope != scope.CHANGED:
-            return None
-        o = self.options
-        return await asyncio.to_thread(scope.changed, doc.path, text, o.base_ref, o.max_file_bytes)
 
     def scope_note(self) -> str:
         return scope.describe(self.options.scope, [d.changed.base for d in self.docs.values() if d.changed])
@@ -388,44 +379,39 @@ class Session:
         """Findings from earlier audits (another session, before a restart) without a save: a cache lookup only,
         at once, under what is known of the daemons; they are contacted in the background meanwhile."""
         await self.ready()
-        targets = await self._targets(doc)
-        if targets is None:
-            return
-        for hit in self.pool.cached(targets, Priority.INTERACTIVE):
-            doc.record(hit.unit.key, hit.findings, hit.refusal)
-        await self.republish(doc)
+
+        async def told(event: Event) -> None:
+            if isinstance(event, Prepared):
+                await self.prepared(doc, event)
+            elif isinstance(event, UnitDone):
+                doc.record(event.result.unit.key, event.result.findings, event.result.refusal)
+
+        outcome = await self.service.audit([self.audited(doc)], told, Job(baseline=self.baseline, cached_only=True))
+        if not any(f.error for f in outcome.files.values()):
+            await self.republish(doc)
         if not self._closing:
             await self.pool.reach()
 
-    async def _targets(self, doc: Document) -> list[Target] | None:
-        """The document's units as targets; None (and a note) when it cannot be audited."""
-        text = await self.text(doc)
-        if text is None or len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
-            return None
-        split = await self.split(text)
-        await self._witness(doc, text)
-        return [Target(doc.root, doc.relpath, u, alerts=witnessed.for_unit(doc.alerts, u)) for u in split]
+    def audited(self, doc: Document, line: int | None = None) -> service.Document:
+        """The document as the audit service takes it: the editor's text when it is open (else the file's), and
+        with ``line`` only the unit there."""
+        at = None if line is None else frozenset({line})
+        return service.Document(doc.path, doc.root, doc.relpath, text=self.editor_text(doc), units_at=at)
 
-    async def _witness(self, doc: Document, text: str) -> None:
-        """Run the configured witnesses over the text (off the event loop; cached by content) and show their
-        alerts at once, whatever the daemons' state: the model's triage of them comes with its audit."""
-        if not self.options.witnesses:
-            doc.alerts = []
-            return
-        report = await asyncio.to_thread(analyze, doc.path, text, doc.root, self.options.witnesses, self.cache)
-        for ran in report.runs:
-            if ran.problem is not None and (ran.tool, ran.problem) not in self._told_witness:
-                self._told_witness.add((ran.tool, ran.problem))
-                self.message(f"witness {ran.tool}: {ran.problem}", lsp.MessageType.Warning)
-        if report.outside and ("outside", doc.relpath) not in self._told_witness:
-            self._told_witness.add(("outside", doc.relpath))  # once per file: a hostile include repeats each save
-            self.message(
-                f"witnesses: {report.outside} alert(s) on {doc.relpath} left out: they named a place outside the "
-                "workspace, which the analyzers may not read (docs/witnesses.md)",
-                lsp.MessageType.Warning,
-            )
-        doc.alerts = report.alerts
-        await self.republish(doc)
+    async def prepared(self, doc: Document, ready: Prepared) -> None:
+        """What the audit service prepared for a document: its split kept, the splitter's fallback and the witnesses'
+        problems said (each once), their alerts shown at once, whatever the daemons' state (the model's triage of
+        them comes with its audit)."""
+        doc.split = ((ready.text, self.options.kernel_macros), ready.units)
+        if ready.note is not None:
+            self.message(f"{doc.relpath}: {ready.note}", lsp.MessageType.Warning)
+        for note in ready.witness_notes():
+            if note not in self._told_witness:  # once: a hostile include repeats at each save
+                self._told_witness.add(note)
+                self.message(note, lsp.MessageType.Warning)
+        doc.alerts = ready.witnessed.alerts if ready.witnessed is not None else []
+        if ready.witnessed is not None:
+            await self.republish(doc)
 
     def spawn(self, coro: Any, what: str) -> asyncio.Task:
         """A task the session owns: cancelled at shutdown, its failures logged as one line (``k3lsp.core.tasks``)."""
@@ -463,48 +449,41 @@ class Session:
 
     async def _audit(self, doc: Document, priority: Priority, line: int | None) -> FileReport:
         await self.ready()
-        text = await self.text(doc)
-        if text is None:
-            return FileReport(error=f"cannot read {doc.relpath}")
-        if len(text.encode("utf-8", "surrogatepass")) > self.options.max_file_bytes:
-            note = f"{doc.relpath} is larger than maxFileBytes ({self.options.max_file_bytes}); not audited"
-            self.message(note, lsp.MessageType.Warning)
-            return FileReport(error=note)
-        all_units = await self.split(text)
-        note = units.fallback_note(all_units)
-        if note is not None:
-            self.message(f"{doc.relpath}: {note}", lsp.MessageType.Warning)
-        await self._witness(doc, text)
-        todo = [
-            Target(doc.root, doc.relpath, u, alerts=witnessed.for_unit(doc.alerts, u))
-            for u in all_units
-            if line is None or u.start_line <= line <= u.end_line
-        ]
-        changed = await self.scoped(doc, text) if line is None else None
-        if changed is not None:  # scope changed: units untouched since the base are not sent
-            todo = [t for t in todo if changed.touches(t.unit)]
         forced = line is not None
-        run = self.pool.audit(todo, priority=priority, force=forced, fresh=forced)
-        done = 0
-        for hit in await run.lookup():
-            done += 1
-            doc.record(hit.unit.key, hit.findings, hit.refusal)
-        if run.misses:  # progress only for real work: a no-op save stays one message
-            await self.republish(doc)  # the cached part now, the rest as it arrives
-            total = len(run.misses)
-            async with self.progress_bar(f"k3 audit {doc.relpath}", total) as report:
-                results = run.audited(lambda unit, message: report(run.summary.audited, describe(unit, message)))
-                async for result in results:
-                    doc.record(result.unit.key, result.findings, result.refusal)
-                    report(run.summary.audited, f"{run.summary.audited}/{total} units ({result.unit.name})")
-                    await self.republish(doc)
-            done += run.summary.audited
-        else:
-            async for _ in run.audited():  # nothing left to audit: the summary closes
-                pass
-        summary = run.summary
+        job = Job(priority, force=forced, fresh=forced, baseline=self.baseline)
+        asked = self.audited(doc, line)
+        async with contextlib.AsyncExitStack() as stack:
+            report: progress.Report | None = None  # progress only for real work: a no-op save stays one message
+            audited = misses = 0
+            split: tuple[Unit, ...] = ()
+
+            async def told(event: Event) -> None:
+                nonlocal report, audited, misses, split
+                if isinstance(event, Prepared):
+                    split = event.units
+                    await self.prepared(doc, event)
+                elif isinstance(event, LookedUp) and event.misses:
+                    await self.republish(doc)  # the cached part now, the rest as it arrives
+                    misses = event.misses
+                    report = await stack.enter_async_context(self.progress_bar(f"k3 audit {doc.relpath}", misses))
+                elif isinstance(event, UnitDone):
+                    r = event.result
+                    doc.record(r.unit.key, r.findings, r.refusal)
+                    if not r.cached and report is not None:
+                        audited += 1
+                        report(audited, f"{audited}/{misses} units ({r.unit.name})")
+                        await self.republish(doc)
+                elif isinstance(event, Progress) and event.note and report is not None:
+                    report(audited, event.note)
+                elif isinstance(event, FileDone) and event.outcome.error is not None:
+                    self.message(event.outcome.error, lsp.MessageType.Warning)
+
+            outcome = await self.service.audit([asked], told, job)
+        file, summary = outcome.files[asked], outcome.summary
+        if file.error is not None:
+            return FileReport(error=file.error)
         if line is None and summary.complete:
-            doc.keep_results_for(all_units)
+            doc.keep_results_for(split)
         await self.republish(doc)
         if summary.incomplete:
             names = ", ".join(f"{r.unit.name} ({r.cut_short})" for r in summary.incomplete)
@@ -514,15 +493,16 @@ class Session:
                 lsp.MessageType.Warning,
             )
         return FileReport(
-            units=len(todo),
-            done=done,
+            units=file.units,
+            done=file.done,
             findings=len(doc.shown),
             error=summary.unavailable if summary.left else None,
-            incomplete=len(summary.incomplete),
+            incomplete=file.incomplete,
         )
 
-    async def audit_workspace(self) -> workspace.WorkspaceReport:
-        return await workspace.audit(self)
+    def open_paths(self) -> set[Path]:
+        """The files open in the editor."""
+        return {Path(to_fs_path(uri) or uri) for uri in self.ls.workspace.text_documents}
 
     @property
     def closing(self) -> bool:

@@ -2,10 +2,14 @@
 
 The files come in the order a person wants them: the files open in the editor, then the rest by when they
 last changed, newest first. ``maxWorkspaceFiles`` bounds how many (0: no bound); what a bound leaves out is
-said in one message. The file list is walked off the event loop. A file's audit is an ordinary run of the
-audit core at background priority, a few files at once so the daemons always have units to batch; the
-server keeps a document only for files with something to show (a finding or a refusal), so 50,000 files
-audited cost 50,000 cache rows and no more server memory than their findings.
+said in one message. The file list is walked off the event loop. A file's audit is an ordinary job of the
+audit service (``k3lsp.core.service``) at background priority, witnesses included, a few files at once so the
+daemons always have units to batch; the server keeps a document only for files with something to show (a finding,
+a refusal or an analyzer's alert), so 50,000 files audited cost 50,000 cache rows and no more server memory than
+their findings. An open file goes through the editor's own audit (its task, its text, its messages).
+
+The session hands itself in as an :class:`Editor`: what this module needs of it, named here, so the session imports
+this module and never the other way round.
 
 Cancelling its progress in the editor (``window/workDoneProgress/cancel``) stops the work and answers the request
 with what was done and ``cancelled``: the files are audited in a task of their own, which the progress cancels,
@@ -17,20 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lsprotocol import types as lsp
-from pygls.uris import from_fs_path, to_fs_path
+from pygls.uris import from_fs_path
 
+from k3lsp.core import service
 from k3lsp.core.options import Options, admitted_files
-from k3lsp.core.run import Target
-from k3lsp.units import split as units
+from k3lsp.core.service import AuditService, Event, Job, Prepared, UnitDone
+from k3lsp.findings import suppress
+from k3lsp.lsp import progress
+from k3lsp.lsp.documents import Document, FileReport
 from k3lsp.wire.protocol import Priority
-
-if TYPE_CHECKING:
-    from k3lsp.lsp.session import Session
 
 SHUTTING_DOWN = "the server is shutting down"
 FILES_AT_ONCE = 4  # files whose units are queued together: enough for the daemons to batch, few enough to stop
@@ -44,6 +49,31 @@ class WorkspaceReport:
     error: str | None = None
     left_out: int = 0  # files beyond maxWorkspaceFiles, not audited
     cancelled: bool = False  # the editor cancelled its progress: ``files`` were done by then
+
+
+class Editor(Protocol):
+    """What the workspace audit needs of the language server's session (``k3lsp.lsp.session.Session``)."""
+
+    root: Path | None
+    options: Options
+    baseline: suppress.Baseline | None
+    service: AuditService
+    docs: dict[str, Document]
+
+    @property
+    def closing(self) -> bool: ...
+
+    def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None: ...
+
+    def progress_bar(self, title: str, total: int) -> AbstractAsyncContextManager[progress.Report]: ...
+
+    async def prepared(self, doc: Document, ready: Prepared) -> None: ...
+
+    async def republish(self, doc: Document) -> None: ...
+
+    async def audit_and_wait(self, uri: str, *, priority: Priority = Priority.INTERACTIVE) -> FileReport: ...
+
+    def open_paths(self) -> set[Path]: ...
 
 
 def ordered_files(root: Path, options: Options, open_paths: set[Path]) -> list[Path]:
@@ -80,21 +110,22 @@ class _Tally:
     stop: str | None = None  # why the audit stopped early: no daemon is usable
 
 
-async def audit(session: Session) -> WorkspaceReport:
-    root = session.root
-    if session.closing:
+async def audit(editor: Editor) -> WorkspaceReport:
+    """Audit the workspace's files, those open in the editor first."""
+    root = editor.root
+    if editor.closing:
         return WorkspaceReport(error=SHUTTING_DOWN)
     if root is None:
         return WorkspaceReport(error="no workspace folder is open")
-    opened = {Path(to_fs_path(uri) or uri) for uri in session.ls.workspace.text_documents}
-    files = await asyncio.to_thread(ordered_files, root, session.options, opened)
-    bound = session.options.max_workspace_files
+    opened = editor.open_paths()
+    files = await asyncio.to_thread(ordered_files, root, editor.options, opened)
+    bound = editor.options.max_workspace_files
     left_out = max(0, len(files) - bound) if bound else 0
     if left_out:
-        session.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
+        editor.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
         files = files[:bound]
     tally = _Tally()
-    work = asyncio.ensure_future(_audit_files(session, root, files, tally))
+    work = asyncio.ensure_future(_audit_files(editor, root, files, opened, tally))
     try:
         await work
     except asyncio.CancelledError:
@@ -102,58 +133,63 @@ async def audit(session: Session) -> WorkspaceReport:
         if task is not None and task.cancelling():  # we were cancelled ourselves, not the progress
             raise
         return WorkspaceReport(files=tally.files, left_out=left_out, cancelled=True)
-    error = SHUTTING_DOWN if session.closing else tally.stop
+    error = SHUTTING_DOWN if editor.closing else tally.stop
     return WorkspaceReport(files=tally.files, error=error, left_out=left_out)
 
 
-async def _audit_files(session: Session, root: Path, files: list[Path], tally: _Tally) -> None:
+async def _audit_files(editor: Editor, root: Path, files: list[Path], opened: set[Path], tally: _Tally) -> None:
     """The files, a few at a time, under the cancellable progress; counted in ``tally`` as they end."""
-    async with session.progress_bar("k3 audit workspace", len(files)) as report:
+    async with editor.progress_bar("k3 audit workspace", len(files)) as report:
         queue: asyncio.Queue[Path] = asyncio.Queue()
         for path in files:
             queue.put_nowait(path)
 
         async def worker() -> None:
-            while not queue.empty() and tally.stop is None and not session.closing:
+            while not queue.empty() and tally.stop is None and not editor.closing:
                 path = queue.get_nowait()
-                error, incomplete = await audit_file(session, root, path)
+                if path in opened:
+                    error, incomplete = (await editor.audit_and_wait(_uri(path), priority=Priority.BACKGROUND)).error, 0
+                else:
+                    error, incomplete = await audit_closed(editor, root, path)
                 tally.files += 1
                 tally.incomplete += incomplete
                 report(tally.files, f"{tally.files}/{len(files)} files ({path.relative_to(root).as_posix()})")
-                if error is not None and not session.pool.state.state.usable:
+                if error is not None and not editor.service.pool.state.state.usable:
                     tally.stop = error
 
         await asyncio.gather(*(worker() for _ in range(FILES_AT_ONCE)))
     if tally.incomplete:
-        session.message(
+        editor.message(
             f"k3 workspace audit: {tally.incomplete:,} units were cut short (findings there may be missing); not "
             "cached, they are audited again next time.",
             lsp.MessageType.Warning,
         )
 
 
-async def audit_file(session: Session, root: Path, path: Path) -> tuple[str | None, int]:
-    """One file of a workspace audit: (why units were left, if they were; units cut short). An open document
-    goes through the editor's own audit (its task, its text, its messages)."""
-    uri = from_fs_path(str(path)) or path.as_uri()
-    if uri in session.ls.workspace.text_documents:
-        report = await session.audit_and_wait(uri, priority=Priority.BACKGROUND)
-        return report.error, 0
-    try:
-        text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return f"cannot read {path}: {exc}", 0
+def _uri(path: Path) -> str:
+    return from_fs_path(str(path)) or path.as_uri()
+
+
+async def audit_closed(editor: Editor, root: Path, path: Path) -> tuple[str | None, int]:
+    """One file the editor has not opened: (why units were left or it was not audited, if so; units cut short). It
+    becomes a document of the session only with something to show, or when the session had one for it."""
+    uri = _uri(path)
     relpath = path.relative_to(root).as_posix()
-    split = await session.split(text)
-    note = units.fallback_note(split)
-    if note is not None:
-        session.message(f"{relpath}: {note}", lsp.MessageType.Warning)
-    run = session.pool.audit([Target(root, relpath, u) for u in split], priority=Priority.BACKGROUND)
-    results = [r async for r in run.audited()]
-    if any(r.findings or r.refusal for r in results) or uri in session.docs:  # only files with something to show
-        doc = session.document(uri)
-        for r in results:
-            doc.record(r.unit.key, r.findings, r.refusal)
-        await session.republish(doc)
-    summary = run.summary
-    return (summary.unavailable if summary.left else None), len(summary.incomplete)
+    kept = editor.docs.get(uri)
+    doc = kept or Document(uri, path, root, relpath)
+
+    async def told(event: Event) -> None:
+        if isinstance(event, Prepared):
+            await editor.prepared(doc, event)  # its notes said, its split kept, its alerts
+        elif isinstance(event, UnitDone):
+            doc.record(event.result.unit.key, event.result.findings, event.result.refusal)
+
+    audited = service.Document(path, root, relpath)
+    outcome = await editor.service.audit([audited], told, Job(Priority.BACKGROUND, baseline=editor.baseline))
+    file, summary = outcome.files[audited], outcome.summary
+    if file.error is not None:
+        return file.error, 0
+    if kept is not None or any(doc.results.values()) or doc.refusals or doc.alerts:
+        editor.docs[uri] = doc
+        await editor.republish(doc)
+    return (summary.unavailable if summary.left else None), file.incomplete
