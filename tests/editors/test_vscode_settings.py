@@ -43,8 +43,10 @@ def test_defaults_as_sent_parse_to_the_server_defaults():
     assert parsed == options.Options()
 
 
-@pytest.mark.parametrize(("key", "values"), [("trigger", options.TRIGGERS), ("minSeverity", options.SEVERITIES),
-                                             ("thinkingEffort", options.THINKING_EFFORTS)])
+@pytest.mark.parametrize(
+    ("key", "values"),
+    [("trigger", options.TRIGGERS), ("minSeverity", options.SEVERITIES), ("thinkingEffort", options.THINKING_EFFORTS)],
+)
 def test_enums_match_the_server(key, values):
     assert tuple(_server_properties()[key]["enum"]) == values
     for value in values:
