@@ -12,11 +12,11 @@ import shutil
 import pytest
 
 from backend import prompts
-from backend.agent import Agent, AgentConfig
+from backend.agent import AgentConfig
 from backend.dist import load_tokenizer
 from backend.engine import Engine, EngineArgs
-from backend.scheduler import Scheduler
 from backend.script import parse_script
+from tests.support.agent import recording_agent
 from tests.support.kimi import finding, turn
 
 READ = ("read_lines", {"path": "a.c", "start": 1, "end": 4})
@@ -64,23 +64,14 @@ def test_such_a_renderer_is_noticed(quirky):
 
 async def test_the_tool_loop_still_finishes_by_rendering_the_whole_conversation(quirky, caplog):
     engine = Engine(EngineArgs(model=str(quirky)), hooks=SCRIPT)
-    sched = Scheduler(engine)
-    sched.start()
-    sent: list[tuple[str, dict]] = []
-
-    async def send(kind: str, **fields) -> None:
-        sent.append((kind, fields))
 
     async def ask_tool(tool: str, args: dict) -> tuple[bool, str]:
         return True, "int f(void)\n{\n\treturn 0;\n}"
 
-    agent = Agent(sched, AgentConfig(max_tokens=2000, deadline=120), send, ask_tool)
     req = {"path": "a.c", "unit": "f", "code": "int f(void)\n{\n\treturn 0;\n}", "context": ""}
-    try:
+    async with recording_agent(engine, AgentConfig(max_tokens=2000, deadline=120), ask_tool) as (agent, sent):
         with caplog.at_level(logging.WARNING, logger="backend.agent"):
             stats = await agent.audit(req)
-    finally:
-        await sched.close()
     assert [f["finding"] for k, f in sent if k == "finding"] == [finding()]
     assert stats["finish_reason"] == "stop" and stats["tool_calls"] == 1 and stats["rounds"] == 2
     assert "re-rendering the whole conversation" in caplog.text

@@ -15,9 +15,8 @@ import logging
 
 import pytest
 
-from backend.agent import Agent, AgentConfig
+from backend.agent import AgentConfig
 from backend.engine import Engine, EngineArgs
-from backend.scheduler import Scheduler
 from backend.script import parse_script
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
@@ -25,6 +24,7 @@ from k3lsp.core.run import Target
 from k3lsp.units import split as units
 from k3lsp.wire import bounds, cache
 from tests.support import kimi
+from tests.support.agent import recording_agent
 from tests.support.batch import run_k3lsp
 from tests.support.core import audit
 from tests.support.daemon import audit_fields
@@ -44,22 +44,13 @@ async def test_the_daemon_sends_at_most_the_bound_and_counts_the_rest(tiny_model
     monkeypatch.setattr(bounds, "MAX_FINDINGS_PER_UNIT", LOW_BOUND)
     script = parse_script([{"unit": "flood", "turns": [kimi.turn(*[("report_finding", SMALL)] * FLOOD)]}])
     engine = Engine(EngineArgs(model=str(tiny_model), max_tokens=2000, trust_remote_code=True), hooks=script)
-    scheduler = Scheduler(engine)
-    scheduler.start()
-    sent: list[tuple[str, dict]] = []
-
-    async def send(kind: str, **fields) -> None:
-        sent.append((kind, fields))
 
     async def no_tools(tool: str, args: dict) -> tuple[bool, str]:
         return False, "no tools here"
 
-    agent = Agent(scheduler, AgentConfig(max_tokens=2000), send, no_tools)
-    try:
+    async with recording_agent(engine, AgentConfig(max_tokens=2000), no_tools) as (agent, sent):
         with caplog.at_level(logging.WARNING, logger="backend.agent"):
             stats = await agent.audit(audit_fields("flood"))
-    finally:
-        await scheduler.close()
     found = [fields["finding"] for kind, fields in sent if kind == "finding"]
     assert stats["finish_reason"] == "stop" and stats["rounds"] == 1  # the whole flood was generated, once
     assert len(found) == LOW_BOUND and stats["findings"] == LOW_BOUND
