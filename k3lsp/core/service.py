@@ -162,6 +162,7 @@ class UnitDone:
     doc: Document
     result: UnitResult
     findings: tuple[Screened, ...]
+    first: bool = True  # the first document told of this result (a unit two documents share): count it here
 
 
 @dataclass(frozen=True)
@@ -340,8 +341,8 @@ class _Audit:
     async def result(self, result: UnitResult, progress: bool = False) -> None:
         """A unit's result told to each document that owns it (and, from a daemon, as progress), then counted."""
         self.done += 1
-        for doc in self.owners[result.target]:
-            await self.tell(UnitDone(doc, result, self.screened(self.prepared[doc], result)))
+        for n, doc in enumerate(self.owners[result.target]):
+            await self.tell(UnitDone(doc, result, self.screened(self.prepared[doc], result), first=n == 0))
         if progress:
             await self.tell(Progress(self.done, len(self.owners), ""))
         await self.ended(result.target, result)

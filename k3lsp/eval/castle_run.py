@@ -1,5 +1,5 @@
-"""CASTLE through the audit core: each program written out under its blind name, split into units like any C file,
-audited, and its findings scored as the authors score a tool's report.
+"""CASTLE through the audit service: each program written out under its blind name, audited like any C file (split,
+witnessed, screened), and its findings scored as the authors score a tool's report.
 
 Each program is a workspace of its own (``programs/<hash>/<hash>.c`` in the output directory): the model's tools
 read its own file and nothing else, as each LLM of the paper saw one program at a time; the files stay there, so
@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3lsp.core.options import Options
-from k3lsp.core.run import Summary, Target, UnitResult
+from k3lsp.core.run import Summary, UnitResult
+from k3lsp.core.service import Document, Event, Prepared, UnitDone
 from k3lsp.eval import castle_score, castle_witnesses, running
 from k3lsp.eval.castle import Dataset, Program
 from k3lsp.eval.castle_score import Reported, Score, TestResult
 from k3lsp.eval.cost import Cost
 from k3lsp.eval.matrix import Configuration
-from k3lsp.findings import pipeline
-from k3lsp.units import split as units
-from k3lsp.witnesses import shown
 from k3lsp.witnesses.analyze import Report
 
 
@@ -33,6 +31,7 @@ class Finding(Reported):
 
     end_line: int = 0
     title: str = ""
+    message: str = ""
 
 
 @dataclass
@@ -59,65 +58,56 @@ def write_programs(programs: Sequence[Program], directory: Path) -> None:
             file.write_bytes(data)
 
 
-def programs_as_targets(programs: Sequence[Program], directory: Path) -> dict[Target, Program]:
-    """Write each program into a workspace of its own under ``directory`` and split it into units."""
-    write_programs(programs, directory)
-    out: dict[Target, Program] = {}
-    for program in programs:
-        root = castle_witnesses.program_file(program, directory).parent
-        for unit in units.split(program.code):
-            out[Target(root, program.name, unit)] = program
-    return out
-
-
-def findings_by_test(results: Sequence[UnitResult], by_target: dict[Target, Program]) -> dict[str, list[Finding]]:
-    """Every program's findings, in program lines, through the findings pipeline (every severity: the scorer
-    applies the authors' filter)."""
-    out: dict[str, list[Finding]] = {}
-    for r in results:
-        program = by_target[r.target]
-        lines = program.code.split("\n")
-        found = out.setdefault(program.test_id, [])
-        for rep, silenced in pipeline.screened(r.unit, r.findings, lines, "info"):
-            if silenced is not None:  # refuted by the model (or suppressed in the source): not reported
-                continue
-            f = rep.finding
-            start, end = r.unit.file_line(f.start_line) + 1, r.unit.file_line(f.end_line) + 1
-            found.append(Finding(start, f.cwe, f.severity, end_line=end, title=f.title))
-    return out
-
-
 async def run(dataset: Dataset, configurations: Sequence[Configuration], plan: running.Plan) -> list[CastleOutcome]:
-    """Every configuration on the same units, one after the other (so each is timed alone). A configuration with
-    witnesses sends each unit with the alerts on its lines (the analyzers run once per set of them)."""
+    """Every configuration on the same programs, one after the other (so each is timed alone), each program a
+    document of the audit service: with witnesses, each unit is sent with the alerts on its lines."""
     directory = plan.out / "programs"
     programs = dataset.programs()
-    plain = programs_as_targets(programs, directory)
-    witnessed: dict[tuple[str, ...], tuple[dict[str, str], dict[str, Report]]] = {}
+    write_programs(programs, directory)
     outcomes = []
     for i, configuration in enumerate(configurations):
         names = configuration.options.witnesses
-        by_target, problems, versions = plain, [], {}
-        if names:
-            if names not in witnessed:
-                ran = dict(castle_witnesses.installed(names))
-                witnessed[names] = ran, await castle_witnesses.reports(programs, directory, names, plan)
-            versions, found = witnessed[names]
-            by_target = {
-                replace(t, alerts=shown.for_unit(found[p.test_id].alerts, t.unit)): p for t, p in plain.items()
-            }
-            problems = castle_witnesses.problems(found)
-        targets = list(by_target)
+        versions = dict(castle_witnesses.installed(names)) if names else {}
+        docs = {}
+        for program in programs:
+            file = castle_witnesses.program_file(program, directory)
+            docs[Document(file, file.parent, program.name, text=program.code)] = program
+        found: dict[str, list[Finding]] = {}
+        witnessed: dict[str, Report] = {}
+
+        def told(event: Event, docs=docs, found=found, witnessed=witnessed) -> None:
+            if isinstance(event, Prepared) and event.witnessed is not None:
+                witnessed[docs[event.doc].test_id] = event.witnessed
+            elif isinstance(event, UnitDone):
+                found.setdefault(docs[event.doc].test_id, []).extend(reported(event))
+
         async with running.pool(configuration, plan) as p:
-            audited = await running.audit(p, targets, plan, i * len(targets), len(targets) * len(configurations))
-        score, tests = castle_score.score(dataset, findings_by_test(audited.results, by_target))
+            audited = await running.audit(p, list(docs), plan, told, i, len(configurations))
+        score, tests = castle_score.score(dataset, found)
+        test_of = {p.name: p.test_id for p in programs}
         per_test: dict[str, list[UnitResult]] = {}
         for r in audited.results:
-            per_test.setdefault(by_target[r.target].test_id, []).append(r)
+            per_test.setdefault(test_of[r.target.path], []).append(r)
         costs = {test_id: Cost.of(rs) for test_id, rs in per_test.items()}
-        cost = Cost.of(audited.results)
-        outcomes.append(CastleOutcome(configuration, score, tests, cost, costs, audited, problems, versions))
+        problems = castle_witnesses.problems(witnessed)
+        outcomes.append(
+            CastleOutcome(configuration, score, tests, Cost.of(audited.results), costs, audited, problems, versions)
+        )
     return outcomes
+
+
+def reported(event: UnitDone) -> list[Finding]:
+    """A unit's findings the findings pipeline reports (every severity unless the settings say otherwise: the scorer
+    applies the authors' filter), in program lines; refuted or suppressed ones are not reported."""
+    unit = event.result.unit
+    return [
+        Finding(
+            unit.file_line(r.finding.start_line) + 1, r.finding.cwe, r.finding.severity,
+            end_line=unit.file_line(r.finding.end_line) + 1, title=r.finding.title, message=r.finding.message,
+        )
+        for r, silenced in event.findings
+        if silenced is None
+    ]  # fmt: skip
 
 
 async def alone(dataset: Dataset, base: Options, names: Sequence[str], plan: running.Plan) -> list[CastleOutcome]:

@@ -1,4 +1,4 @@
-"""One configuration's run over the audit core, measured: every unit audited afresh unless the run resumes.
+"""One configuration's run over the audit service, measured: every unit audited afresh unless the run resumes.
 
 An eval measures, so it never takes an answer it did not ask for: the pool's lookup is skipped (``force``) and the
 daemon is asked not to answer from its team result store (``fresh``). Every unit's complete result still goes into
@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
 from k3lsp.core.replies import Welcome
-from k3lsp.core.run import Summary, Target, UnitResult, describe
+from k3lsp.core.run import Summary, UnitResult
+from k3lsp.core.service import AuditService, Document, Event, Job, Listener, LookedUp, Progress, UnitDone
 from k3lsp.eval.matrix import Configuration
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
@@ -67,19 +68,31 @@ def welcome_of(p: Pool) -> Welcome | None:
     return next((c.welcome for c in p.connections if c.welcome is not None), None)
 
 
-async def audit(p: Pool, targets: Sequence[Target], plan: Plan, done_before: int = 0, total: int = 0) -> Audited:
-    """Audit ``targets`` as one background run of ``p``; progress counts from ``done_before`` of ``total``."""
+async def audit(
+    p: Pool, docs: Sequence[Document], plan: Plan, told: Listener, done_before: int = 0, runs: int = 1
+) -> Audited:
+    """Audit ``docs`` as one background job of the audit service on ``p``, every unit afresh unless the run resumes;
+    ``told`` gets the service's events. Progress counts this job's units as the ``done_before``-th of ``runs``
+    alike (the configurations of one eval, each over the same units)."""
     started = time.monotonic()
-    run = p.audit(targets, priority=Priority.BACKGROUND, force=not plan.resume, fresh=True)
     results: list[UnitResult] = []
-    total = total or len(targets)
+    total = 0
 
-    def progress(note: str) -> None:
+    def progress(done: int, note: str) -> None:
         if plan.on_progress is not None:
-            plan.on_progress(done_before + len(results), total, note)
+            plan.on_progress(done_before * total + done, runs * total, note)
 
-    progress("")
-    async for result in run.audited(lambda unit, message: progress(describe(unit, message))):
-        results.append(result)
-        progress("")
-    return Audited(results, run.summary, welcome_of(p), time.monotonic() - started)
+    def listen(event: Event) -> Awaitable[None] | None:
+        nonlocal total
+        if isinstance(event, LookedUp):
+            total = event.hits + event.misses
+            progress(event.hits, "")
+        elif isinstance(event, Progress):
+            progress(event.done, event.note)
+        elif isinstance(event, UnitDone) and event.first:
+            results.append(event.result)
+        return told(event)
+
+    job = Job(priority=Priority.BACKGROUND, force=not plan.resume, fresh=True)
+    outcome = await AuditService(p).audit(docs, listen, job)
+    return Audited(results, outcome.summary, welcome_of(p), time.monotonic() - started)

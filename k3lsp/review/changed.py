@@ -214,7 +214,6 @@ async def review_patches(
             at = frozenset({unit.start_line})
             doc = service.Document(repo.root / path, tools, path, r.files[path].text, at, priority=Priority.BACKGROUND)
             docs[doc] = (r, r.files[path])
-    seen: set[int] = set()  # a unit two patches leave the same is audited once, and is one result of the review
     done = 0
 
     def progress(note: str, total: int) -> None:
@@ -234,8 +233,7 @@ async def review_patches(
             done = event.done
             progress(event.note, event.total)
         elif isinstance(event, service.UnitDone):
-            if id(event.result) not in seen:
-                seen.add(id(event.result))
+            if event.first:  # a unit two patches leave the same is audited once: one result of the review
                 report.results.append(event.result)
             owner, file = docs[event.doc]
             _record(owner, file, event.result, options, silencers)
