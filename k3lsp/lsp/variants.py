@@ -11,7 +11,6 @@ counts, and the counts are said in a message.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
@@ -34,9 +33,9 @@ def _range(line: int, column: int, end_line: int, end_column: int) -> lsp.Range:
     return lsp.Range(lsp.Position(line - 1, column - 1), lsp.Position(end_line - 1, end_column - 1))
 
 
-def diagnostic(row: Reported, origin: Origin) -> lsp.Diagnostic:
-    """A confirmed variant, related to the finding it is a variant of."""
-    here = lsp.Location(origin.path.as_uri(), _range(origin.line, 1, origin.end_line + 1, 1))
+def diagnostic(row: Reported, origin: Origin, origin_uri: str) -> lsp.Diagnostic:
+    """A confirmed variant, related to the finding it is a variant of (in the document ``origin_uri``)."""
+    here = lsp.Location(origin_uri, _range(origin.line, 1, origin.end_line + 1, 1))
     return lsp.Diagnostic(
         range=_range(row.line, row.column, row.end_line, row.end_column),
         message=f"{row.title}\n{row.message}\n(a variant of {origin.rel}:{origin.line}: {origin.title})",
@@ -64,21 +63,22 @@ async def find(session: Session, uri: str, fingerprint: str) -> dict | None:
     async with session.progress_bar(f"k3 variants of CWE-{f.cwe}", 0) as report:
         found = await hunting.hunt(session.pool, origin, settings, lambda step: report(0, step))
     rows = [r for c in found.candidates if c.verdict == "confirmed" for r in c.rows if r.verdict != "refuted"]
-    _publish(session, origin, rows)
-    counts = {v: found.count(v) for v in ("confirmed", "refuted", "untriaged", "failed")}
+    shown_at = [((doc.root / r.uri).as_uri(), r) for r in rows]  # URIs as the client names the workspace's files
+    _publish(session, [(u, diagnostic(r, origin, uri)) for u, r in shown_at])
+    counts = found.counts()
     said = ", ".join(f"{n} {v}" for v, n in counts.items())
     problems = "".join(f"\n{e}" for e in found.errors)
     kind = lsp.MessageType.Error if found.errors else lsp.MessageType.Info
-    session.message(f"Variants of {f.title}: {len(found.candidates)} candidates, {said}{problems}", kind)
+    session.message(f"Variants of {f.title}: {said}{problems}", kind)
     rule = None if found.rule_path is None else str(found.rule_path)
-    variants = [{"uri": (origin.root / r.uri).as_uri(), "line": r.line, "title": r.title} for r in rows]
-    return {"rule": rule, "candidates": len(found.candidates), **counts, "errors": found.errors, "variants": variants}
+    variants = [{"uri": u, "line": r.line, "title": r.title} for u, r in shown_at]
+    return {"rule": rule, **counts, "errors": found.errors, "variants": variants}
 
 
-def _publish(session: Session, origin: Origin, rows: list[Reported]) -> None:
+def _publish(session: Session, shown: list[tuple[str, lsp.Diagnostic]]) -> None:
     by_uri: dict[str, list[lsp.Diagnostic]] = {}
-    for row in rows:
-        by_uri.setdefault((origin.root / Path(row.uri)).as_uri(), []).append(diagnostic(row, origin))
+    for uri, diagnostic_ in shown:
+        by_uri.setdefault(uri, []).append(diagnostic_)
     for uri, variants in by_uri.items():
         pushed = uri in session.docs and not session.pull  # a client that pulls keeps pushed ones apart
         own = session.docs[uri].diagnostics() if pushed else []

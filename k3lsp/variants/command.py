@@ -27,7 +27,6 @@ from k3lsp.wire import sanitize, supplied
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import MAX_RULE_TRIES
 
-VERDICTS = ("confirmed", "refuted", "untriaged", "failed")
 MAX_RETRIES = MAX_RULE_TRIES - 1  # a rule request carries every earlier try
 MAX_RULE_FILE_BYTES = 64 * 1024
 
@@ -118,10 +117,6 @@ def _read_rule(path: Path) -> str:
         raise OSError(f"--rule {path}: {exc.strerror or exc}") from exc
 
 
-def counts(found: hunting.Hunt) -> dict[str, int]:
-    return {"candidates": len(found.candidates)} | {v: found.count(v) for v in VERDICTS}
-
-
 def _scanned(found: hunting.Hunt) -> str:
     scan = found.scan
     if scan is None:
@@ -142,7 +137,7 @@ def print_text(found: hunting.Hunt, out: TextIO) -> None:
     for c in found.candidates:
         why = f": {c.reason}" if c.reason else ""
         print(sanitize.line(f"{c.rel}:{c.line}: {c.unit.name}: {c.verdict}{why}"), file=out)
-    print("k3lsp variants: " + ", ".join(f"{v} {k}" for k, v in counts(found).items()), file=out)
+    print("k3lsp variants: " + ", ".join(f"{v} {k}" for k, v in found.counts().items()), file=out)
 
 
 def to_json(found: hunting.Hunt) -> dict:
@@ -162,5 +157,5 @@ def to_json(found: hunting.Hunt) -> dict:
         "findings": [r for r in rows if r["verdict"] != "refuted"],
         "refuted": [r for r in rows if r["verdict"] == "refuted"],
         "errors": found.errors,
-        "stats": counts(found),
+        "stats": found.counts(),
     }  # fmt: skip

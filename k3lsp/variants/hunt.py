@@ -38,6 +38,7 @@ from k3lsp.witnesses.alert import Alert
 
 TOOL = "variants"  # the alerts' tool: what marks a finding as a variant's verdict
 RULES_DIR = Path(".k3lsp") / "variants"
+VERDICTS = ("confirmed", "refuted", "untriaged", "failed")  # what a candidate came to (Candidate.verdict)
 DEFAULT_RETRIES = 2  # rules after the first one, each told what was wrong with the last
 OWN_FILE_SECONDS = 30.0  # a rule's try on the finding's own file: bounds of its own, not the workspace search's
 
@@ -74,6 +75,10 @@ class Hunt:
 
     def count(self, verdict: str) -> int:
         return sum(c.verdict == verdict for c in self.candidates)
+
+    def counts(self) -> dict[str, int]:
+        """The candidates, and how many of them each verdict has (the reports' counts)."""
+        return {"candidates": len(self.candidates)} | {v: self.count(v) for v in VERDICTS}
 
 
 Say = Callable[[str], None]
