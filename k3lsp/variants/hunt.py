@@ -196,7 +196,7 @@ def alert(origin: Origin, line: int) -> Alert:
     return Alert.of(TOOL, "variant", line, text, origin.cwe)
 
 
-def _judge(candidate: Candidate, raws: list[dict]) -> list[dict]:
+def judge(candidate: Candidate, raws: list[dict]) -> list[dict]:
     """The variant's findings among a unit's (those carrying its alert's verdict), and its verdict from them."""
     mine = [f for f in raws if isinstance(f.get("witness"), dict) and f["witness"].get("tool") == TOOL]
     for f in mine:
@@ -218,7 +218,7 @@ async def triage(pool: Pool, origin: Origin, hunt: Hunt, sources: dict[Path, Sou
             by_target[outcome.target].reason = f"not audited ({outcome.code}): {outcome.message}"
         elif isinstance(outcome, UnitResult):
             candidate = by_target[outcome.target]
-            mine = _judge(candidate, outcome.findings)
+            mine = judge(candidate, outcome.findings)
             rows = reported(by_rel[candidate.rel], candidate.unit, mine, settings.min_severity, baseline)
             candidate.rows = [r for r in rows if r.suppression in (None, pipeline.REFUTED)]
         elif isinstance(outcome, Target):  # left: no daemon could take it
