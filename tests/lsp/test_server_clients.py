@@ -133,13 +133,13 @@ async def test_every_action_is_a_quick_fix_so_kind_filters_offer_them(fake, root
         every = await actions(None)
         quick = await actions([lsp.CodeActionKind.QuickFix])
         refactors = await actions([lsp.CodeActionKind.Refactor])
-    assert len(every) == 5 and all(isinstance(a, lsp.CodeAction) for a in every), every
+    assert len(every) == 6 and all(isinstance(a, lsp.CodeAction) for a in every), every
     assert {a.kind for a in every} == {lsp.CodeActionKind.QuickFix}
     assert all(a.diagnostics and a.diagnostics[0].code == "CWE-787" for a in every)
     assert [a.title for a in quick] == [a.title for a in every]
     assert refactors == []
     commands = {a.command.command for a in every if a.command}
-    assert commands == {"k3lsp.explain", "k3lsp.suppressInBaseline", "k3lsp.reauditFunction"}
+    assert commands == {"k3lsp.explain", "k3lsp.findVariants", "k3lsp.suppressInBaseline", "k3lsp.reauditFunction"}
 
 
 async def test_status_says_what_is_true_and_the_backend_status_has_its_figures(daemon, root, tmp_path):
