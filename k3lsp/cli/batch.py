@@ -29,21 +29,10 @@ from typing import TextIO
 from k3lsp.cli import findings_text
 from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
-from k3lsp.core import tasks
+from k3lsp.core import service, tasks
 from k3lsp.core.options import Options
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
 from k3lsp.core.run import Counters, Summary
-from k3lsp.core.service import (
-    AuditService,
-    Document,
-    Event,
-    FileDone,
-    Job,
-    LookedUp,
-    Prepared,
-    Progress,
-    UnitDone,
-)
 from k3lsp.findings import pipeline, suppress
 from k3lsp.findings.spans import Range
 from k3lsp.units import split as units
@@ -171,7 +160,9 @@ async def audit_paths(
     pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
     report.by_backend = dict.fromkeys(options.endpoints, 0)
     try:
-        summary = await _run(AuditService(pool), report, sources, baseline, stop or asyncio.Event(), on_progress)
+        summary = await _run(
+            service.AuditService(pool), report, sources, baseline, stop or asyncio.Event(), on_progress
+        )
     finally:
         await pool.close()
     _summarise(report, summary, allow_incomplete)
@@ -182,7 +173,7 @@ async def audit_paths(
 
 
 async def _run(
-    service: AuditService,
+    audits: service.AuditService,
     report: BatchReport,
     sources: list[Source],
     baseline: suppress.Baseline,
@@ -190,37 +181,37 @@ async def _run(
     on_progress: Callable[[int, int, str], None] | None,
 ) -> Summary | None:
     """The tree's files as one background job of the audit service; None when ``stop`` ended it first."""
-    docs = {Document(s.path, report.root, s.rel, text="\n".join(s.lines)): s for s in sources}
+    docs = {service.Document(s.path, report.root, s.rel, text="\n".join(s.lines)): s for s in sources}
     done = 0
 
     def progress(note: str, total: int) -> None:
         if on_progress is not None:
             on_progress(done, total, note)
 
-    def told(event: Event) -> None:
+    def told(event: service.Event) -> None:
         nonlocal done
-        if isinstance(event, Prepared):
+        if isinstance(event, service.Prepared):
             report.units += len(event.targets)
             report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
-        elif isinstance(event, LookedUp):
+        elif isinstance(event, service.LookedUp):
             done += event.hits
             progress("", event.hits + event.misses)
-        elif isinstance(event, Progress):
+        elif isinstance(event, service.Progress):
             done = event.done
             progress(event.note, event.total)
-        elif isinstance(event, UnitDone):
+        elif isinstance(event, service.UnitDone):
             result = event.result
             if result.endpoint is not None:
                 report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
             rows = [row(docs[event.doc], r, why) for r, why in event.findings]
             report.findings += [r for r in rows if r.suppression is None]
             report.silenced += [r for r in rows if r.suppression is not None]
-        elif isinstance(event, FileDone) and event.outcome.error is not None:
+        elif isinstance(event, service.FileDone) and event.outcome.error is not None:
             report.errors.append(event.outcome.error)
 
-    job = Job(priority=Priority.BACKGROUND, baseline=baseline, bounded=False)  # admission said what it takes
+    job = service.Job(priority=Priority.BACKGROUND, baseline=baseline, bounded=False)  # admission said what it takes
     try:
-        outcome = await tasks.until_stopped(service.audit(list(docs), told, job), stop)
+        outcome = await tasks.until_stopped(audits.audit(list(docs), told, job), stop)
     except tasks.Interrupted:
         report.interrupted = True
         report.errors.append(

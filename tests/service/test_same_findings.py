@@ -20,23 +20,13 @@ from lsprotocol import types as lsp
 
 from k3lsp.witnesses.analyze import analyze, find
 from tests.eval import castle_data
+from tests.lsp.test_witnesses import SOURCE  # cppcheck's two alerts, on lines 6 and 8
 from tests.review import repos
 from tests.support import kimi
 from tests.support.batch import k3lsp
 from tests.support.daemon import module_daemon
 from tests.support.lsp import editor
 
-SOURCE = """#include <stdlib.h>
-int f(void)
-{
-\tchar buf[8];
-\tchar *p = malloc(16);
-\tbuf[9] = 0;
-\tfree(p);
-\tfree(p);
-\treturn buf[0];
-}
-"""
 NAME = "bug.c"
 OVERFLOW, DOUBLE_FREE = 6, 8  # 1-based file lines of cppcheck's alerts A1 and A2 (function f starts on line 2)
 OVERFLOW_REASON = "buf holds 8 bytes and index 9 is past them"
