@@ -17,6 +17,7 @@ from backend.dist import load_tokenizer
 from backend.script import ScriptError, parse_script
 from k3lsp.core.client import ClientOptions, DaemonClient
 from k3lsp.variants.rule import check
+from k3lsp.wire import protocol
 from tests.support.daemon import audit_fields, module_daemon
 from tests.support.kimi import turn
 
@@ -175,6 +176,8 @@ async def test_a_scripted_daemon_writes_the_rule_of_each_try_through_the_client(
         first = [m async for m in client.stream("rule", fields())]
         retry = [m async for m in client.stream("rule", fields(tries=TRIES))]
         audit = [m async for m in client.stream("audit", audit_fields("x_probe", code=CODE))]
+        oversize = [{"rule": "x" * (protocol.MAX_RULE_CHARS + 1), "outcome": "did not match line 5"}]
+        refused = [m async for m in client.stream("rule", fields(tries=oversize))]
     for messages, answer in ((first, FIRST), (retry, SECOND)):
         assert messages[-1]["kind"] == "done" and messages[-1]["stats"]["finish_reason"] == "stop"
         assert "".join(m["text"] for m in messages if m["kind"] == "text") == answer  # the prose too, no reasoning
@@ -187,3 +190,6 @@ async def test_a_scripted_daemon_writes_the_rule_of_each_try_through_the_client(
     ] * 2
     assert "did not match line 5" in sessions[1]["messages"][-2]["content"]
     assert "did not match" not in sessions[0]["messages"][-2]["content"]
+    (error,) = refused  # refused before any work, in one sentence naming the field; no session
+    assert error["kind"] == "error" and error["code"] == "bad_request"
+    assert error["message"] == f"tries[0].rule: longer than {protocol.MAX_RULE_CHARS} characters"
