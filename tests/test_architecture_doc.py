@@ -148,6 +148,33 @@ def test_every_file_module_and_test_the_map_names_exists():
     assert not wrong, "docs/architecture.md names what is not in the tree:\n" + "\n".join(wrong)
 
 
+def tabled(doc: str) -> dict[str, set[str]]:
+    """The modules each section's table names in its first column, by the directory the section is about."""
+    out: dict[str, set[str]] = {}
+    for name in named(doc):
+        if name.section is not None and name.text.endswith(".py") and "/" not in name.text:
+            line = doc.splitlines()[name.line - 1]
+            if line.startswith("| ") and f"`{name.text}`" in line.split(" | ")[0]:
+                out.setdefault(str(name.section.relative_to(REPO)), set()).add(name.text)
+    return out
+
+
+def unmapped(doc: str) -> list[str]:
+    """Each module of a package of k3lsp or of backend that no table of its section names."""
+    table = tabled(doc)
+    modules = [*(REPO / "k3lsp").glob("*/*.py"), *(REPO / "backend").rglob("*.py")]
+    return sorted(
+        str(m.relative_to(REPO))
+        for m in modules
+        if m.name != "__init__.py" and m.name not in table.get(str(m.parent.relative_to(REPO)), set())
+    )
+
+
+def test_every_module_has_its_row_in_its_packages_table():
+    missing_rows = unmapped(DOC.read_text())
+    assert not missing_rows, f"docs/architecture.md's code map has no row for {missing_rows}"
+
+
 def test_every_package_of_k3lsp_has_its_section_in_the_code_map():
     headed = {f"{m}/".replace("//", "/") for m in HEADING.findall(DOC.read_text())}
     unmapped = [package for package in packages() if package not in headed]
@@ -181,6 +208,10 @@ def test_a_name_that_moved_is_caught():
     assert undefined("`Pool`, `Pool.audit` (`core/pool.py`), `Pool.nothing` (`core/pool.py`)") == [
         "line 1: `Pool.nothing` is not defined in core/pool.py"
     ]
+    assert tabled("### `k3lsp/core/`: x\n\n| `pool.py`, `run.py` | owns `request.py` |\n")["k3lsp/core"] == {
+        "pool.py",
+        "run.py",
+    }
     assert broken_links("[lsp.md](lsp.md), [x](nowhere.md#part), [y](https://example.org)") == ["nowhere.md"]
 
 
