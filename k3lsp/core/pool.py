@@ -400,7 +400,7 @@ class Pool:
         job.attempts += 1
         self.answers.prepare(target.root)
         try:
-            outcome = await request.audit(
+            outcome = await request.attempt(
                 conn,
                 target,
                 priority=run.priority,

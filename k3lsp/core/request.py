@@ -56,7 +56,7 @@ def fields_for(target: Target, priority: Priority, effort: str, fresh: bool, ref
     } | extra
 
 
-async def audit(
+async def attempt(
     conn: Connection,
     target: Target,
     *,
