@@ -67,7 +67,7 @@ from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
 from k3lsp.core.run import Counters, Target, UnitResult
 from k3lsp.findings import model as findings
-from k3lsp.findings import suppress
+from k3lsp.findings import pipeline, suppress
 from k3lsp.findings.silencing import Silencers
 from k3lsp.git.patches import changed_lines
 from k3lsp.git.repo import Repository, WorktreeSnapshot
@@ -309,6 +309,8 @@ def _record(
         target.unit, result.findings, source.lines, path, reviewed.changed, review.patch.after, options.min_severity
     )
     for r, silenced, by_patch in screened:
+        if silenced == pipeline.REFUTED and options.show_refuted:  # the showRefuted setting, as for every front end
+            silenced = None
         first, last = target.unit.file_line(r.finding.start_line) + 1, target.unit.file_line(r.finding.end_line) + 1
         why = (
             LINES if any(first <= n <= last for n in changed) else MODEL if r.finding.introduced and not caller else ""

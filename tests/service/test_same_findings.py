@@ -76,9 +76,10 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def through_audit(daemon, tmp_path: Path) -> set[tuple]:
+def through_audit(daemon, tmp_path: Path, *more: str) -> set[tuple]:
     root = project(tmp_path)
-    done = k3lsp("audit", NAME, "--json", "--endpoint", daemon.endpoint, *FLAGS, cache=tmp_path / "c", cwd=root)
+    args = ("audit", NAME, "--json", "--endpoint", daemon.endpoint, *FLAGS, *more)
+    done = k3lsp(*args, cache=tmp_path / "c", cwd=root)
     assert done.returncode == 1, done.stderr
     return {
         (Path(r["path"]).name, r["line"], r["cwe"], r["title"], r["message"])
@@ -86,21 +87,22 @@ def through_audit(daemon, tmp_path: Path) -> set[tuple]:
     }
 
 
-def through_review(daemon, tmp_path: Path) -> set[tuple]:
+def through_review(daemon, tmp_path: Path, *more: str) -> set[tuple]:
     root = repos.repository(tmp_path / "repo", {"README": "a project\n"})
     repos.commit(root, {NAME: SOURCE}, "add bug.c")
-    done = k3lsp("review", "HEAD", "--json", "--endpoint", daemon.endpoint, *FLAGS, cache=tmp_path / "c", cwd=root)
+    args = ("review", "HEAD", "--json", "--endpoint", daemon.endpoint, *FLAGS, *more)
+    done = k3lsp(*args, cache=tmp_path / "c", cwd=root)
     assert done.returncode == 1, done.stderr
     (patch,) = json.loads(done.stdout)["patches"]
     assert all(f["introduced"] for f in patch["findings"])
     return {(Path(f["path"]).name, f["line"], f["cwe"], f["title"], f["message"]) for f in patch["findings"]}
 
 
-def through_eval(daemon, tmp_path: Path) -> set[tuple]:
+def through_eval(daemon, tmp_path: Path, *more: str) -> set[tuple]:
     case = castle_data.Case("416-1", 416, SOURCE, "f", "buf[9] = 0;")  # a label the dataset knows
     dataset = castle_data.write(tmp_path / "castle.json", castle_data.dataset((case,)))
     out = tmp_path / "out"
-    args = ("eval", "castle", str(dataset), "--endpoint", daemon.endpoint, "--out", str(out), *FLAGS)
+    args = ("eval", "castle", str(dataset), "--endpoint", daemon.endpoint, "--out", str(out), *FLAGS, *more)
     done = k3lsp(*args, cache=tmp_path / "c", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     ((test,),) = [c["tests"] for c in json.loads((out / "report.json").read_text())["configurations"]]
@@ -142,3 +144,9 @@ def test_the_command_line_front_ends_report_the_same_findings(daemon, tmp_path, 
 @pytest.mark.parametrize("front_end", [through_server, through_workspace], ids=["server", "workspace"])
 async def test_the_language_server_reports_the_same_findings(daemon, tmp_path, front_end):
     assert await front_end(daemon, tmp_path) == expected(tmp_path)
+
+
+@pytest.mark.parametrize("front_end", [through_audit, through_review, through_eval], ids=["audit", "review", "eval"])
+def test_with_show_refuted_each_reports_the_refuted_finding_too(daemon, tmp_path, front_end):
+    refuted = (NAME, 5, NOISE["cwe"], NOISE["title"], NOISE["message"])  # unit line 4 of f: file line 5
+    assert front_end(daemon, tmp_path, "--show-refuted") == expected(tmp_path) | {refuted}
