@@ -32,6 +32,11 @@ _WITNESS_SEVERITY = {  # the witnessSeverity setting's words
 }
 
 
+def severity(word: str) -> lsp.DiagnosticSeverity:
+    """A finding's severity (the protocol's word) as an editor's."""
+    return _SEVERITY[word]
+
+
 def position(p: spans.Position) -> lsp.Position:
     return lsp.Position(p.line, p.character)
 
@@ -75,7 +80,7 @@ def diagnostic(finding: findings.Finding, unit: Unit, uri: str, *, related: bool
     return lsp.Diagnostic(
         range=lines(unit, finding.start_line, finding.end_line),
         message=message,
-        severity=lsp.DiagnosticSeverity.Hint if finding.refuted else _SEVERITY[finding.severity],
+        severity=lsp.DiagnosticSeverity.Hint if finding.refuted else severity(finding.severity),
         code=f"CWE-{finding.cwe}",
         code_description=lsp.CodeDescription(href=findings.cwe_url(finding.cwe)),
         source=findings.SOURCE,

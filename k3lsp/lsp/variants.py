@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 
 from k3lsp.cli.batch import Reported
+from k3lsp.lsp import convert
 from k3lsp.variants import hunt as hunting
 from k3lsp.variants.origin import Origin
 
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
     from k3lsp.lsp.session import Session
 
 SOURCE = "k3-audit variants"
-_SEVERITY = {"critical": lsp.DiagnosticSeverity.Error, "high": lsp.DiagnosticSeverity.Error,
-             "medium": lsp.DiagnosticSeverity.Warning, "low": lsp.DiagnosticSeverity.Information,
-             "info": lsp.DiagnosticSeverity.Hint}  # fmt: skip
 
 
 def _range(line: int, column: int, end_line: int, end_column: int) -> lsp.Range:
@@ -39,7 +37,7 @@ def diagnostic(row: Reported, origin: Origin, origin_uri: str) -> lsp.Diagnostic
     return lsp.Diagnostic(
         range=_range(row.line, row.column, row.end_line, row.end_column),
         message=f"{row.title}\n{row.message}\n(a variant of {origin.rel}:{origin.line}: {origin.title})",
-        severity=_SEVERITY[row.severity],
+        severity=convert.severity(row.severity),
         code=f"CWE-{row.cwe}",
         source=SOURCE,
         related_information=[lsp.DiagnosticRelatedInformation(here, f"the original finding: {origin.title}")],
