@@ -36,6 +36,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from k3lsp.core import request, tasks
 from k3lsp.core.answers import OnTool, ToolAnswerer
@@ -60,10 +61,28 @@ DEFAULT_SLOTS = 4  # requests in flight per daemon; the daemon batches them
 STATUS_WAIT = 1.0  # seconds `status` waits for a connected daemon's own status
 
 
+class Owner(Protocol):
+    """Whoever submitted jobs to the pool (an :class:`AuditRun`): how its requests are asked, and where their
+    outcomes go. The pool knows a run only as this: it dispatches jobs and tells their owner, the owner drives
+    the pool (lookup, submit, withdraw), never the other way round."""
+
+    priority: Priority
+    effort: str
+    fresh: bool
+    refute_from: str | None  # the refutation turn's threshold, None without one
+    variant: str
+
+    def ended(self, target: Target, outcome: UnitResult | Failure | None, why: str | None) -> None: ...
+
+    def noted(self, endpoint: str, why: DaemonUnavailable, live: list[str]) -> None: ...
+
+    def progress(self, unit: Unit, message: dict) -> None: ...
+
+
 @dataclass(eq=False)
 class _Job:
     target: Target
-    run: AuditRun
+    run: Owner
     attempts: int = 0
     task: asyncio.Task | None = None  # its request, while one is in flight
     waiting: asyncio.Task | None = None  # its backoff, while it waits for a daemon
@@ -85,7 +104,6 @@ class AuditRun:
         self.variant = pool.options.variant()
         self.summary = Summary(units=len(self.targets))
         self.misses: list[Target] | None = None  # known after `lookup`
-        self.on_progress: Progress | None = None
         self._usable: list[Connection] = []
         self._outcomes: asyncio.Queue[UnitResult | Failure | Target | Noted] = asyncio.Queue()
 
@@ -138,7 +156,6 @@ class AuditRun:
             for target in self.misses:
                 yield target
             return
-        self.on_progress = lambda unit, message: self._outcomes.put_nowait(Noted(unit, message))
         jobs = self.pool.submit(self.misses, self)
         pending = len(jobs)
         try:
@@ -164,11 +181,15 @@ class AuditRun:
             self.summary.add(hit)
         return hits
 
-    def ended(self, job: _Job, outcome: UnitResult | Failure | None, why: str | None) -> None:
-        """A job of this run has its one outcome: a result, a failure, or (None) left with ``why``."""
+    def ended(self, target: Target, outcome: UnitResult | Failure | None, why: str | None) -> None:
+        """A unit of this run has its one outcome: a result, a failure, or (None) left with ``why``."""
         if outcome is None:
             self.summary.unavailable = why
-        self._outcomes.put_nowait(job.target if outcome is None else outcome)
+        self._outcomes.put_nowait(target if outcome is None else outcome)
+
+    def progress(self, unit: Unit, message: dict) -> None:
+        """A daemon's progress message on a unit of this run, in the same stream as the outcomes."""
+        self._outcomes.put_nowait(Noted(unit, message))
 
     def noted(self, endpoint: str, why: DaemonUnavailable, live: list[str]) -> None:
         """A daemon failed while this run had work on it."""
@@ -289,7 +310,7 @@ class Pool:
         running = [t for j in jobs for t in (j.task, j.waiting) if t is not None]
         self.withdraw(jobs)
         for job in jobs:
-            job.run.ended(job, None, "the audit core was closed")
+            job.run.ended(job.target, None, "the audit core was closed")
         await tasks.cancel(self._revival, *running)
         await self._close_connections()
 
@@ -348,7 +369,7 @@ class Pool:
         its result store either."""
         return AuditRun(self, targets, priority, force, fresh)
 
-    def submit(self, targets: Sequence[Target], run: AuditRun) -> list[_Job]:
+    def submit(self, targets: Sequence[Target], run: Owner) -> list[_Job]:
         jobs = [_Job(t, run, seq=next(self._seq)) for t in targets]
         self._jobs.update(jobs)
         for job in jobs:
@@ -408,7 +429,7 @@ class Pool:
                 fresh=run.fresh,
                 refute_from=run.refute_from,
                 tools=lambda req: self.answers.answer(target.root, req),
-                on_progress=run.on_progress,
+                on_progress=run.progress,
             )
             self._finished(conn, job, outcome)
         except asyncio.CancelledError:
@@ -481,7 +502,7 @@ class Pool:
 
     def _end(self, job: _Job, outcome: UnitResult | Failure | None, why: str | None = None) -> None:
         self._jobs.discard(job)
-        job.run.ended(job, outcome, why)
+        job.run.ended(job.target, outcome, why)
 
     # --- explain and status ------------------------------------------------------------------------------
 
