@@ -181,7 +181,7 @@ async def _run(
     on_progress: Callable[[int, int, str], None] | None,
 ) -> Summary | None:
     """The tree's files as one background job of the audit service; None when ``stop`` ended it first."""
-    docs = {service.Document(s.path, report.root, s.rel, text="\n".join(s.lines)): s for s in sources}
+    docs = {service.Document(s.path, report.root, s.rel, "\n".join(s.lines), units=s.units): s for s in sources}
     done = 0
 
     def progress(note: str, total: int) -> None:

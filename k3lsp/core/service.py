@@ -93,6 +93,8 @@ class Document:
     the model's tools and the analyzers (None: a file outside every workspace, which gets none); ``relpath`` is
     the path the model and its tools see. ``text``: the front end's (an editor buffer), else read from ``path``.
     ``units_at``: audit only the units holding these 0-based file lines. ``priority``: the job's unless set.
+    ``units``: the text's units when the front end has split it already with the settings' ``kernelMacros``
+    (``k3lsp audit`` splits every file to say what the run costs before it starts): not split again.
     Compared by identity: a front end finds its own document in the events."""
 
     path: Path
@@ -102,6 +104,7 @@ class Document:
     units_at: frozenset[int] | None = None
     change: ChangeSet | None = None
     priority: Priority | None = None
+    units: tuple[Unit, ...] | None = None
 
     @classmethod
     def of(cls, path: Path, root: Path | None, **kw) -> Document:
@@ -279,7 +282,7 @@ class _Audit:
                 return f"cannot read {doc.relpath}: {exc.strerror or exc}"
         if self.job.bounded and len(text.encode("utf-8", "surrogatepass")) > o.max_file_bytes:
             return f"{doc.relpath} is larger than maxFileBytes ({o.max_file_bytes}); not audited"
-        split = await self.service.split(text, o.kernel_macros)
+        split = doc.units if doc.units is not None else await self.service.split(text, o.kernel_macros)
         report = None
         if o.witnesses:
             cache = self.service.pool.cache

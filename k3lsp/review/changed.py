@@ -208,11 +208,15 @@ async def review_patches(
     for r in reviews:
         for path, file in r.files.items():
             change = service.ChangeSet(file.changed, file.before)
-            docs[service.Document(repo.root / path, tools, path, text=file.text, change=change)] = (r, file)
+            doc = service.Document(repo.root / path, tools, path, file.text, change=change, units=file.source.units)
+            docs[doc] = (r, file)
     if how.callers:
         for r, path, unit in await _find_callers(reviews, tools, repo.root, options, report):
             at = frozenset({unit.start_line})
-            doc = service.Document(repo.root / path, tools, path, r.files[path].text, at, priority=Priority.BACKGROUND)
+            file = r.files[path]
+            doc = service.Document(
+                repo.root / path, tools, path, file.text, at, priority=Priority.BACKGROUND, units=file.source.units
+            )
             docs[doc] = (r, r.files[path])
     done = 0
 

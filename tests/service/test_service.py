@@ -22,6 +22,7 @@ from k3lsp.core.service import (
     Progress,
     UnitDone,
 )
+from k3lsp.units import split as units
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
 from tests.support import kimi
@@ -133,3 +134,22 @@ async def test_cancelling_the_job_withdraws_its_units_from_the_daemon(service, f
         await job
     await asyncio.sleep(0)
     assert service.pool.counters.cancelled == 1 and not any(isinstance(e, FileDone) for e in events)
+
+
+async def test_units_the_front_end_split_already_are_not_split_again(fake, tmp_path):
+    """``k3lsp audit`` splits every file before the run to say what it costs: the service takes those units."""
+    asked: list[str] = []
+
+    async def split(text: str, macros) -> tuple:
+        asked.append(text)
+        return units.split(text, macros)
+
+    pool = Pool(Options(), ResultCache(tmp_path / "cache.sqlite3"), transport=FakeDaemon.factory(fake.path))
+    try:
+        service = AuditService(pool, split)
+        events: list = []
+        await service.audit([doc(tmp_path, "a.c", units=units.split(SOURCE)), doc(tmp_path, "b.c")], events.append)
+    finally:
+        await pool.close()
+    assert asked == [SOURCE]  # b.c only
+    assert sorted(e.doc.relpath for e in events if isinstance(e, FileDone)) == ["a.c", "b.c"]
