@@ -33,7 +33,8 @@ awaited: the job waits for the front end to take each event). The events, neutra
 - :class:`LookedUp` once per run, after the cache answered: how many units were hits and how many go to a daemon
   (a front end shows progress only for real work);
 - :class:`UnitDone` per unit of the document with a result, cached ones first (``result.cached``): the raw result
-  (what the editor stores) and its findings screened (what a report shows), each with how it is silenced;
+  (what the editor stores) and its findings screened (what a report shows), each with how it is silenced; a unit
+  two documents share is audited once and told to each, ``first`` on the first (count results there);
 - :class:`Progress` as the daemons report a unit's prefill and decode, and after each unit: counts over the job;
 - :class:`FileDone` once per document, when every unit picked has an outcome (result, failure, or left without a
   daemon), or at once when it could not be audited (``error``: unreadable, too large).
