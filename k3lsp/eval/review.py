@@ -48,9 +48,9 @@ class CommitReviewer(Protocol):
     """The review front end, as the eval uses it."""
 
     async def review(self, pool: Pool, repo: Path, commit: str, *, force: bool, fresh: bool) -> CommitReview:
-        """Review ``commit`` (a full id in ``repo``) as the patch from its first parent, auditing through
-        ``pool.audit(..., force=force, fresh=fresh)``. Raises nothing for a problem of the review itself: it goes
-        into ``problems``."""
+        """Review ``commit`` (a full id in ``repo``) as the patch from its first parent, auditing on ``pool`` through
+        the audit service (a job with ``force`` and ``fresh``). Raises nothing for a problem of the review itself: it
+        goes into ``problems``."""
         ...
 
 
