@@ -184,21 +184,15 @@ async def _run(
     docs = {service.Document(s.path, report.root, s.rel, "\n".join(s.lines), units=s.units): s for s in sources}
     done = 0
 
-    def progress(note: str, total: int) -> None:
-        if on_progress is not None:
-            on_progress(done, total, note)
-
     def told(event: service.Event) -> None:
         nonlocal done
         if isinstance(event, service.Prepared):
             report.units += len(event.targets)
             report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
-        elif isinstance(event, service.LookedUp):
-            done += event.hits
-            progress("", event.hits + event.misses)
         elif isinstance(event, service.Progress):
             done = event.done
-            progress(event.note, event.total)
+            if on_progress is not None:
+                on_progress(event.done, event.total, event.note)
         elif isinstance(event, service.UnitDone):
             result = event.result
             if result.endpoint is not None:

@@ -35,7 +35,8 @@ awaited: the job waits for the front end to take each event). The events, neutra
 - :class:`UnitDone` per unit of the document with a result, cached ones first (``result.cached``): the raw result
   (what the editor stores) and its findings screened (what a report shows), each with how it is silenced; a unit
   two documents share is audited once and told to each, ``first`` on the first (count results there);
-- :class:`Progress` as the daemons report a unit's prefill and decode, and after each unit: counts over the job;
+- :class:`Progress` after each run's lookup, as the daemons report a unit's prefill and decode, and after each
+  unit: units done and in all over the job, and the daemon's word (the one progress adapter: a front end shows it);
 - :class:`FileDone` once per document, when every unit picked has an outcome (result, failure, or left without a
   daemon), or at once when it could not be audited (``error``: unreadable, too large).
 
@@ -333,6 +334,7 @@ class _Audit:
             await self.result(hit)
         misses = len(run.misses or ())
         await self.tell(LookedUp(priority, len(targets) - misses, misses))
+        await self.tell(Progress(self.done, total, ""))  # the cached ones count as done
         async for outcome in run.outcomes():
             if isinstance(outcome, Noted):
                 await self.tell(Progress(self.done, total, describe(outcome.unit, outcome.message)))

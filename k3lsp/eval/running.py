@@ -20,7 +20,7 @@ from pathlib import Path
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
 from k3lsp.core.replies import Welcome
 from k3lsp.core.run import Summary, UnitResult
-from k3lsp.core.service import AuditService, Document, Event, Job, Listener, LookedUp, Progress, UnitDone
+from k3lsp.core.service import AuditService, Document, Event, Job, Listener, Progress, UnitDone
 from k3lsp.eval.matrix import Configuration
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
@@ -76,19 +76,10 @@ async def audit(
     alike (the configurations of one eval, each over the same units)."""
     started = time.monotonic()
     results: list[UnitResult] = []
-    total = 0
-
-    def progress(done: int, note: str) -> None:
-        if plan.on_progress is not None:
-            plan.on_progress(done_before * total + done, runs * total, note)
 
     def listen(event: Event) -> Awaitable[None] | None:
-        nonlocal total
-        if isinstance(event, LookedUp):
-            total = event.hits + event.misses
-            progress(event.hits, "")
-        elif isinstance(event, Progress):
-            progress(event.done, event.note)
+        if isinstance(event, Progress) and plan.on_progress is not None:
+            plan.on_progress(done_before * event.total + event.done, runs * event.total, event.note)
         elif isinstance(event, UnitDone) and event.first:
             results.append(event.result)
         return told(event)

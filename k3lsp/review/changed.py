@@ -220,22 +220,16 @@ async def review_patches(
             docs[doc] = (r, r.files[path])
     done = 0
 
-    def progress(note: str, total: int) -> None:
-        if on_progress is not None:
-            on_progress(done, total, note)
-
     def told(event: service.Event) -> None:
         nonlocal done
         if isinstance(event, service.Prepared):
             owner = docs[event.doc][0]
             (owner.units if event.doc.change is not None else owner.callers).extend(event.targets)
             report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
-        elif isinstance(event, service.LookedUp):
-            done += event.hits
-            progress("", event.hits + event.misses)
         elif isinstance(event, service.Progress):
             done = event.done
-            progress(event.note, event.total)
+            if on_progress is not None:
+                on_progress(event.done, event.total, event.note)
         elif isinstance(event, service.UnitDone):
             if event.first:  # a unit two patches leave the same is audited once: one result of the review
                 report.results.append(event.result)
