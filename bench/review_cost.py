@@ -40,7 +40,7 @@ Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 from backend import agent, prompts  # noqa: E402
 from backend.dist import load_tokenizer  # noqa: E402
 from backend.tiny import make_tiny  # noqa: E402
-from k3lsp.core import request  # noqa: E402
+from k3lsp.core import request, service  # noqa: E402
 from k3lsp.core.options import Options  # noqa: E402
 from k3lsp.core.run import Target  # noqa: E402
 from k3lsp.git import repo as gitrepo  # noqa: E402
@@ -88,6 +88,16 @@ def whole_files(patch: series.Patch, options: Options) -> list[Target]:
     return out
 
 
+def reviewed_units(planned: review.PatchReview) -> list[Target]:
+    """What a review of the patch audits: the units its change touched, each with its change (the service's
+    pick, ``k3lsp.core.service.changed_units``)."""
+    return [
+        Target(None, path, unit, changes=change)
+        for path, f in planned.files.items()
+        for unit, change in service.changed_units(f.source.units, f.source.lines, f.changed, units.split(f.before))
+    ]
+
+
 def measure(root: Path, n: int, generated: int, tokenizer) -> int:
     options = Options()
     repo = gitrepo.Repository(root, options.max_file_bytes)
@@ -102,7 +112,7 @@ def measure(root: Path, n: int, generated: int, tokenizer) -> int:
         full = whole_files(patch, options)
         if not full:
             continue
-        changed = review.plan(patch, None, repo.root, options).units
+        changed = reviewed_units(review.plan(patch, repo.root, options))
         rows.append((c.short, len(changed), pricer.prefill(changed), len(full), pricer.prefill(full)))
         r = rows[-1]
         print(f"{r[0]}: review {r[1]} units {r[2]:,} prefill tokens; whole files {r[3]} units {r[4]:,}", flush=True)

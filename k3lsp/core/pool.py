@@ -133,13 +133,16 @@ class AuditRun:
 
     async def audited(self, on_progress: Progress | None = None) -> AsyncIterator[UnitResult]:
         """The results of the units the cache did not have, as they finish. ``on_progress`` gets the daemons'
-        progress messages (prefill, decode) per unit."""
-        async for outcome in self.outcomes():
-            if isinstance(outcome, Noted):
-                if on_progress is not None:
-                    on_progress(outcome.unit, outcome.message)
-            elif isinstance(outcome, UnitResult):
-                yield outcome
+        progress messages (prefill, decode) per unit, in the consumer's own iteration: what it raises reaches
+        the consumer, and the run's jobs are withdrawn at once (the daemon hears ``cancel``), not whenever the
+        abandoned stream is collected."""
+        async with contextlib.aclosing(self.outcomes()) as outcomes:
+            async for outcome in outcomes:
+                if isinstance(outcome, Noted):
+                    if on_progress is not None:
+                        on_progress(outcome.unit, outcome.message)
+                elif isinstance(outcome, UnitResult):
+                    yield outcome
 
     async def outcomes(self) -> AsyncIterator[UnitResult | Failure | Target | Noted]:
         """Every unit's one outcome as it is known (the cached ones first when ``lookup`` was not called): a

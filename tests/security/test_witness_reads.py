@@ -20,6 +20,7 @@ import pytest
 
 from k3lsp.core.request import fields_for
 from k3lsp.core.run import Target
+from k3lsp.lsp.convert import alert_diagnostic
 from k3lsp.units.split import split
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
@@ -27,7 +28,7 @@ from k3lsp.witnesses import confine
 from k3lsp.witnesses.analyze import UNCONFINED, analyze, available, find
 from k3lsp.witnesses.child import LAUNCHER, Limits, run
 from k3lsp.witnesses.outside import names_outside
-from k3lsp.witnesses.shown import diagnostic, for_unit
+from k3lsp.witnesses.shown import for_unit
 from tests.witnesses.test_adapters import confinable, needs
 
 SECRET, PIN = "hunter2-SECRET-TOKEN", "73133771"
@@ -105,7 +106,7 @@ def test_no_secret_from_outside_reaches_an_alert_a_diagnostic_or_the_prompt(plac
     for unit in split(text):
         alerts = for_unit(report.alerts, unit)
         fields = fields_for(Target(root, "a.c", unit, alerts=alerts), Priority.INTERACTIVE, "low", False)
-        diagnostics = " ".join(diagnostic(a, unit, "warning").message for a in alerts)
+        diagnostics = " ".join(alert_diagnostic(a, unit, "warning").message for a in alerts)
         sent = json.dumps(fields) + diagnostics
         assert SECRET not in sent and PIN not in sent
         assert "token.txt" not in json.dumps(fields.get("alerts", [])) + diagnostics  # the code names it; no alert
