@@ -9,6 +9,7 @@ wherever their counts put them, some at the very end, while the other worker had
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ PAIR = "tests/pair/test_supervise.py"
 LONG = "tests/batch/test_concurrent.py"  # 4 tests, about 2 minutes: LONG_GROUPS
 DAEMON = "tests/batch/test_tiny.py"  # one test, on a daemon serving the tiny checkpoint
 MANY = "tests/lsp/test_units.py"  # many quick tests
+OTHER = "tests/lsp/test_diffing.py"  # more quick tests
 
 
 def test_xdist_keeps_the_order_the_conftest_gives(pytestconfig):
@@ -42,3 +44,18 @@ def test_every_long_group_is_a_group_of_this_suite():
         p.relative_to(REPO / "tests").as_posix() for p in (REPO / "tests").rglob("test_*.py")
     }
     assert [g for g in LONG_GROUPS if g not in groups] == []
+
+
+def test_a_files_tests_all_run_in_one_worker():
+    """The groups reach xdist's scheduler. pytest 9.2 keeps a node id where xdist 3.8 cannot append the group
+    (``item._nodeid``), so every test became its own group: a file's tests were spread over both workers, its
+    module daemons started in each, and the two VS Code tests built one directory at once (CI failed on that)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider", MANY, OTHER],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    workers: dict[str, set[str]] = {}
+    for m in re.finditer(r"^\[(gw\d+)\] .*?PASSED (\S+?)::", done.stdout, flags=re.M):
+        workers.setdefault(m[2], set()).add(m[1])
+    assert set(workers) == {MANY, OTHER} and all(len(w) == 1 for w in workers.values()), workers
