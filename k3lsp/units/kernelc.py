@@ -17,7 +17,10 @@ What is rewritten (each replaced by spaces, newlines kept, unless said otherwise
   them; the same at file level when the first branch leaves its braces or parentheses open
   (``#ifdef X`` / ``int f(int a) {`` / ``#else`` / ``int f(int a, int b) {`` / ``#endif``). Balanced
   conditionals at file level are kept: both versions of a function stay units. Other directives inside
-  braces or parentheses (``#define``, ``#pragma``) go too;
+  braces or parentheses (``#define``, ``#pragma``) go too. One file is one configuration: once a branch
+  on ``X`` being defined (``#ifdef X``, ``#ifndef X``, ``#if defined(X)``) is the one read, a later test of
+  ``X`` reads the branch that agrees with it, so a ``{`` opened under ``#ifndef X`` is closed by the ``}``
+  in the ``#else`` of a later ``#ifdef X`` (drivers/atm/horizon.c), not left open to swallow the file;
 - attribute macros (``__user``, ``__must_check``, ``__printf(3, 4)``, ``__sized_by(n)``, ``__attribute__((...))``)
   and statement-like macros (``__unreachable_ok_push``), with their arguments where the table says so;
 - ``SYSCALL_DEFINE3(read, unsigned int, fd, ...)`` (and ``COMPAT_SYSCALL_DEFINEn``) at a line's start becomes
@@ -395,6 +398,11 @@ _CPP_CONTAINER = re.compile(rb"(?:^|[\s>])(?:namespace|class|struct|union)\b[^()
 _CONDITIONAL_OPEN = frozenset({b"if", b"ifdef", b"ifndef"})
 _CONDITIONAL_NEXT = frozenset({b"elif", b"else", b"elifdef", b"elifndef"})
 _IF0 = re.compile(rb"[ \t]*#[ \t]*if[ \t]+0[ \t]*$")
+# A condition on one macro being defined: `#ifdef X`, `#ifndef X`, `#if defined(X)`, `#if !defined X`.
+_DEFINED = re.compile(
+    rb"[ \t]*#[ \t]*(?:(ifdef|ifndef)[ \t]+(\w+)|if[ \t]+(!?)[ \t]*defined[ \t]*(?:\([ \t]*(\w+)[ \t]*\)|[ \t]+(\w+)))"
+    rb"[ \t]*$"
+)
 _STATEMENT_BEFORE = frozenset(b";{}):")
 _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _SIMPLE_ARGUMENTS = re.compile(rb"[ \t\r\n]*\([^(){};]*\)")  # no parentheses inside: most macro arguments
@@ -464,6 +472,7 @@ class _Group:
     depth: int  # brace + parenthesis depth at its #if
     lines: list[tuple[int, int]]  # its directive lines
     taken: bool  # some branch so far is kept
+    condition: tuple[bytes, bool] | None  # (macro, defined) its first branch needs, when it tests one macro
     skip_from: int | None = None  # the start of the branch being blanked
     blanks: bool = False  # it blanked something, or sits inside braces: its directive lines go too
 
@@ -483,6 +492,7 @@ def _directives(out: bytearray, cpp: bool) -> None:
     counted = 0  # text before this has been counted (or skipped)
     last = 0x3B  # the last byte of code before this directive (the file's start counts as a `;`)
     blank: list[tuple[int, int]] = []
+    assumed: dict[bytes, bool] = {}  # macro -> defined, as the branches read so far take it
     for s, e, word in spans:
         group = stack[-1] if stack else None
         if group is None or group.skip_from is None:
@@ -500,8 +510,15 @@ def _directives(out: bytearray, cpp: bool) -> None:
         if word in _CONDITIONAL_OPEN:
             if len(stack) >= MAX_NESTING:
                 raise TooDeep
-            if0 = bool(_IF0.match(text, s, e)) and depth > 0
-            stack.append(_Group(depth, [(s, e)], taken=not if0, skip_from=e if if0 else None, blanks=depth > 0))
+            condition = _condition(text, s, e)
+            false = depth > 0 and (
+                bool(_IF0.match(text, s, e))
+                or (condition is not None and assumed.get(condition[0], condition[1]) != condition[1])
+            )
+            if depth > 0 and not false and condition is not None:
+                assumed.setdefault(*condition)
+            group = _Group(depth, [(s, e)], not false, condition, skip_from=e if false else None, blanks=depth > 0)
+            stack.append(group)
         elif word in _CONDITIONAL_NEXT and group is not None:
             group.lines.append((s, e))
             if group.skip_from is not None:
@@ -512,6 +529,8 @@ def _directives(out: bytearray, cpp: bool) -> None:
                 # inside braces, or a branch that leaves them open or stops inside a declaration
                 # (`int` / `#ifdef A` / `f(int a)` / `#else` / `f(a) int a;` / `#endif` / `{`): the first one
                 group.skip_from, group.blanks = e, True
+                if group.condition is not None:
+                    assumed.setdefault(*group.condition)
         elif word == b"endif" and group is not None:
             stack.pop()
             group.lines.append((s, e))
@@ -523,6 +542,18 @@ def _directives(out: bytearray, cpp: bool) -> None:
             blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
     for s, e in blank:
         out[s:e] = out[s:e].translate(_BLANK)
+
+
+def _condition(text: bytes, s: int, e: int) -> tuple[bytes, bool] | None:
+    """The macro an ``#if``/``#ifdef``/``#ifndef`` line tests and whether its first branch needs it defined;
+    None for any other condition."""
+    m = _DEFINED.match(text, s, e)
+    if m is None or m.end() != e:
+        return None
+    word, name, negated, inner, bare = m.groups()
+    if word is not None:
+        return name, word == b"ifdef"
+    return inner or bare, not negated
 
 
 def _depth_change(text: bytes, start: int, end: int) -> int:

@@ -366,6 +366,38 @@ operator==(const Buffer &a, const Buffer &b)
 """
 
 
+# drivers/atm/horizon.c:934: a loop opened under `#ifndef X` and closed in the `#else` of a later `#ifdef X`;
+# reading the first branch of each group left the body open, and the unit swallowed 40 functions.
+OPPOSITE_CONDITIONS = """\
+static void k3_rx(struct k3 *dev, int irq)
+{
+	int again = 0;
+#ifndef K3_TAILCALLS
+	again = 1;
+	while (again) {
+#endif
+		k3_step(dev);
+#if !defined(K3_TAILCALLS)
+		again = k3_more(dev);
+#endif
+#ifdef K3_TAILCALLS
+	if (again)
+		return k3_rx(dev, 0);
+	return;
+#else
+		irq = 0;
+	}
+	return;
+#endif
+}
+
+static void k3_rx_done(struct k3 *dev)
+{
+	k3_rx(dev, 1);
+}
+"""
+
+
 CASES = [
     Case("loop-macro-and-user-cast", LOOP_WITH_CAST, [("k3_sum", 1, 13), ("k3_after", 15, 18)]),
     Case("syscall-ifdef-around-if", SYSCALL_IFDEF, [("sys_fanotify_init", 1, 18)]),
@@ -387,6 +419,11 @@ CASES = [
     ),
     Case("attributes-after-the-parameters", TRAILING_ATTRIBUTES, [("bcmp", 1, 11), ("k3_checked", 13, 16)]),
     Case("k-and-r-definitions", K_AND_R, [("kdebug_sadb", 1, 6), ("ipsec_bindump", 14, 23)]),
+    Case(
+        "brace-closed-under-the-opposite-condition",
+        OPPOSITE_CONDITIONS,
+        [("k3_rx", 1, 21), ("k3_rx_done", 23, 26)],
+    ),
     Case(
         "iokit-header",
         IOKIT_HEADER,
