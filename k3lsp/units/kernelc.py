@@ -404,6 +404,7 @@ _DEFINED = re.compile(
     rb"[ \t]*$"
 )
 _STATEMENT_BEFORE = frozenset(b";{}):")
+_TAGS = frozenset({b"struct", b"union", b"enum"})
 _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _SIMPLE_ARGUMENTS = re.compile(rb"[ \t\r\n]*\([^(){};]*\)")  # no parentheses inside: most macro arguments
 _SYSCALL_HEAD = re.compile(rb"(?m)^(COMPAT_)?SYSCALL_DEFINE(\d)\([ \t]*([A-Za-z_]\w*)[ \t]*([,)])")
@@ -610,12 +611,14 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         return ()
     spans = [(s, e) for s, e, _ in directives(text)]
     starts = [s for s, _ in spans]
+    found = sorted(_occurrences(text, hits))
+    functions = {name for s, name in found if hits[name] == ("attributes", True) and _defines(text, s, s + len(name))}
     depth, counted = 0, 0
-    for s, name in sorted(_occurrences(text, hits)):
+    for s, name in found:
         e = s + len(name)
         d = bisect.bisect_right(starts, s) - 1
-        if d >= 0 and s < spans[d][1]:
-            continue  # inside a #define: left as written
+        if (d >= 0 and s < spans[d][1]) or name in functions:
+            continue  # inside a #define, or a function of this file named like an attribute: left as written
         kind, args = hits[name]
         end = _arguments_end(text, e) if args else e
         if kind != "loops":
@@ -635,6 +638,22 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
             out[s:end] = out[s:end].translate(_BLANK)
             out[s : s + len(head)] = head
     return tuple(attributes)
+
+
+def _defines(text: bytes, s: int, e: int) -> bool:
+    """Whether the attribute-like name at text[s:e] is the name of a function defined there: after a type
+    (``static void __cleanup(struct ioatdma_chan *c, ...) {``, ``__init __free(...)``), with a parameter list
+    and a body. An attribute after a parameter list follows a ``)``; ``struct __attribute__((packed)) {`` a
+    tag keyword, and its arguments start with a parenthesis."""
+    end = _arguments_end(text, e)
+    if end is None or not text[end:].lstrip(b" \t\r\n\f\v\\").startswith(b"{"):
+        return False
+    before = text[max(0, s - 80) : s].rstrip()
+    if not before or (before[-1] not in _WORD and before[-1:] != b"*"):
+        return False
+    if before.rsplit(None, 1)[-1] in _TAGS:
+        return False
+    return not text[text.index(b"(", e) + 1 : end].lstrip().startswith(b"(")
 
 
 def _occurrences(text: bytes, names: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:

@@ -398,6 +398,29 @@ static void k3_rx_done(struct k3 *dev)
 """
 
 
+# drivers/dma/ioat/dma.c:575, mm/bootmem.c:342: functions named like the attribute macros `__cleanup(fn)` and
+# `__free(fn)`; blanking them as attributes left headers without names (no unit of that name).
+ATTRIBUTE_NAMED_FUNCTIONS = """\
+static void __cleanup(struct k3_chan *chan, dma_addr_t done);
+
+static void __cleanup(struct k3_chan *chan, dma_addr_t done)
+{
+	chan->tail = done;
+}
+
+static void __init __free(struct k3_data *data,
+			unsigned long sidx, unsigned long eidx)
+{
+	k3_release(data, sidx, eidx);
+}
+
+static void k3_cleanup_all(struct k3_chan *chan)
+{
+	__cleanup(chan, 0);
+}
+"""
+
+
 CASES = [
     Case("loop-macro-and-user-cast", LOOP_WITH_CAST, [("k3_sum", 1, 13), ("k3_after", 15, 18)]),
     Case("syscall-ifdef-around-if", SYSCALL_IFDEF, [("sys_fanotify_init", 1, 18)]),
@@ -419,6 +442,11 @@ CASES = [
     ),
     Case("attributes-after-the-parameters", TRAILING_ATTRIBUTES, [("bcmp", 1, 11), ("k3_checked", 13, 16)]),
     Case("k-and-r-definitions", K_AND_R, [("kdebug_sadb", 1, 6), ("ipsec_bindump", 14, 23)]),
+    Case(
+        "functions-named-like-attribute-macros",
+        ATTRIBUTE_NAMED_FUNCTIONS,
+        [("__cleanup", 3, 6), ("__free", 8, 12), ("k3_cleanup_all", 14, 17)],
+    ),
     Case(
         "brace-closed-under-the-opposite-condition",
         OPPOSITE_CONDITIONS,
