@@ -620,7 +620,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         if (d >= 0 and s < spans[d][1]) or name in functions:
             continue  # inside a #define, or a function of this file named like an attribute: left as written
         kind, args = hits[name]
-        end = _arguments_end(text, e) if args else e
+        end = arguments_end(text, e) if args else e
         if kind != "loops":
             end = e if end is None else end
             out[s:end] = out[s:end].translate(_BLANK)
@@ -645,7 +645,7 @@ def _defines(text: bytes, s: int, e: int) -> bool:
     (``static void __cleanup(struct ioatdma_chan *c, ...) {``, ``__init __free(...)``), with a parameter list
     and a body. An attribute after a parameter list follows a ``)``; ``struct __attribute__((packed)) {`` a
     tag keyword, and its arguments start with a parenthesis."""
-    end = _arguments_end(text, e)
+    end = arguments_end(text, e)
     if end is None or not text[end:].lstrip(b" \t\r\n\f\v\\").startswith(b"{"):
         return False
     before = text[max(0, s - 80) : s].rstrip()
@@ -683,7 +683,7 @@ def _syscalls(out: bytearray) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def _arguments_end(text: bytes, e: int) -> int | None:
+def arguments_end(text: bytes, e: int) -> int | None:
     """The end of the balanced ``( ... )`` right after position e (spaces allowed before it), or None."""
     simple = _SIMPLE_ARGUMENTS.match(text, e)
     if simple is not None:

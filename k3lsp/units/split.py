@@ -10,7 +10,8 @@ after its function. Kernel code is written in macros tree-sitter-c does not know
    macros, conditional directives inside bodies and parameter lists; the table is the ``kernelMacros``
    setting), so every byte keeps its offset and every line its number;
 2. ``blocks.top_level``: the functions are the top-level brace blocks of that text, named by their headers
-   (``SYSCALL_DEFINE3(read, ...)`` is ``sys_read``; a stray block is ``block@LINE``);
+   (``SYSCALL_DEFINE3(read, ...)`` is ``sys_read``; a stray block is ``block@LINE``), and the ``#define``s
+   that hold functions (``templates``: one unit each, ``show_##reg``, with the lines expanding it as context);
 3. tree-sitter (C, or C++ for a file that ``cxx.is_cpp`` says is C++) reads the rest: the declarations
    that are context.
 
@@ -52,7 +53,7 @@ import tree_sitter_c
 import tree_sitter_cpp
 from tree_sitter import Language, Node, Parser
 
-from k3lsp.units import blocks, kernelc
+from k3lsp.units import blocks, kernelc, templates
 from k3lsp.units.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.wire.address import unit_key
 
@@ -115,7 +116,9 @@ class Unit:
     """One audit unit: a function (or macro body) of a file, with its context and content address."""
 
     name: str
-    kind: str  # function | macro_body | block (a brace block whose header names no function) | lines
+    # function | macro_body | macro_template (functions written in a #define: units/templates.py) | block (a
+    # brace block whose header names no function) | lines
+    kind: str
     start_line: int  # 0-based file line of the unit's first line
     end_line: int  # 0-based file line of its last line, inclusive
     text: str  # the whole lines start_line..end_line, joined by "\n", without a final newline
@@ -201,16 +204,19 @@ def _windows(data: bytes) -> list[Unit]:
 
 def _parse(data: bytes, macros: Macros) -> ParsedFile:
     normalised = kernelc.normalise(data, macros)
-    found = [b for b in blocks.top_level(normalised) if b.kind != "data"]
+    found, expansions = templates.with_templates(
+        normalised, [b for b in blocks.top_level(normalised) if b.kind != "data"]
+    )
     spans = _merge(list(_spans(found, data)))
     tree = Parser(CPP_LANGUAGE if normalised.cpp else C_LANGUAGE).parse(normalised.text)
     items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], normalised.cpp)
     items += _signatures(spans, items, data)
-    items.sort(key=lambda item: item.start_line)
     lines = data.split(b"\n")
+    items += _expansions(expansions, data, lines)
+    items.sort(key=lambda item: item.start_line)
     index = _Index.build(items)
     bodies = [b"\n".join(lines[s.start : s.end + 1]) for s in spans]
-    chosen = [_chosen(s.name, body, index) for s, body in zip(spans, bodies, strict=True)]
+    chosen = [_chosen(_reached_by(s, body), body, index) for s, body in zip(spans, bodies, strict=True)]
     shared = _joined(items, set().union(*chosen))
     shared = shared if len(shared) <= MAX_FILE_CONTEXT_CHARS else ""
     units = []
@@ -261,6 +267,29 @@ def _signatures(spans: list[_Span], items: list[ContextItem], data: bytes) -> li
         text = " ".join(header.decode("utf-8", "replace").split()) + ";"
         out.append(ContextItem("signature", (s.name,), s.start, s.start, text, frozenset(IDENT.findall(header))))
     return out
+
+
+def _expansions(expansions: list[templates.Expansion], data: bytes, lines: list[bytes]) -> list[ContextItem]:
+    """The lines that expand a macro template (``show_in_reg(in_min)``): references to it, as context."""
+    if not expansions:
+        return []
+    starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    out = []
+    for x in expansions:
+        raw = data[x.start : x.end]
+        first = bisect.bisect_right(starts, x.start) - 1
+        last = bisect.bisect_right(starts, x.end - 1) - 1
+        out.append(
+            ContextItem("reference", (), first, last, raw.decode("utf-8", "replace"), frozenset(IDENT.findall(raw)))
+        )
+    return out
+
+
+def _reached_by(span: _Span, body: bytes) -> str:
+    """The name whose mentions show how a unit is reached: its function's, or a template's macro."""
+    if span.kind == templates.KIND:
+        return templates.macro_name(body) or span.name
+    return span.name
 
 
 def _context(root: Node, data: bytes, taken: list[tuple[int, int]], cpp: bool) -> list[ContextItem]:

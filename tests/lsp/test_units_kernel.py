@@ -26,6 +26,7 @@ from tests.support.kernel_idioms import (
     IOKIT_HEADER,
     LOOP_MACROS,
     LOOP_WITH_CAST,
+    MACRO_TEMPLATES,
     SYSCALL_IFDEF,
     WHILE_EACH_THREAD,
 )
@@ -81,6 +82,16 @@ def test_a_long_file_after_while_each_thread_is_not_swallowed():
     split = units.split(WHILE_EACH_THREAD + "\n" + tail)
     assert [u.name for u in split] == ["k3_walk", "k3_later", *(f"k3_f{i}" for i in range(50))]
     assert all(u.line_count == 4 for u in split[2:])
+
+
+def test_a_function_template_in_a_define_is_one_unit_at_its_definition_with_its_expansions_as_context():
+    """The #define is the unit (its parameters say what the pasted names become); the lines that expand it
+    show what it is expanded to; a #define of a statement, an initialiser or an unbalanced brace is not one."""
+    show, impl, after = units.split(MACRO_TEMPLATES)
+    assert (show.kind, impl.kind, after.kind) == ("macro_template", "macro_template", "function")
+    assert show.text.startswith("#define show_in_reg(reg) \\\nstatic ssize_t") and show.text.endswith("}")
+    assert "show_in_reg(in)\nshow_in_reg(in_min)" in show.context
+    assert "IMPL(int)" in impl.context and "show_in_reg(in)" not in impl.context
 
 
 def test_a_cpp_header_is_read_as_cpp_by_its_content():
