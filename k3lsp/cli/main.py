@@ -279,6 +279,39 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_run_flags(
+    parser: argparse.ArgumentParser,
+    formats: tuple[str, ...],
+    effort: str | None = None,
+    effort_help: str = "how long the model thinks per unit (default auto: high, as for workspace audits)",
+) -> None:
+    """The flags of a command that audits units on daemons and writes a report (``audit``, ``review``): where,
+    how many at once, what is reported and how, and the settings an editor would pass."""
+    parser.add_argument(
+        "--endpoint", action="append", help=ENDPOINT_HELP + "; repeat it to spread the units over several"
+    )
+    parser.add_argument("--format", choices=formats, default="text", help="output format")
+    parser.add_argument("--json", action="store_true", help="same as --format json")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
+    )
+    parser.add_argument(
+        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
+        "error: the exit status says findings or clean",
+    )
+    _add_effort_flag(parser, effort, effort_help)
+    _add_finding_flags(parser)
+    _add_key_flags(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = commandline.Parser(prog="k3lsp", description="k3 security-audit language server and tools")
     commandline.add_version_and_completion(parser)
@@ -297,31 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
-    audit.add_argument(
-        "--endpoint",
-        action="append",
-        help=ENDPOINT_HELP + "; repeat it to spread the units over several",
-    )
-    audit.add_argument("--format", choices=("text", "json", "sarif"), default="text", help="output format")
-    audit.add_argument("--json", action="store_true", help="same as --format json")
-    audit.add_argument(
-        "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
-    )
-    audit.add_argument(
-        "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
-    )
-    audit.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
-    )
-    audit.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
-        "error: the exit status says findings or clean",
-    )
-    _add_effort_flag(audit)
-    _add_finding_flags(audit)
-    _add_key_flags(audit)
+    _add_run_flags(audit, ("text", "json", "sarif"))
     audit.set_defaults(run=_audit)
 
     review = sub.add_parser(
@@ -348,26 +357,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--base", default=None, help="what the work tree is compared with, or the patches apply to (default HEAD)"
     )
     review.add_argument("--callers", action="store_true", help="also audit the callers of changed functions")
-    review.add_argument("--format", choices=("text", "json", "sarif", "email"), default="text", help="output format")
-    review.add_argument("--json", action="store_true", help="same as --format json")
     review.add_argument(
         "--sarif-runs", choices=("patch", "range"), default="patch", help="one SARIF run per patch, or one"
     )
     review.add_argument(
-        "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
-    )
-    review.add_argument(
         "--fail-on", choices=SEVERITIES, default="info", help="exit 1 for an introduced finding at or above"
     )
-    review.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
-    review.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
-    review.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    _add_run_flags(
+        review,
+        ("text", "json", "sarif", "email"),
+        "high",
+        "how long the model thinks per unit (default high: a review is read closely)",
     )
-    review.add_argument("--allow-incomplete", action="store_true", help="a unit cut short is a warning, not an error")
-    _add_effort_flag(review, "high", "how long the model thinks per unit (default high: a review is read closely)")
-    _add_finding_flags(review)
-    _add_key_flags(review)
     review.set_defaults(run=_review)
 
     variants = sub.add_parser(
