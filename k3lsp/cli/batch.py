@@ -29,74 +29,19 @@ from typing import TextIO
 from k3lsp.cli import findings_text
 from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
-from k3lsp.core import service, tasks
+from k3lsp.core import service
 from k3lsp.core.options import Options
 from k3lsp.core.pool import DEFAULT_SLOTS, Pool
-from k3lsp.core.run import Counters, Summary
+from k3lsp.core.run import Counters
+from k3lsp.core.tally import ProgressLine, Tally
 from k3lsp.findings import pipeline, suppress
-from k3lsp.findings.spans import Range
+from k3lsp.findings.report import Edit, Reported, Span, Step
 from k3lsp.units import split as units
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import SEVERITIES, Priority
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Span:
-    """A file region as compilers and SARIF count it: 1-based lines and UTF-16 columns, end column exclusive.
-    The same numbers as the editor's diagnostic range, plus one."""
-
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-
-    @classmethod
-    def of(cls, rng: Range) -> Span:
-        return cls(rng.start.line + 1, rng.start.character + 1, rng.end.line + 1, rng.end.character + 1)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a finding's data-flow trace, in file coordinates."""
-
-    span: Span
-    note: str
-
-
-@dataclass(frozen=True)
-class Edit:
-    """A suggested fix: replace the whole lines of ``span`` by ``replacement``."""
-
-    span: Span
-    replacement: str
-
-
-@dataclass(frozen=True)
-class Reported:
-    """One finding as the batch tool reports it, in file coordinates."""
-
-    path: str  # as the user named it: relative to the current directory when inside it
-    uri: str  # relative to the report's root, `/` separated (SARIF's artifactLocation)
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    severity: str
-    cwe: int
-    title: str
-    message: str
-    unit: str
-    fingerprint: str
-    confidence: float | None = None
-    trace: tuple[Step, ...] = ()
-    fix: Edit | None = None
-    reasoning: str = ""  # why the model flagged it (its reasoning before the report)
-    suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment), EXTERNAL (the baseline), REFUTED
-    verdict: str | None = None  # the model's verdict on it (k3lsp.core.verdicts), and why
-    verdict_reason: str = ""
 
 
 @dataclass
@@ -129,7 +74,7 @@ async def audit_paths(
     endpoints: Sequence[str] = (),
     jobs: int = DEFAULT_SLOTS,
     stop: asyncio.Event | None = None,
-    on_progress: Callable[[int, int, str], None] | None = None,
+    on_progress: ProgressLine | None = None,
     allow_incomplete: bool = False,
     on_admitted: Callable[[Admitted], None] | None = None,
 ) -> BatchReport:
@@ -159,13 +104,11 @@ async def audit_paths(
         options = replace(options, endpoint=first, other_endpoints=tuple(others))
     pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
     report.by_backend = dict.fromkeys(options.endpoints, 0)
+    audits = service.AuditService(pool)
     try:
-        summary = await _run(
-            service.AuditService(pool), report, sources, baseline, stop or asyncio.Event(), on_progress
-        )
+        await _run(audits, report, sources, baseline, stop or asyncio.Event(), on_progress, allow_incomplete)
     finally:
         await pool.close()
-    _summarise(report, summary, allow_incomplete)
     report.counters = pool.counters
     for rows in (report.findings, report.silenced):
         rows.sort(key=lambda r: (r.path, r.line, r.cwe))
@@ -178,72 +121,28 @@ async def _run(
     sources: list[Source],
     baseline: suppress.Baseline,
     stop: asyncio.Event,
-    on_progress: Callable[[int, int, str], None] | None,
-) -> Summary | None:
-    """The tree's files as one background job of the audit service; None when ``stop`` ended it first."""
+    on_progress: ProgressLine | None,
+    allow_incomplete: bool,
+) -> None:
+    """The tree's files as one background job of the audit service, each unit's rows added as it finishes."""
     docs = {service.Document(s.path, report.root, s.rel, "\n".join(s.lines), units=s.units): s for s in sources}
-    done = 0
+    tally = Tally(report, on_progress)
 
     def told(event: service.Event) -> None:
-        nonlocal done
-        if isinstance(event, service.Prepared):
-            report.units += len(event.targets)
-            report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
-        elif isinstance(event, service.Progress):
-            done = event.done
-            if on_progress is not None:
-                on_progress(event.done, event.total, event.note)
-        elif isinstance(event, service.UnitDone):
+        tally(event)
+        if isinstance(event, service.UnitDone):
             result = event.result
             if result.endpoint is not None:
                 report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
             rows = [row(docs[event.doc], r, why) for r, why in event.findings]
             report.findings += [r for r in rows if r.suppression is None]
             report.silenced += [r for r in rows if r.suppression is not None]
-        elif isinstance(event, service.FileDone) and event.outcome.error is not None:
-            report.errors.append(event.outcome.error)
 
     job = service.Job(priority=Priority.BACKGROUND, baseline=baseline, bounded=False)  # admission said what it takes
     try:
-        outcome = await tasks.until_stopped(audits.audit(list(docs), told, job), stop)
-    except tasks.Interrupted:
-        report.interrupted = True
-        report.errors.append(
-            f"interrupted: {done} of {report.units} units done; their results are cached, a rerun audits only the rest"
-        )
-        return None
-    return outcome.summary
-
-
-def _summarise(report: BatchReport, summary: Summary | None, allow_incomplete: bool) -> None:
-    """The run's summary as report errors and warnings: what was not audited, or not completely."""
-    if summary is not None:
-        errors, warnings = problems(summary, allow_incomplete)
-        report.errors += errors
-        report.warnings += warnings
-
-
-def problems(summary: Summary, allow_incomplete: bool) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of a run: what was not audited, or not completely (``k3lsp audit``, ``k3lsp review``)."""
-    errors: list[str] = []
-    warnings = list(summary.dropped)
-    incomplete = warnings if allow_incomplete else errors  # where cut-short units go
-    for r in summary.refused:
-        errors.append(f"{r.target.path}: {r.unit.name}: too long to audit: {r.refusal}")
-    for r in summary.incomplete:  # not a clean pass: its findings may be missing
-        incomplete.append(
-            f"{r.target.path}: {r.unit.name}: the audit was cut short ({r.cut_short}), findings may be missing; "
-            "not cached, a rerun audits it again"
-        )
-    for f in summary.failed:
-        errors.append(f"{f.target.path}: {f.target.unit.name}: not audited ({f.code}): {f.message}")
-    if summary.over_limit:
-        warnings.append(f"{summary.over_limit} findings beyond the bounds of one unit were dropped (k3lsp.wire.bounds)")
-    if summary.left:
-        errors.append(
-            f"{len(summary.left)} of {summary.units} units not audited: no daemon left ({summary.unavailable})"
-        )
-    return errors, warnings
+        await tally.run(audits, list(docs), told, job, stop, allow_incomplete=allow_incomplete, rerun="audits")
+    finally:
+        report.units = tally.units
 
 
 def reported(

@@ -20,14 +20,11 @@ under its column) with every unprintable character shown as ``?``, one cell for 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 
+from k3lsp.findings.report import Reported
 from k3lsp.wire import sanitize
-
-if TYPE_CHECKING:
-    from k3lsp.cli.batch import Reported
 
 TAB = 8  # columns per tab stop, as terminals and gcc's caret lines count them
 GUTTER = 5  # width of the line-number gutter

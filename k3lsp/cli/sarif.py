@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from k3lsp import __version__
-from k3lsp.cli.batch import BatchReport, Reported, Span
+from k3lsp.cli.batch import BatchReport
 from k3lsp.findings import pipeline
 from k3lsp.findings.model import cwe_url
+from k3lsp.findings.report import Reported, Span
 from k3lsp.findings.suppress import BASELINE_NAME
 from k3lsp.wire import sanitize
 

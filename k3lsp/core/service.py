@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,7 @@ from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
 from k3lsp.wire.protocol import Priority
 from k3lsp.witnesses import shown
+from k3lsp.witnesses.alert import Alert
 from k3lsp.witnesses.analyze import Report, analyze
 
 Split = Callable[[str, Macros], Awaitable[tuple[Unit, ...]]]
@@ -97,6 +98,8 @@ class Document:
     ``units_at``: audit only the units holding these 0-based file lines. ``priority``: the job's unless set.
     ``units``: the text's units when the front end has split it already with the settings' ``kernelMacros``
     (``k3lsp audit`` splits every file to say what the run costs before it starts): not split again.
+    ``alerts``: the front end's own questions on lines of the file (a variant search's "is this the same bug?"),
+    each sent with the unit it falls in beside the witnesses' alerts.
     Compared by identity: a front end finds its own document in the events."""
 
     path: Path
@@ -107,12 +110,18 @@ class Document:
     change: ChangeSet | None = None
     priority: Priority | None = None
     units: tuple[Unit, ...] | None = None
+    alerts: tuple[Alert, ...] = ()
 
     @classmethod
     def of(cls, path: Path, root: Path | None, **kw) -> Document:
         """A document named by its path: relative to ``root`` when inside it, else its name, with no root."""
         inside = root is not None and path.is_relative_to(root)
         return cls(path, root if inside else None, path.relative_to(root).as_posix() if inside else path.name, **kw)
+
+    def target(self, unit: Unit, alerts: Sequence[Alert] = (), changes: Changes | None = None) -> Target:
+        """One of its units as a daemon is asked about it: the one place a front end's document becomes a
+        :class:`~k3lsp.core.run.Target` (the model's tools rooted at ``root``, shown ``relpath``)."""
+        return Target(self.root, self.relpath, unit, alerts=tuple(alerts), changes=changes)
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,11 @@ class AuditService:
         """Audit ``docs``, telling ``listener`` as it goes (see the module docstring)."""
         return await _Audit(self, list(docs), listener, job).run()
 
+    def explain(self, doc: Document, unit: Unit, finding: dict) -> AsyncIterator[str]:
+        """The model's explanation of a finding in one of the document's units, streamed. Raises
+        DaemonUnavailable or DaemonError (``Pool.explain``)."""
+        return self.pool.explain(doc.target(unit), finding)
+
 
 class _Audit:
     """One job: its documents, the owners of each target, the counts."""
@@ -289,12 +303,9 @@ class _Audit:
         if o.witnesses:
             cache = self.service.pool.cache
             report = await asyncio.to_thread(analyze, doc.path, text, doc.root, o.witnesses, cache)
-        alerts = report.alerts if report is not None else []
+        alerts = [*doc.alerts, *(report.alerts if report is not None else ())]
         picked, changes = await self.picked(doc, text, split)
-        targets = tuple(
-            Target(doc.root, doc.relpath, u, alerts=shown.for_unit(alerts, u), changes=changes.get(u.name))
-            for u in picked
-        )
+        targets = tuple(doc.target(u, shown.for_unit(alerts, u), changes.get(u.name)) for u in picked)
         changed = await self.scoped(doc, text) if doc.change is None and doc.units_at is None else None
         if changed is not None:
             targets = tuple(t for t in targets if changed.touches(t.unit))

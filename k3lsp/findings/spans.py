@@ -3,7 +3,7 @@
 The audit service and every front end (the language server, ``k3lsp audit``, SARIF, review, eval) compute with
 these; only the language server turns them into LSP types, at its edge (``k3lsp.lsp.convert``). They count as LSP
 does (0-based lines, columns in UTF-16 code units), so that translation is a copy, and SARIF's 1-based numbers are
-these plus one (``k3lsp.cli.batch.Span``).
+these plus one (``k3lsp.findings.report.Span``).
 """
 
 from __future__ import annotations

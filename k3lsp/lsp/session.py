@@ -31,7 +31,6 @@ from k3lsp.core import options, scope, service, tasks
 from k3lsp.core.client import DaemonClient, DaemonError
 from k3lsp.core.connection import DaemonState, DaemonUnavailable, TransportFactory
 from k3lsp.core.pool import Pool
-from k3lsp.core.run import Target
 from k3lsp.core.service import AuditService, Event, FileDone, Job, LookedUp, Prepared, Progress, UnitDone
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
@@ -519,10 +518,10 @@ class Session:
         parts: list[str] = []
         # The reasoning came with the finding: it leads the explanation, and survives a failed explain.
         why = f"Why it was flagged: {shown.finding.reasoning}\n\n" if shown.finding.reasoning else ""
-        target = Target(doc.root, doc.relpath, shown.unit)
+        explained = self.service.explain(self.audited(doc), shown.unit, shown.finding.to_dict())
         async with self.progress_bar(f"Explaining CWE-{shown.finding.cwe}", 0) as report:
             try:
-                async for piece in self.pool.explain(target, shown.finding.to_dict()):
+                async for piece in explained:
                     parts.append(piece)
                     report(0, f"{len(''.join(parts))} characters")
             except (DaemonUnavailable, DaemonError) as exc:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from k3lsp.cli.batch import Reported
+from k3lsp.findings.report import Reported
 from k3lsp.lsp import convert
 from k3lsp.variants import hunt as hunting
 from k3lsp.variants.origin import Origin
@@ -57,9 +57,8 @@ async def find(session: Session, uri: str, fingerprint: str) -> dict | None:
         doc.root.resolve(), doc.path.resolve(), unit.file_line(f.start_line) + 1, unit.file_line(f.end_line) + 1,
         f.cwe, f.severity, f.title, f.message, fingerprint,
     )  # fmt: skip
-    settings = hunting.Settings(min_severity=session.options.min_severity)
     async with session.progress_bar(f"k3 variants of CWE-{f.cwe}", 0) as report:
-        found = await hunting.hunt(session.pool, origin, settings, lambda step: report(0, step))
+        found = await hunting.hunt(session.pool, origin, say=lambda step: report(0, step))
     rows = [r for c in found.candidates if c.verdict == "confirmed" for r in c.rows if r.verdict != "refuted"]
     shown_at = [((doc.root / r.uri).as_uri(), r) for r in rows]  # URIs as the client names the workspace's files
     _publish(session, [(u, diagnostic(r, origin, uri)) for u, r in shown_at])

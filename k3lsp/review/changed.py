@@ -44,7 +44,7 @@ commit as a patch)::
     for patch in report.patches:                       # one PatchReview per patch, in order
         for f in patch.findings:                       # ReviewFinding: introduced ones first
             f.introduced, f.why                        # True/False; "lines", "model" or ""
-            f.row.path, f.row.uri, f.row.line, f.row.end_line   # file lines, 1-based (batch.Reported)
+            f.row.path, f.row.uri, f.row.line, f.row.end_line   # file lines, 1-based (k3lsp.findings.report.Reported)
             f.row.cwe, f.row.severity, f.row.title, f.row.unit, f.row.fingerprint
     report.errors, report.exit_status("medium")        # 0, 1 (an introduced finding at or above), 2
 
@@ -54,20 +54,22 @@ commit as a patch)::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import unidiff
 
 from k3lsp.cli import batch
-from k3lsp.cli.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Reported, Source
-from k3lsp.core import service, tasks
+from k3lsp.cli.batch import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Source
+from k3lsp.core import service
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
 from k3lsp.core.run import Counters, Target, UnitResult
+from k3lsp.core.tally import ProgressLine, Tally
 from k3lsp.findings import model as findings
 from k3lsp.findings import pipeline, suppress
+from k3lsp.findings.report import Reported
 from k3lsp.findings.silencing import Silencers
 from k3lsp.git.patches import changed_lines
 from k3lsp.git.repo import Repository, WorktreeSnapshot
@@ -79,8 +81,6 @@ from k3lsp.wire.protocol import Priority
 LINES, MODEL = "lines", "model"  # why a finding is introduced: its lines meet the change's, or the model says so
 MAX_CALLERS = 16  # caller units audited per changed function: a core helper has thousands
 INDEX_SECONDS = 120.0  # how long callers wait for the work tree's symbol index to be built
-
-Progress = Callable[[int, int, str], None]  # (units done, units, note), as k3lsp audit's
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ async def review_patches(
     options: Options,
     pool: Pool,
     how: ReviewOptions = ReviewOptions(),
-    on_progress: Progress | None = None,
+    on_progress: ProgressLine | None = None,
     stop: asyncio.Event | None = None,
 ) -> ReviewReport:
     """Review patches in order (see the module docstring). Never raises for a patch, file or daemon problem:
@@ -218,40 +218,23 @@ async def review_patches(
                 repo.root / path, tools, path, file.text, at, priority=Priority.BACKGROUND, units=file.source.units
             )
             docs[doc] = (r, r.files[path])
-    done = 0
+    tally = Tally(report, on_progress)
 
     def told(event: service.Event) -> None:
-        nonlocal done
+        tally(event)
         if isinstance(event, service.Prepared):
             owner = docs[event.doc][0]
             (owner.units if event.doc.change is not None else owner.callers).extend(event.targets)
-            report.warnings += [n for n in event.witness_notes() if n not in report.warnings]
-        elif isinstance(event, service.Progress):
-            done = event.done
-            if on_progress is not None:
-                on_progress(event.done, event.total, event.note)
         elif isinstance(event, service.UnitDone):
             if event.first:  # a unit two patches leave the same is audited once: one result of the review
                 report.results.append(event.result)
             owner, file = docs[event.doc]
             _record(owner, file, event.result, options, silencers)
-        elif isinstance(event, service.FileDone) and event.outcome.error is not None:
-            report.errors.append(event.outcome.error)
 
     job = service.Job(priority=how.priority, force=how.force, fresh=how.fresh)
-    try:
-        outcome = await tasks.until_stopped(
-            service.AuditService(pool).audit(list(docs), told, job), stop or asyncio.Event()
-        )
-        errors, warnings = batch.problems(outcome.summary, how.allow_incomplete)
-        report.errors += errors
-        report.warnings += warnings
-    except tasks.Interrupted:
-        report.interrupted = True
-        units = sum(len(r.units) + len(r.callers) for r in reviews)
-        report.errors.append(
-            f"interrupted: {done} of {units} units done; their results are cached, a rerun reviews only the rest"
-        )
+    audits = service.AuditService(pool)
+    stop = stop or asyncio.Event()
+    await tally.run(audits, list(docs), told, job, stop, allow_incomplete=how.allow_incomplete, rerun="reviews")
     for r in reviews:
         r.findings.sort(key=lambda f: (not f.introduced, f.caller, f.row.path, f.row.line, f.row.cwe))
         r.silenced.sort(key=lambda f: (f.row.path, f.row.line, f.row.cwe))

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3lsp.cli.admission import Source, read_sources
-from k3lsp.cli.batch import Reported, reported
+from k3lsp.cli.batch import row
+from k3lsp.core import service
 from k3lsp.core.client import DaemonError
 from k3lsp.core.connection import DaemonUnavailable
 from k3lsp.core.options import admitted_files
 from k3lsp.core.pool import Pool
-from k3lsp.core.run import Failure, Target, UnitResult
 from k3lsp.findings import pipeline, suppress
+from k3lsp.findings.report import Reported
 from k3lsp.units.split import Unit
 from k3lsp.variants import asking, spatch
 from k3lsp.variants.origin import Origin
@@ -47,7 +48,6 @@ OWN_FILE_SECONDS = 30.0  # a rule's try on the finding's own file: bounds of its
 class Settings:
     retries: int = DEFAULT_RETRIES
     bounds: spatch.Bounds = field(default_factory=spatch.Bounds)
-    min_severity: str = "info"
 
 
 @dataclass
@@ -114,7 +114,7 @@ async def _tried(rule: str, origin: Origin, bounds: spatch.Bounds) -> str | None
 
 async def write_rule(pool: Pool, origin: Origin, unit: Unit, hunt: Hunt, settings: Settings, say: Say) -> None:
     """The model's rule into ``hunt.rule``, or ``hunt.errors`` saying why there is none."""
-    target = Target(origin.root, origin.rel, unit)
+    target = service.Document(origin.path, origin.root, origin.rel).target(unit)
     for attempt in range(1, settings.retries + 2):
         say(f"asking the model for a rule (try {attempt} of {settings.retries + 1})")
         try:
@@ -206,25 +206,55 @@ def judge(candidate: Candidate, raws: list[dict]) -> list[dict]:
     return mine
 
 
-async def triage(pool: Pool, origin: Origin, hunt: Hunt, sources: dict[Path, Source], settings: Settings) -> None:
-    """Each candidate audited with its alert; the verdicts and the variants' rows into ``hunt.candidates``."""
-    by_target = {Target(origin.root, c.rel, c.unit, alerts=(alert(origin, c.line),)): c for c in hunt.candidates}
+async def triage(pool: Pool, origin: Origin, hunt: Hunt, sources: dict[Path, Source]) -> None:
+    """Each candidate audited through the audit service with its alert (so with the settings every front end
+    audits with: witnesses, refutation, the baseline); the verdicts and the variants' rows into
+    ``hunt.candidates``."""
     by_rel = {s.rel: s for s in sources.values()}
-    baseline = suppress.Baseline.load(origin.root)
-    run = pool.audit(list(by_target), priority=Priority.INTERACTIVE)
-    async for outcome in run.outcomes():
-        if isinstance(outcome, Failure):
-            by_target[outcome.target].verdict = "failed"
-            by_target[outcome.target].reason = f"not audited ({outcome.code}): {outcome.message}"
-        elif isinstance(outcome, UnitResult):
-            candidate = by_target[outcome.target]
-            mine = judge(candidate, outcome.findings)
-            rows = reported(by_rel[candidate.rel], candidate.unit, mine, settings.min_severity, baseline)
-            candidate.rows = [r for r in rows if r.suppression in (None, pipeline.REFUTED)]
-        elif isinstance(outcome, Target):  # left: no daemon could take it
-            by_target[outcome].verdict, by_target[outcome].reason = "failed", f"{run.summary.unavailable}"
-    if run.summary.left:
-        hunt.errors.append(f"{len(run.summary.left)} candidates not audited: {run.summary.unavailable}")
+    asked: dict[str, dict[int, Candidate]] = {}  # rel -> the unit's first line -> its candidate
+    for c in hunt.candidates:
+        asked.setdefault(c.rel, {})[c.unit.start_line] = c
+    docs = {
+        service.Document(
+            by_rel[rel].path, origin.root, rel, "\n".join(by_rel[rel].lines), units_at=frozenset(mine),
+            units=by_rel[rel].units, alerts=tuple(alert(origin, c.line) for c in mine.values()),
+        ): mine
+        for rel, mine in asked.items()
+    }  # fmt: skip
+
+    left: list[Candidate] = []  # no daemon could take them
+
+    def failed(doc: service.Document, unit: Unit, why: str) -> None:
+        candidate = docs[doc][unit.start_line]
+        candidate.verdict, candidate.reason = "failed", why
+
+    def told(event: service.Event) -> None:
+        if isinstance(event, service.UnitDone):
+            candidate = docs[event.doc][event.result.unit.start_line]
+            judge(candidate, event.result.findings)
+            source = by_rel[candidate.rel]
+            candidate.rows = [
+                row(source, r, why) for r, why in event.findings if _variant(r) and why in (None, pipeline.REFUTED)
+            ]
+        elif isinstance(event, service.FileDone):
+            file = event.outcome
+            for f in file.failed:
+                failed(event.doc, f.target.unit, f"not audited ({f.code}): {f.message}")
+            left.extend(docs[event.doc][t.unit.start_line] for t in file.left)
+            for c in docs[event.doc].values() if file.error is not None else ():
+                c.verdict, c.reason = "failed", file.error
+
+    job = service.Job(priority=Priority.INTERACTIVE, baseline=suppress.Baseline.load(origin.root))
+    outcome = await service.AuditService(pool).audit(list(docs), told, job)
+    for c in left:  # why no daemon took them is known once the job is over
+        c.verdict, c.reason = "failed", f"{outcome.summary.unavailable}"
+    if outcome.summary.left:
+        hunt.errors.append(f"{len(outcome.summary.left)} candidates not audited: {outcome.summary.unavailable}")
+
+
+def _variant(r: pipeline.Reportable) -> bool:
+    """A finding that answers a variant's alert (the model's triage of it), not another finding of the unit."""
+    return r.finding.witness is not None and r.finding.witness.tool == TOOL
 
 
 async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say: Say = lambda _: None, *,
@@ -265,5 +295,5 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
     out.candidates = candidates(origin, out.scan, sources)
     if out.candidates:
         say(f"the model triages {len(out.candidates)} candidates")
-        await triage(pool, origin, out, sources, settings)
+        await triage(pool, origin, out, sources)
     return out

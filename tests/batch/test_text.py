@@ -16,6 +16,7 @@ from dataclasses import astuple
 from rich.cells import cell_len
 
 from k3lsp.cli import batch
+from k3lsp.findings import report
 from tests.batch import corpus
 from tests.support.batch import TIMEOUT, k3lsp, k3lsp_env
 
@@ -108,10 +109,10 @@ def test_a_hostile_source_line_reaches_the_terminal_as_text_with_the_caret_still
     source.write_text("int f(void)\n{\n\t/*\x1b]0;owned\x07\u202e*/ return 中[x];\n}\n")
     line = "\t/*\x1b]0;owned\x07\u202e*/ return 中[x];"
     start = line.index("中") + 1  # 1-based UTF-16 column of the range: 中[x]
-    span = batch.Span(3, start, 3, start + len("中[x]"))
-    found = batch.Reported(
+    span = report.Span(3, start, 3, start + len("中[x]"))
+    found = report.Reported(
         str(source), "evil.c", *astuple(span), "high", 125, "read out of bounds\x1b[2J", "x \x1b[31mis\x1b[0m big",
-        "f", "0" * 32, trace=(batch.Step(span, "indexed\u202e here"),),
+        "f", "0" * 32, trace=(report.Step(span, "indexed\u202e here"),),
     )  # fmt: skip
     out = io.StringIO()
     batch.print_text(batch.BatchReport(tmp_path, 1, 1, [found]), out, detailed=True)

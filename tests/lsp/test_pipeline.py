@@ -3,10 +3,10 @@
 import pytest
 
 from k3lsp.cli import batch
-from k3lsp.cli.batch import Span
 from k3lsp.core.options import Options
 from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
+from k3lsp.findings.report import Span
 from k3lsp.lsp import actions, documents
 from k3lsp.wire import protocol
 from k3lsp.wire.bounds import fit_lines

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lsp.cli.batch import BatchReport, Reported, print_json
+from k3lsp.cli.batch import BatchReport, print_json
 from k3lsp.cli.sarif import to_sarif
+from k3lsp.findings.report import Reported
 from k3lsp.variants.origin import OriginError, from_place, from_report
 from tests.variants.tree import plant
 
