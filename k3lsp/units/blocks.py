@@ -18,6 +18,12 @@ ends. The header says what the block is:
 - anything with ``=``, or without a parameter list (``struct x {``, ``enum {``, ``x = {``): data (context);
 - nothing at all: a stray block, audited as ``block@LINE``.
 
+A macro expanded without a ``;`` on lines of its own before a macro that heads a function
+(``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev) {``) is not part of the header: the unit is
+``STORE(__cached_dev)``. In C, a ``{`` inside the parentheses of a file-level macro call (a loop in
+``TRACE_EVENT(name, ..., TP_fast_assign(...))``) makes the whole call one unit, ``TRACE_EVENT(name)``, when it
+holds code (a ``;``), and data otherwise (a compound literal in ``module_param_cb``).
+
 ``extern "C" {`` (and in C++ ``namespace`` and class bodies) are containers: the blocks inside are top level.
 """
 
@@ -34,6 +40,7 @@ from k3lsp.units.kernelc import TooDeep, directives, is_container
 NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
 _BRACES = re.compile(rb"[{}]")
+_PARENS = re.compile(rb"[()]")
 _CONDITIONALS = frozenset({b"if", b"ifdef", b"ifndef", b"elif", b"elifdef", b"elifndef", b"else", b"endif"})
 _CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
@@ -81,31 +88,43 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
     containers: list[str] = []  # the classes open around this point ("" for other containers)
     recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
     item = 0  # where the current top-level item began
+    flat = bytes(_without_directives(text, spans, 0, len(text)))  # parentheses are counted in this (C only)
+    call = 0  # where the current item began if a `;` inside parentheses does not end it
+    paren = 0  # parentheses open since `call`: TRACE_EVENT(x, ..., TP_fast_assign(a; for_each_pipe(d, p) {
     d = 0  # the next directive that may hold a token
-    pos = 0
+    pos = counted = 0
     while (m := _TOKENS.search(text, pos)) is not None:
         q = m.start()
         p = pos = q + 1
         while d < len(spans) and spans[d][1] <= q:
             if lines[d][2] not in _CONDITIONALS:
                 item = max(item, spans[d][1])  # a #define or #include ends what came before; an #ifdef does not
+                call = item if not paren else call
             d += 1
         if d < len(spans) and spans[d][0] <= q:
             continue  # a brace in a #define
+        if not cpp:
+            paren = max(0, paren + flat.count(b"(", counted, q) - flat.count(b")", counted, q))
+            counted = q
         c = text[p - 1]
         if c == 0x3B:
             recent.append(item)
             item = p
+            call = item if not paren else call
         elif c == 0x7D:
             if containers:  # a container's end (or a stray brace)
                 containers.pop()
-            item, recent = p, []
+            item, recent, call, paren = p, [], p, 0
         elif is_container(text[item : p - 1], cpp):
             cls = _CLASS.search(text, item, p) if cpp else None
             containers.append(cls.group(1).decode("utf-8", "replace") if cls else "")
             if len(containers) > kernelc.MAX_NESTING:
                 raise TooDeep
-            item, recent = p, []
+            item, recent, call, paren = p, [], p, 0
+        elif paren and (end := _call_end(flat, q, paren)) is not None:
+            blocks.append(_call(text, call, q, end))
+            item = pos = call = counted = end + 1
+            recent, paren = [], 0
         else:
             close, d = _close(text, spans, p - 1, d)
             block = _block(text, spans, item, p - 1, close, cpp, _scope(containers), recent)
@@ -116,9 +135,32 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
             if k < len(attributes) and attributes[k] < block.start:
                 block = replace(block, start=attributes[k])
             blocks.append(block)
-            item = pos = close + 1
-            recent = []
+            item = pos = call = counted = close + 1
+            recent, paren = [], 0
     return blocks
+
+
+def _call_end(flat: bytes, opened: int, paren: int) -> int | None:
+    """The ``)`` that closes the ``paren`` parentheses open before the ``{`` at ``opened`` (None if none does:
+    a stray parenthesis, and the block is read as any other)."""
+    for m in _PARENS.finditer(flat, opened):
+        paren += 1 if m.group() == b"(" else -1
+        if not paren:
+            return m.start()
+    return None
+
+
+def _call(text: bytes, start: int, opened: int, end: int) -> Block:
+    """A file-level macro call whose arguments hold a block (``TRACE_EVENT(name, ..., TP_fast_assign(...
+    for_each_pipe(d, p) { ... } ...))``): one unit ``TRACE_EVENT(name)`` over the whole call, when there is
+    code in it (a `;`); data (``module_param_cb(x, &(struct ops){ .set = f }, ...)``) otherwise."""
+    lead = len(text[start:opened]) - len(text[start:opened].lstrip(bytes(_SPACE)))
+    name = _IDENT.match(text, start + lead)
+    arg = _IDENT.search(text, name.end(), opened) if name is not None else None
+    if name is None or b";" not in text[start:end]:
+        return Block(start + lead, opened, end, "data", "")
+    called = name.group().decode("utf-8", "replace")
+    return Block(start + lead, opened, end, "macro_body", f"{called}({arg.group().decode()})" if arg else called)
 
 
 def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int) -> tuple[int, int]:
@@ -196,11 +238,34 @@ def _block(
         if access and access.end() > 0:
             header[: access.end()] = b" " * access.end()
     lead = len(header) - len(header.lstrip(bytes(_SPACE)))
+    if not cpp:
+        expanded = _after_expansion(header, lead)
+        header[lead:expanded] = b" " * (expanded - lead)
+        lead = expanded
     start = item + lead
     kind, name = _read(bytes(header), cpp) if lead < len(header) else ("block", None)
     if name is None and kind != "data":  # rare: counting the lines before it is fine
         return Block(start, opened, close, "block", f"block@{text.count(NEWLINE, 0, start) + 1}")
     return Block(start, opened, close, kind, scope + (name or ""))
+
+
+def _after_expansion(header: bytearray, lead: int) -> int:
+    """Where a header begins that starts with a macro expanded without a `;`, on lines of its own, before
+    the macro that heads the function (bcache/sysfs.c: ``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev)``
+    / ``{``): at the second; ``lead`` for any other header."""
+    i = _last_non_space(header, len(header) - 1)
+    j = _opening(header, i) if i >= 0 and header[i] == 0x29 else None
+    if j is None:
+        return lead
+    second = _word_start(header, _last_non_space(header, j - 1))
+    k = _last_non_space(header, second - 1)
+    if k < lead or header[k] != 0x29 or NEWLINE not in header[k:second]:
+        return lead
+    first = _opening(header, k)
+    if first is None or _word_start(header, _last_non_space(header, first - 1)) != lead:
+        return lead
+    words = (bytes(header[lead:first]).strip(bytes(_SPACE)), bytes(header[second:j]).strip(bytes(_SPACE)))
+    return second if all(_MACRO_NAME.match(w.decode("latin-1")) for w in words) else lead
 
 
 def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:

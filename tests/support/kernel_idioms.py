@@ -454,6 +454,41 @@ static int k3_after_templates(void)
 """
 
 
+# drivers/md/bcache/sysfs.c:246: a macro expanded without a `;` (SHOW_LOCKED) before a function a macro heads
+# (STORE) named the unit after the first; i915_trace.h:76: a loop inside TP_fast_assign, in the parentheses of
+# a file-level TRACE_EVENT, was a unit named after the loop macro.
+MACRO_CALLS = """\
+static ssize_t k3_show_one(struct k3 *k, char *buf)
+{
+	return 0;
+}
+SHOW_LOCKED(k3_cached_dev)
+
+STORE(__k3_cached_dev)
+{
+	return size;
+}
+
+TRACE_EVENT(k3_cxsr,
+		TP_PROTO(struct k3 *k, bool old),
+		TP_ARGS(k, old),
+		TP_fast_assign(
+				enum pipe pipe;
+				for_each_pipe(k, pipe) {
+					__entry->frame[pipe] = k3_frame(k, pipe);
+				}
+				__entry->old = old;
+				),
+		TP_printk("%d", __entry->old)
+);
+
+static int k3_after_trace(void)
+{
+	return 0;
+}
+"""
+
+
 CASES = [
     Case("loop-macro-and-user-cast", LOOP_WITH_CAST, [("k3_sum", 1, 13), ("k3_after", 15, 18)]),
     Case("syscall-ifdef-around-if", SYSCALL_IFDEF, [("sys_fanotify_init", 1, 18)]),
@@ -484,6 +519,16 @@ CASES = [
         "function-templates-in-defines",
         MACRO_TEMPLATES,
         [("show_##reg", 1, 8), ("k3_min_##T+k3_max_##T", 12, 17), ("k3_after_templates", 24, 27)],
+    ),
+    Case(
+        "macro-calls-before-and-around-blocks",
+        MACRO_CALLS,
+        [
+            ("k3_show_one", 1, 4),
+            ("STORE(__k3_cached_dev)", 7, 10),
+            ("TRACE_EVENT(k3_cxsr)", 12, 23),
+            ("k3_after_trace", 25, 28),
+        ],
     ),
     Case(
         "brace-closed-under-the-opposite-condition",
