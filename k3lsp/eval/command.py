@@ -211,8 +211,6 @@ def _fixes(args: argparse.Namespace, options) -> int:
     if args.window < 0 or args.depth < 1:
         raise _Refused("--window must be 0 or more and --depth at least 1")
     configurations = _configurations(args, options)
-    if any(c.options.witnesses for c in configurations):
-        raise _Refused("a review sends no analyzer alerts yet: the witnesses axis is castle's")
     judging = Judging(args.window, args.min_severity, args.depth)
     try:
         if args.list is not None:

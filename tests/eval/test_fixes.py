@@ -192,6 +192,14 @@ def test_the_command_selects_and_locates_cases_without_reviewing_them(h, tmp_pat
     assert bad.returncode == 2 and "not inside a git repository" in bad.stderr
 
 
+def test_the_witnesses_are_a_setting_of_the_reviews_too(h, tmp_path):
+    """A review goes through the audit service, witnesses included (tests/service/test_same_findings.py), so
+    `eval fixes` takes --witnesses as `eval castle` does; it refused them once, when only castle sent alerts."""
+    args = ("eval", "fixes", "--repo", str(h.repo), "--cases-only", "--witnesses", "gcc", "--out", str(tmp_path / "o"))
+    done = k3lsp(*args, cache=tmp_path / "c", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def reported(line: int) -> list[dict]:
     """A turn reporting one high CWE-787 finding on the unit's ``line``."""
     finding = kimi.finding(cwe=787, severity="high", title="written past", start_line=line, end_line=line, trace=[])
