@@ -211,6 +211,12 @@ def _variants(args: argparse.Namespace) -> int:
     return _front_end("variants", args, variants.run)
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from k3lsp.mcp import server
+
+    return _front_end("mcp", args, server.run)
+
+
 def _front_end(name: str, args: argparse.Namespace, run: Callable[..., int]) -> int:
     """`k3lsp review` or `variants` (``run(args, options, endpoints, jobs)``); like `audit`, an unexpected fault
     exits 2, never 1."""
@@ -383,6 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_effort_flag(variants, "high", "how long the model thinks on the rule and each candidate (default high)")
     _add_key_flags(variants)
     variants.set_defaults(run=_variants)
+
+    mcp = sub.add_parser(
+        "mcp", help="serve the audits to coding agents: a Model Context Protocol server on stdio (docs/agents.md)"
+    )
+    mcp.add_argument("--root", type=Path, default=None, help="the workspace folder (default: the current directory)")
+    mcp.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
+    mcp.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
+    mcp.add_argument(
+        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    )
+    _add_effort_flag(mcp, help="how long the model thinks per unit (default auto: low, as on save)")
+    _add_finding_flags(mcp)
+    _add_key_flags(mcp)
+    mcp.set_defaults(run=_mcp)
 
     evaluate = sub.add_parser("eval", help="measure the audits: CASTLE-C250, or a project's Fixes: history")
     modes = evaluate.add_subparsers(dest="eval_command", required=True)

@@ -25,7 +25,7 @@ import email
 import email.policy
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from k3lsp.git import patches
 from k3lsp.wire import supplied
@@ -59,16 +59,22 @@ def read(path: Path) -> list[Mail]:
         data = supplied.read(path, MAX_MBOX_BYTES)
     except OSError as exc:
         raise patches.PatchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return parse(data, str(path))
+
+
+def parse(data: bytes, name: str) -> list[Mail]:
+    """The patches of ``data`` (a patch, a mail or an mbox), named ``name`` in what is said about them: what
+    :func:`read` reads from a file, and ``k3lsp mcp``'s ``review`` from its patch text."""
     top = data.lstrip()  # git am looks past blank lines for a mail's first line
     if top.startswith(b"From ") or (
         re.match(rb"(?:[A-Za-z-]+:.*\r?\n)+\r?\n", top) and re.search(rb"^Subject:", top, re.M)
     ):
-        messages = [_parse(path, n, raw) for n, raw in enumerate(split(data), 1)]
+        messages = [_parse(name, n, raw) for n, raw in enumerate(split(data), 1)]
     else:
-        messages = [Mail(path.name, patches.decode(data))]
+        messages = [Mail(PurePath(name).name, patches.decode(data))]
     found = [m for m in messages if _DIFF_START.search(m.diff)]
     if not found:
-        raise patches.PatchError(f"{path}: no patch in it (a unified diff, a mail or an mbox of them)")
+        raise patches.PatchError(f"{name}: no patch in it (a unified diff, a mail or an mbox of them)")
     return found
 
 
@@ -98,7 +104,7 @@ def _from_line(line: bytes) -> bool:
     return year is not None and int(year.group(1)) > 90
 
 
-def _parse(path: Path, n: int, raw: bytes) -> Mail:
+def _parse(path: str, n: int, raw: bytes) -> Mail:
     """One mail: its diff from the body as git mailinfo reads it (:func:`_cut`, :func:`_decoded`), its subject,
     ids, author and date from Python's parse of its headers."""
     headers, body = _cut(raw)

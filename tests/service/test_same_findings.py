@@ -6,8 +6,9 @@ and refutation turn) and its script is the model: in the audit turn it confirms 
 latter. So what a front end reports depends on both settings reaching the daemon: without the alerts the
 overflow cppcheck found is never confirmed (the model has no alert A1 to triage), without the refutation turn
 the unchecked size is shown. Each front end (``k3lsp audit``, ``k3lsp review`` of the commit adding the file,
-``k3lsp eval castle`` on a one-program dataset, the language server on a save, and its workspace audit of the
-file unopened) must report exactly the two findings worked out below by hand: file, line, CWE, title, message.
+``k3lsp eval castle`` on a one-program dataset, the language server on a save, its workspace audit of the
+file unopened, and ``k3lsp mcp``'s ``audit_file`` called by an agent) must report exactly the two findings worked
+out below by hand: file, line, CWE, title, message.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from lsprotocol import types as lsp
 from k3lsp.witnesses.analyze import analyze, find
 from tests.eval import castle_data
 from tests.lsp.test_witnesses import SOURCE  # cppcheck's two alerts, on lines 6 and 8
+from tests.mcp.client import WAIT, answer, session
 from tests.review import repos
 from tests.support import kimi
 from tests.support.batch import k3lsp
@@ -136,13 +138,21 @@ async def through_workspace(daemon, tmp_path: Path) -> set[tuple]:
     return from_diagnostics(shown)
 
 
+async def through_mcp(daemon, tmp_path: Path) -> set[tuple]:
+    async with session(project(tmp_path), daemon.endpoint, *FLAGS, cache=tmp_path / "c") as client:
+        found = answer(await client.call_tool("audit_file", {"path": NAME}, WAIT))
+    return {(f["file"], f["line"], f["cwe"], f["title"], f["message"]) for f in found["findings"]}
+
+
 @pytest.mark.parametrize("front_end", [through_audit, through_review, through_eval], ids=["audit", "review", "eval"])
 def test_the_command_line_front_ends_report_the_same_findings(daemon, tmp_path, front_end):
     assert front_end(daemon, tmp_path) == expected(tmp_path)
 
 
-@pytest.mark.parametrize("front_end", [through_server, through_workspace], ids=["server", "workspace"])
-async def test_the_language_server_reports_the_same_findings(daemon, tmp_path, front_end):
+@pytest.mark.parametrize(
+    "front_end", [through_server, through_workspace, through_mcp], ids=["server", "workspace", "mcp"]
+)
+async def test_the_language_server_and_the_mcp_server_report_the_same_findings(daemon, tmp_path, front_end):
     assert await front_end(daemon, tmp_path) == expected(tmp_path)
 
 

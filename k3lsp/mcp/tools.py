@@ -1,0 +1,199 @@
+"""The MCP tools' handlers: arguments in, the audit service's (or a review's) answer out, as structured results.
+
+Each handler is a few lines: confine and read what the agent named (``Workspace``), hand it to the service as a
+document and job (or to ``k3lsp.review.changed`` as patches), turn the events into findings (``results``). No
+handler audits anything itself, so a finding here is the finding the editor shows for the same settings, and an
+unchanged function audited by any front end is answered from the cache.
+
+Cancelling a call (``notifications/cancelled``) cancels the handler's task; the service leaves its runs, which
+withdraws their units from the daemons (``k3lsp.core.service``: cancelling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+
+from k3lsp.cli import batch
+from k3lsp.core import service
+from k3lsp.core.client import DaemonError
+from k3lsp.core.connection import DaemonUnavailable
+from k3lsp.core.run import Summary
+from k3lsp.core.tally import Tally
+from k3lsp.git import patches as gitpatches
+from k3lsp.git import repo as gitrepo
+from k3lsp.mcp import results
+from k3lsp.mcp.progress import reporting
+from k3lsp.mcp.workspace import Shown, Workspace
+from k3lsp.review import changed, mbox, series
+from k3lsp.wire import sanitize
+from k3lsp.wire.protocol import Priority
+from k3lsp.witnesses.analyze import analyze, available
+
+MAX_PATCH_BYTES = 2 * 1024 * 1024  # a series of dozens of patches; a bigger one is reviewed by its commits
+
+
+@dataclass
+class Said:
+    """What a call says beside its findings (``k3lsp.core.tally``'s report)."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _counts(summary: Summary) -> dict[str, int]:
+    return {"units": summary.units, "cached": summary.cached, "audited": summary.audited}
+
+
+async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Context) -> dict[str, Any]:
+    """One file (or one function of it) through the audit service, as the editor audits it on save."""
+    source = ws.source(path)
+    at = None
+    if function is not None:
+        named = [u for u in source.units if u.name == function]
+        if not named:
+            names = ", ".join(sorted({u.name for u in source.units})[:30]) or "none"
+            raise ToolError(f"{function!r} is no function of {source.rel}; its units are: {names}")
+        at = frozenset(u.start_line for u in named)
+    text = "\n".join(source.lines)
+    doc = service.Document(source.path, ws.root, source.rel, text, units_at=at, units=source.units)
+    found: list[Shown] = []
+    said = Said()
+    async with reporting(ctx) as report:
+        tally = Tally(said, report)
+
+        def told(event: service.Event) -> None:
+            tally(event)
+            if isinstance(event, service.UnitDone):
+                for r, why in event.findings:
+                    if why is None:
+                        found.append(Shown(results.finding(batch.row(source, r, why)), r.unit, r.finding))
+
+        job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
+        summary = await tally.run(ws.service, [doc], told, job, asyncio.Event(), allow_incomplete=False, rerun="")
+    assert summary is not None  # never stopped: a cancelled call ends by cancelling this task
+    if not said.errors:
+        ws.show(source.rel, found, {function} if function is not None else None)
+    found.sort(key=lambda s: (s.given["line"], s.given["cwe"]))
+    return results.result(
+        file=source.rel,
+        **_counts(summary),
+        findings=[s.given for s in found],
+        errors=said.errors,
+        warnings=said.warnings,
+    )
+
+
+async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said: list[str]) -> dict[str, Any]:
+    """Patches reviewed as ``k3lsp review`` reviews them: each finding introduced by its patch or pre-existing."""
+    repo = _repository(ws)
+    async with reporting(ctx) as report:
+        reviewed = await changed.review_patches(patches, repo, ws.service.options, ws.pool, on_progress=report)
+    return results.result(
+        patches=[
+            {
+                "patch": p.patch.title,
+                "commit": p.patch.commit,
+                "error": p.patch.error,
+                "units": len(p.units),
+                "findings": [results.finding(f.row, f.introduced, f.why) for f in p.findings],
+                "notes": p.notes,
+            }
+            for p in reviewed.patches
+        ],
+        cached=sum(r.cached for r in reviewed.results),
+        errors=reviewed.errors,
+        warnings=said + reviewed.warnings,
+    )
+
+
+def changes(ws: Workspace, staged: bool, base: str) -> list[series.Patch]:
+    """The work tree (or the index, ``staged``) against ``base`` as one patch."""
+    repo = _repository(ws)
+    wanted = ws.service.options.wants
+    try:
+        if staged:
+            return [series.staged(repo, wanted)]
+        return [series.worktree(repo, repo.commit(base), wanted, base)]
+    except gitrepo.GitError as exc:
+        raise ToolError(f"cannot read the changes against {base!r}: {exc}") from None
+
+
+def named(ws: Workspace, revision: str | None, patch: str | None, base: str) -> tuple[list[series.Patch], list[str]]:
+    """The patches a ``review`` call names: a commit, a range ``A..B``, or a patch text applied to ``base``."""
+    if (revision is None) == (patch is None):
+        raise ToolError("give either revision (a commit, or a range A..B) or patch (the text of a patch), not both")
+    repo = _repository(ws)
+    wanted = ws.service.options.wants
+    try:
+        if patch is not None:
+            data = patch.encode("utf-8", "surrogatepass")
+            if len(data) > MAX_PATCH_BYTES:
+                raise ToolError(
+                    f"the patch text is {len(data)} bytes, over the {MAX_PATCH_BYTES} a review takes here; commit "
+                    "it and review the commit or range (revision) instead"
+                )
+            return series.mails(repo.tree(repo.commit(base)), mbox.parse(data, "patch")), []
+        if ".." in revision:
+            picked, merges = series.commit_range(repo, revision, wanted)
+            return picked, [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
+        return [series.commit(repo, repo.commit(revision), wanted)], []
+    except (gitrepo.GitError, gitpatches.PatchError) as exc:
+        raise ToolError(sanitize.line(str(exc))) from None
+
+
+def _repository(ws: Workspace) -> gitrepo.Repository:
+    try:
+        return gitrepo.Repository(ws.root, ws.service.options.max_file_bytes)
+    except gitrepo.GitError as exc:
+        raise ToolError(f"the workspace {ws.root} is no git repository: {exc}") from None
+
+
+async def explain(ws: Workspace, path: str, fingerprint: str) -> dict[str, Any]:
+    """The model's explanation of a finding shown for a file (by its fingerprint)."""
+    real, rel = ws.confined(path)
+    shown = next((s for s in ws.shown.get(rel, []) if s.given["fingerprint"] == fingerprint), None)
+    if shown is None:
+        raise ToolError(
+            f"no finding with fingerprint {fingerprint!r} is shown for {rel}; audit the file (audit_file) and pass "
+            "the fingerprint of one of its findings"
+        )
+    try:
+        doc = service.Document(real, ws.root, rel)
+        parts = [p async for p in ws.service.explain(doc, shown.unit, shown.finding.to_dict())]
+    except (DaemonUnavailable, DaemonError) as exc:
+        raise ToolError(f"cannot explain the finding: {exc}") from None
+    text = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
+    return results.result(finding=shown.given, explanation=text)
+
+
+async def witnesses(ws: Workspace, path: str) -> dict[str, Any]:
+    """The static analyzers' alerts on one file, no daemon asked: the ``witnesses`` setting's, else every one here."""
+    source = ws.source(path)
+    names = ws.service.options.witnesses or [n for n, found in available().items() if not isinstance(found, str)]
+    if not names:
+        raise ToolError("no static analyzer is installed here (k3lsp witnesses says how to install them)")
+    text = "\n".join(source.lines)
+    report = await asyncio.to_thread(analyze, source.path, text, ws.root, names, ws.pool.cache)
+    return results.result(
+        file=source.rel,
+        alerts=[
+            {"tool": a.tool, "rule": a.rule, "line": a.line, "cwe": a.cwe, "level": a.level, "message": a.message}
+            for a in report.alerts
+        ],
+        problems=[f"{r.tool}: {r.problem}" for r in report.runs if r.problem is not None],
+    )
+
+
+async def status(ws: Workspace) -> dict[str, Any]:
+    """The daemon's state, model, loading and queue, as the editor's status shows them, and what is shown here."""
+    return results.result(
+        workspace=str(ws.root),
+        shown={rel: len(found) for rel, found in ws.shown.items()},
+        **await ws.pool.status(),
+    )

@@ -1,0 +1,95 @@
+"""`k3lsp mcp` attacked through its arguments, as a steered agent would: every path argument tries to leave the
+workspace (``..``, absolute, symlinks to a file and a folder outside, hidden files), a 10 MB patch text, an unknown
+tool, malformed arguments and a smuggled endpoint. Each gets a clear error, nothing outside the workspace is read,
+and the server goes on answering. No daemon: every refusal comes before one would be asked."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from mcp import MCPError
+
+from tests.mcp.client import answer, refusal, session
+from tests.review import repos
+from tests.support.daemon import nowhere
+
+SECRET = "SECRET_TOKEN_42"
+ESCAPES = {
+    "../outside/secret.c": "'..' is not allowed",
+    "sub/../../outside/secret.c": "'..' is not allowed",
+    "{outside}/secret.c": "absolute paths are not allowed",
+    "link.c": "resolves outside the workspace",
+    "linked/secret.c": "resolves outside the workspace",
+    ".git/config": "hidden files",
+    "hard.c": "other hard links",
+    "missing.c": "no such file",
+}
+
+
+def workspace(tmp_path):
+    """A repository holding one C file, a symlink to a secret outside it, one to the secret's folder, and a hard
+    link to the secret."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.c").write_text(f"int {SECRET};\n")
+    root = repos.repository(tmp_path / "ws", {"a.c": "int f(void)\n{\n\treturn 0;\n}\n"})
+    (root / "sub").mkdir()
+    (root / "link.c").symlink_to(outside / "secret.c")
+    (root / "linked").symlink_to(outside)
+    os.link(outside / "secret.c", root / "hard.c")
+    return root, outside
+
+
+def calls(path: str) -> list[tuple[str, dict]]:
+    """Every tool call that takes a path, with ``path``."""
+    return [
+        ("audit_file", {"path": path}),
+        ("audit_file", {"path": path, "function": "f"}),
+        ("explain", {"path": path, "fingerprint": "x"}),
+        ("witnesses", {"path": path}),
+    ]
+
+
+async def test_no_path_argument_leaves_the_workspace(tmp_path):
+    root, outside = workspace(tmp_path)
+    said: list[str] = []
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        for escape, why in ESCAPES.items():
+            path = escape.format(outside=outside)
+            for tool, args in calls(path):
+                text = refusal(await client.call_tool(tool, args))
+                assert why in text, (tool, path, text)
+                said.append(text)
+            with pytest.raises(MCPError) as refused:  # a resource's refusal is a protocol error
+                await client.read_resource(f"k3lsp://findings/{path}")
+            said.append(str(refused.value))
+        status = answer(await client.call_tool("status", {}))
+    assert not any(SECRET in text for text in said)
+    assert status["counters"]["units"] == 0  # nothing was audited
+
+
+async def test_a_10_mb_patch_text_is_refused_in_one_sentence(tmp_path):
+    root, _ = workspace(tmp_path)
+    patch = "--- a/a.c\n+++ b/a.c\n@@ -1,1 +1,1 @@\n" + "+x\n" * (5 * 1024 * 1024)
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        text = refusal(await client.call_tool("review", {"patch": patch}))
+        assert answer(await client.call_tool("status", {}))["counters"]["units"] == 0
+    assert f"the patch text is {len(patch)} bytes, over the 2097152 a review takes here" in text
+
+
+async def test_unknown_tools_malformed_arguments_and_a_smuggled_endpoint(tmp_path):
+    root, _ = workspace(tmp_path)
+    endpoint = nowhere(tmp_path)
+    async with session(root, endpoint, cache=tmp_path / "c") as client:
+        unknown = refusal(await client.call_tool("run_shell", {"command": "cat /etc/passwd"}))
+        not_text = refusal(await client.call_tool("audit_file", {"path": 3}))
+        missing = refusal(await client.call_tool("witnesses", {}))
+        bad_rev = refusal(await client.call_tool("review", {"revision": "no-such-branch"}))
+        neither = refusal(await client.call_tool("review", {}))
+        smuggled = answer(await client.call_tool("status", {"endpoint": "tcp://198.51.100.1:5555", "key": "x"}))
+    assert "run_shell" in unknown
+    assert "path" in not_text and "path" in missing
+    assert "no-such-branch" in bad_rev
+    assert "give either revision" in neither
+    assert smuggled["endpoint"] == endpoint  # the user's, never an argument's
