@@ -166,6 +166,8 @@ class Prepared:
 
 @dataclass(frozen=True)
 class LookedUp:
+    """One run's cache answer: a front end shows progress only for the misses, the real work."""
+
     priority: Priority
     hits: int
     misses: int
@@ -173,6 +175,9 @@ class LookedUp:
 
 @dataclass(frozen=True)
 class UnitDone:
+    """One unit's result for one document: raw (what an editor keeps, to screen again as the text changes) and
+    screened as the settings say (what a report shows)."""
+
     doc: Document
     result: UnitResult
     findings: tuple[Screened, ...]
