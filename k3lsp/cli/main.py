@@ -247,11 +247,10 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_effort_flag(
-    parser: argparse.ArgumentParser,
-    default: str | None = None,
-    help: str = "how long the model thinks per unit (default auto: high, as for workspace audits)",
-) -> None:
+EFFORT_HELP = "how long the model thinks per unit (default auto: high, as for workspace audits)"
+
+
+def _add_effort_flag(parser: argparse.ArgumentParser, default: str | None = None, help: str = EFFORT_HELP) -> None:
     parser.add_argument("--thinking-effort", choices=THINKING_EFFORTS, default=default, help=help)
 
 
@@ -286,26 +285,14 @@ def _add_key_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_flags(
-    parser: argparse.ArgumentParser,
-    formats: tuple[str, ...],
-    effort: str | None = None,
-    effort_help: str = "how long the model thinks per unit (default auto: high, as for workspace audits)",
+    parser: argparse.ArgumentParser, formats: tuple[str, ...], effort: str | None = None, effort_help: str = ""
 ) -> None:
-    """The flags of a command that audits units on daemons and writes a report (``audit``, ``review``): where,
-    how many at once, what is reported and how, and the settings an editor would pass."""
-    parser.add_argument(
-        "--endpoint", action="append", help=ENDPOINT_HELP + "; repeat it to spread the units over several"
-    )
+    """The flags of a command that audits units on daemons and writes a report (``audit``, ``review``): how it is
+    written, whether a unit cut short fails it, and :func:`_add_audit_flags`."""
     parser.add_argument("--format", choices=formats, default="text", help="output format")
     parser.add_argument("--json", action="store_true", help="same as --format json")
     parser.add_argument(
         "-o", "--output", type=Path, default=None, help="write the report to this file (default: stdout)"
-    )
-    parser.add_argument(
-        "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
-    )
-    parser.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
     )
     parser.add_argument(
         "--allow-incomplete",
@@ -313,7 +300,28 @@ def _add_run_flags(
         help="a unit whose audit was cut short (length, budget, loop, deadline) is a warning, not an "
         "error: the exit status says findings or clean",
     )
-    _add_effort_flag(parser, effort, effort_help)
+    _add_audit_flags(parser, effort, effort_help)
+
+
+def _add_audit_flags(parser: argparse.ArgumentParser, effort: str | None = None, effort_help: str = "") -> None:
+    """The flags of a command that audits units (``audit``, ``review``, ``mcp``): units in flight, what is
+    reported, and :func:`_add_settings_flags`."""
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="units in flight per daemon (default 4: the daemon batches them)"
+    )
+    parser.add_argument(
+        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
+    )
+    _add_settings_flags(parser, effort, effort_help)
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser, effort: str | None = None, effort_help: str = "") -> None:
+    """The flags of every command whose units go to daemons through the audit service (``audit``, ``review``,
+    ``mcp``, ``eval``): which daemons, how long the model thinks, the editor's settings, the keys."""
+    parser.add_argument(
+        "--endpoint", action="append", help=ENDPOINT_HELP + "; repeat it to spread the units over several"
+    )
+    _add_effort_flag(parser, effort, effort_help or EFFORT_HELP)
     _add_finding_flags(parser)
     _add_key_flags(parser)
 
@@ -394,14 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp", help="serve the audits to coding agents: a Model Context Protocol server on stdio (docs/agents.md)"
     )
     mcp.add_argument("--root", type=Path, default=None, help="the workspace folder (default: the current directory)")
-    mcp.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
-    mcp.add_argument("--jobs", type=int, default=None, help="units in flight per daemon (default 4)")
-    mcp.add_argument(
-        "--min-severity", choices=SEVERITIES, default=None, help="report findings at or above (default info: all)"
-    )
-    _add_effort_flag(mcp, help="how long the model thinks per unit (default auto: low, as on save)")
-    _add_finding_flags(mcp)
-    _add_key_flags(mcp)
+    _add_audit_flags(mcp, None, "how long the model thinks per unit (default auto: low, as on save)")
     mcp.set_defaults(run=_mcp)
 
     evaluate = sub.add_parser("eval", help="measure the audits: CASTLE-C250, or a project's Fixes: history")
@@ -410,10 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     fixes = modes.add_parser("fixes", help="did the review of each commit a Fixes: tag names catch its bug?")
     eval_command.add_arguments(castle, fixes)
     for mode in (castle, fixes):
-        mode.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
-        _add_effort_flag(mode)
-        _add_finding_flags(mode)
-        _add_key_flags(mode)
+        _add_settings_flags(mode)
         mode.set_defaults(run=_eval)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for talking to a daemon on another machine")
