@@ -20,6 +20,7 @@ from tests.mcp.client import WAIT, answer, command, refusal, session
 from tests.review import repos
 from tests.support import inspector, kimi, workbench
 from tests.support.daemon import module_daemon
+from tests.support.lsp import editor
 
 EXPLANATION = "n reaches memcpy unchecked, so src overruns buf."
 HOSTILE = kimi.finding(
@@ -94,6 +95,24 @@ async def test_audit_file_reports_progress_then_the_cache_answers_the_second_cal
     assert json.loads(shown.contents[0].text)["findings"] == first["findings"]
     assert json.loads(index.contents[0].text)["files"] == {"demo.c": {"findings": 2, "uri": "k3lsp://findings/demo.c"}}
     assert (one["units"], one["cached"], [f["function"] for f in one["findings"]]) == (1, 1, ["copy_msg"])
+
+
+async def test_what_the_editor_audited_is_answered_from_the_same_cache_and_the_other_way_round(daemon, tmp_path):
+    """The language server saves demo.c, then an agent asks for it: no daemon work. The agent audits leaky.c first,
+    then the editor saves it: answered from the cache as well."""
+    root = project(tmp_path)
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        ed.save(ed.open("demo.c"))
+        await ed.wait_for_status(lambda c: c["audited"] == 2)
+    async with session(root, daemon.endpoint, cache=tmp_path / "c") as client:
+        demo = answer(await client.call_tool("audit_file", {"path": "demo.c"}, WAIT))
+        leaky = answer(await client.call_tool("audit_file", {"path": "leaky.c"}, WAIT))
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        ed.save(ed.open("leaky.c"))
+        counters = await ed.wait_for_status(lambda c: c["cached"] == 1)
+    assert (demo["units"], demo["cached"], demo["audited"], len(demo["findings"])) == (2, 2, 0, 2)
+    assert (leaky["cached"], leaky["audited"]) == (0, 1)
+    assert counters["sent"] == 0
 
 
 async def test_a_model_answer_with_instructions_and_links_comes_back_as_marked_data(daemon, tmp_path):
