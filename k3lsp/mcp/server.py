@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
@@ -37,9 +37,32 @@ INSTRUCTIONS = (
 Path_ = Annotated[str, Field(description="a file of the workspace, relative to its root (e.g. drivers/net/x.c)")]
 
 
+class _Server(MCPServer):
+    """The SDK's server, but arguments that fail a tool's schema are said in one sentence per argument (the SDK
+    gives pydantic's report: several lines, and a link to its documentation)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(invalid(name, exc.__cause__)) from None
+
+
+def invalid(tool: str, error: ValidationError) -> str:
+    """``tool: argument path: Input should be a valid string, not 3; see the tool's input schema``."""
+    said = []
+    for e in error.errors(include_url=False):
+        field = ".".join(str(part) for part in e["loc"])
+        value = "" if e["type"] == "missing" else f", not {sanitize.line(repr(e['input']))[:80]}"
+        said.append(f"argument {field}: {e['msg']}{value}")
+    return f"{tool}: {'; '.join(said)}; see the tool's input schema"
+
+
 def build(ws: Workspace) -> MCPServer:
     """The server with every tool and resource bound to ``ws``."""
-    server = MCPServer("k3lsp", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = _Server("k3lsp", instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
         description="Audit one C file, or one function of it, for security bugs. Each unit (function) costs the "

@@ -89,7 +89,8 @@ async def test_unknown_tools_malformed_arguments_and_a_smuggled_endpoint(tmp_pat
         neither = refusal(await client.call_tool("review", {}))
         smuggled = answer(await client.call_tool("status", {"endpoint": "tcp://198.51.100.1:5555", "key": "x"}))
     assert "run_shell" in unknown
-    assert "path" in not_text and "path" in missing
+    assert not_text == "audit_file: argument path: Input should be a valid string, not 3; see the tool's input schema"
+    assert missing == "witnesses: argument path: Field required; see the tool's input schema"
     assert "no-such-branch" in bad_rev
     assert "give either revision" in neither
     assert smuggled["endpoint"] == endpoint  # the user's, never an argument's
