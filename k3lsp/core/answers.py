@@ -34,8 +34,9 @@ class ToolAnswerer:
             self._warmed[root] = now
             symbols.warm(root)
 
-    async def answer(self, root: Path | None, request: dict) -> tuple[bool, str]:
+    async def answer(self, root: Path | None, request: dict, caller: str | None = None) -> tuple[bool, str]:
         """(ok, text) for one ``tool_request``; a refusal is an ordinary answer the model reads and acts on.
+        ``caller``: the workspace-relative file under audit (find_definition ranks the definitions it uses first).
 
         No root (an untitled buffer, a file outside the workspace folder): no tools at all, since the file's own
         folder may be the home directory."""
@@ -43,7 +44,7 @@ class ToolAnswerer:
             ok, text = False, f"{request['tool']}: no workspace folder holds this file, so no workspace tools"
         else:
             try:
-                call = asyncio.to_thread(sandbox.run_tool, root, request["tool"], request["args"])
+                call = asyncio.to_thread(sandbox.run_tool, root, request["tool"], request["args"], caller)
                 ok, text = await asyncio.wait_for(call, sandbox.TOOL_SECONDS)
             except TimeoutError:  # the model (and the audit) must not wait for ever; the thread ends on its own
                 ok, text = False, f"{request['tool']}: no answer within {sandbox.TOOL_SECONDS:g} s; ask for less"

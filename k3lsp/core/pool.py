@@ -431,7 +431,7 @@ class Pool:
                 effort=run.effort,
                 fresh=run.fresh,
                 refute_from=run.refute_from,
-                tools=lambda req: self.answers.answer(target.root, req),
+                tools=lambda req: self.answers.answer(target.root, req, target.path),
                 on_progress=run.progress,
             )
             self._finished(conn, job, outcome)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from k3lsp.tools import confine, search, symbols
+from k3lsp.tools import confine, ranking, search, symbols
 from k3lsp.tools.confine import ToolError
 
 log = logging.getLogger(__name__)
@@ -110,14 +110,18 @@ def _index(root: str | os.PathLike[str]) -> tuple[symbols.SymbolIndex, symbols.S
     return index, index.status()
 
 
-def find_definition(root: str | os.PathLike[str], symbol: str, path: str | None = None) -> str:
+def find_definition(
+    root: str | os.PathLike[str], symbol: str, path: str | None = None, caller: str | None = None
+) -> str:
     """Where a function, macro, struct/union/enum, typedef or global is defined, from the symbol index: the
-    definitions with their code, then the declarations (prototypes, extern variables)."""
+    definitions with their code, then the declarations (prototypes, extern variables); ``caller``, the
+    workspace-relative file under audit, puts the definitions it most likely uses first (``ranking``)."""
     _symbol(symbol)
     real, where = _under(root, path)
     index, status = _index(root)
     base = Path(root).resolve()
-    tags = index.definitions(symbol, None if real is None else real.relative_to(base).as_posix())
+    under = None if real is None else real.relative_to(base).as_posix()
+    tags = index.definitions(symbol, under, _caller(base, caller))
     defined = [t for t in tags if not t.declaration]
     declared = len(tags) - len(defined)
     if not tags:
@@ -137,6 +141,16 @@ def find_definition(root: str | os.PathLike[str], symbol: str, path: str | None 
     if len(tags) > MAX_PLACES:
         out.add(f"… {len(tags) - MAX_PLACES} more: narrow with path")
     return out.text()
+
+
+def _caller(base: Path, caller: str | None) -> ranking.Caller | None:
+    """The audited file as ranking reads it; its includes only when the sandbox lets it be read."""
+    if caller is None:
+        return None
+    try:
+        return ranking.Caller.of(caller, confine.read_text(confine.resolve(base, caller), caller))
+    except ToolError:  # gone, too big, outside: its place still counts
+        return ranking.Caller(caller)
 
 
 def _code(base: Path, tag: symbols.Tag, out: _Output, secrets: confine.Secrets) -> bool:
@@ -223,26 +237,33 @@ def _arg(args: dict[str, Any], name: str, kind: type, *, required: bool = True) 
     return value
 
 
-def _symbol_tool(tool: Callable[[Path, str, str | None], str]) -> Callable[[Path, dict[str, Any]], str]:
-    return lambda root, a: tool(root, _arg(a, "symbol", str), _arg(a, "path", str, required=False))
+def _symbol_tool(tool: Callable[[Path, str, str | None], str]) -> Tool:
+    return lambda root, a, _: tool(root, _arg(a, "symbol", str), _arg(a, "path", str, required=False))
 
 
-TOOLS: dict[str, tuple[frozenset[str], Callable[[Path, dict[str, Any]], str]]] = {
+Tool = Callable[[Path, dict[str, Any], str | None], str]  # (root, arguments, the file under audit)
+TOOLS: dict[str, tuple[frozenset[str], Tool]] = {
     "read_lines": (
         frozenset({"path", "start", "end"}),
-        lambda root, a: read_lines(root, _arg(a, "path", str), _arg(a, "start", int), _arg(a, "end", int)),
+        lambda root, a, _: read_lines(root, _arg(a, "path", str), _arg(a, "start", int), _arg(a, "end", int)),
     ),
-    "find_definition": (frozenset({"symbol", "path"}), _symbol_tool(find_definition)),
+    "find_definition": (
+        frozenset({"symbol", "path"}),
+        lambda root, a, caller: find_definition(
+            root, _arg(a, "symbol", str), _arg(a, "path", str, required=False), caller
+        ),
+    ),
     "find_references": (frozenset({"symbol", "path"}), _symbol_tool(find_references)),
     "grep": (
         frozenset({"pattern", "path"}),
-        lambda root, a: grep(root, _arg(a, "pattern", str), _arg(a, "path", str, required=False)),
+        lambda root, a, _: grep(root, _arg(a, "pattern", str), _arg(a, "path", str, required=False)),
     ),
 }
 
 
-def run_tool(root: str | os.PathLike[str], name: str, args: Any) -> tuple[bool, str]:
-    """Answer one tool request: (True, result) or (False, why it was refused). Never raises."""
+def run_tool(root: str | os.PathLike[str], name: str, args: Any, caller: str | None = None) -> tuple[bool, str]:
+    """Answer one tool request: (True, result) or (False, why it was refused). Never raises. ``caller``: the
+    workspace-relative file whose audit asks (find_definition ranks by it)."""
     spec = TOOLS.get(name)
     if spec is None:
         return False, f"unknown tool {name!r}; available: {', '.join(sorted(TOOLS))}"
@@ -252,7 +273,7 @@ def run_tool(root: str | os.PathLike[str], name: str, args: Any) -> tuple[bool, 
     if unknown:
         return False, f"{name}: unknown arguments {sorted(map(str, unknown))}; expected {sorted(spec[0])}"
     try:
-        return True, spec[1](Path(root), args)
+        return True, spec[1](Path(root), args, caller)
     except ToolError as e:
         return False, f"{name}: {e}"
     except Exception as e:  # an unexpected failure is still just an answer the model reads

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3lsp.tools import confine, search, tagsfile
+from k3lsp.tools import confine, ranking, search, tagsfile
 from k3lsp.units import split as units
 from k3lsp.wire import cache, isolated
 
@@ -283,16 +283,16 @@ class SymbolIndex:
         building = self._thread is not None and self._thread.is_alive()
         return Status(files, self._total, building, float(updated) if updated else None, indexer, self.error)
 
-    def definitions(self, name: str, under: str | None = None) -> list[Tag]:
-        """Where ``name`` is defined (definitions first, then declarations), under a workspace-relative folder
-        or file if given."""
+    def definitions(self, name: str, under: str | None = None, caller: ranking.Caller | None = None) -> list[Tag]:
+        """Where ``name`` is defined, under a workspace-relative folder or file if given, in ``ranking``'s
+        order (definitions first, real bodies before stubs and macros, near the ``caller`` first)."""
         sql = "SELECT name, path, line, end_line, kind FROM tags WHERE name=?"
         params: tuple = (name,)
         if under is not None:
             sql += " AND (path=? OR substr(path, 1, ?)=?)"
             params += (under, len(under) + 1, under + "/")
         tags = self._query(sql, params, map_row=lambda r: Tag(*r))
-        return sorted(tags, key=lambda t: (t.declaration, t.path.count("/"), t.path, t.line))
+        return ranking.ordered(tags, caller)
 
     def enclosing(self, path: str, line: int) -> Tag | None:
         """The function whose definition holds ``line`` of ``path`` (the nearest one above it when the indexer
