@@ -57,13 +57,20 @@ class Workspace:
         return real, real.relative_to(self.root).as_posix()
 
     def source(self, path: str) -> Source:
-        """A file an agent named, read under the same rules and split as every front end splits it."""
+        """A file an agent named, read under the same rules and split as every front end splits it; only a file
+        the ``include``/``exclude`` settings audit (a README split as C would cost the daemon for nothing)."""
         real, rel = self.confined(path)
+        o = self.service.options
+        if not o.wants(rel):
+            raise ToolError(
+                f"{rel} is not a file the settings audit (include {', '.join(o.include)}; exclude "
+                f"{', '.join(o.exclude)}): name a C source or header"
+            )
         try:
             text = confine.read_text(real, path)
         except (confine.ToolError, OSError) as exc:
             raise ToolError(f"{path}: cannot be read: {exc}") from None
-        return Source(real, rel, text.split("\n"), units.split(text, self.service.options.kernel_macros))
+        return Source(real, rel, text.split("\n"), units.split(text, o.kernel_macros))
 
     def show(self, rel: str, found: list[Shown], functions: set[str] | None = None) -> None:
         """A file's findings after an audit of it: all of them, or those of ``functions`` only."""

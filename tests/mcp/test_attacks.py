@@ -78,6 +78,15 @@ async def test_a_10_mb_patch_text_is_refused_in_one_sentence(tmp_path):
     assert f"the patch text is {len(patch)} bytes, over the 2097152 a review takes here" in text
 
 
+async def test_a_file_the_settings_do_not_audit_is_refused_before_any_work(tmp_path):
+    root, _ = workspace(tmp_path)
+    (root / "notes.txt").write_text("int f(void) { return 0; }\n")
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        text = refusal(await client.call_tool("audit_file", {"path": "notes.txt"}))
+        assert answer(await client.call_tool("status", {}))["counters"]["units"] == 0
+    assert "notes.txt is not a file the settings audit (include **/*.c, **/*.h; exclude " in text
+
+
 async def test_unknown_tools_malformed_arguments_and_a_smuggled_endpoint(tmp_path):
     root, _ = workspace(tmp_path)
     endpoint = nowhere(tmp_path)
