@@ -16,6 +16,8 @@ TREE is a directory; the files are those a workspace audit visits with the defau
   - `units_named_after_non_functions = N` (target 0): units over a ctags function named after none of the
     functions there (a keyword, a loop macro, another name), plus units named after a C keyword or a
     loop macro of the table anywhere;
+  - `macro templates: N units holding M functions`: the #defines that hold functions (units/templates.py), each
+    one unit; ctags' tag at a line expanding one (`show_in_reg(in)`, stretched over what follows) is excluded;
   - `units_over_several_functions = N` (target 0): units that hold more whole ctags functions than their
     name says (one function swallowed the next; ctags' tags of loop macros do not count);
   - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
@@ -65,7 +67,7 @@ from tree_sitter import Parser  # noqa: E402
 
 from k3lsp.core import options  # noqa: E402
 from k3lsp.tools import sandbox, search, symbols  # noqa: E402
-from k3lsp.units import kernelc  # noqa: E402
+from k3lsp.units import kernelc, templates  # noqa: E402
 from k3lsp.units import split as units  # noqa: E402
 from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
 
@@ -178,6 +180,9 @@ def splitter(tree: Path, files: list[Path], list_misses: int) -> None:
         f"{sum(r.cpp for r in results)} files read as C++, "
         f"{sum(bool(units.fallback_note(r.split)) for r in results)} in line windows"
     )
+    made = [u for r in results for u in r.split if u.kind == templates.KIND]
+    held = sum(len(merged(u.name)) for u in made)
+    print(f"macro templates: {len(made)} units holding {held} functions written in a #define")
     if largest is not None:
         print(
             f"largest file: {largest.path.relative_to(tree)} ({largest.size / 1e6:.2f} MB): split in "
@@ -300,9 +305,13 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
             for line in range(u.start_line, u.end_line + 1):
                 owner[line] = u
         rel = r.path.relative_to(tree)
-        for tag in r.tags:
+        made = {templates.macro_name(u.text.encode()) for u in r.split if u.kind == templates.KIND}
+        for tag in [t for t in r.tags if t.name in made]:
+            exclude(MACRO_CALL, tag.end - tag.line + 1 if tag.end >= tag.line else 0, f"{rel}:{tag.line} {tag.name}")
+        tags = [t for t in r.tags if t.name not in made]
+        for tag in tags:
             where = f"{rel}:{tag.line} {tag.name}"
-            why = excluded(tag, r.tags, lines)
+            why = excluded(tag, tags, lines)
             if why is not None:
                 exclude(why, tag.end - tag.line + 1 if tag.end >= tag.line else 0, where)
                 continue
@@ -320,10 +329,10 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
         for u in r.split:
             if u.kind == units.WINDOW_KIND:
                 continue
-            over = [t.name for t in r.tags if t.line - 1 <= u.end_line and t.end - 1 >= u.start_line]
+            over = [t.name for t in tags if t.line - 1 <= u.end_line and t.end - 1 >= u.start_line]
             where = f"{rel}:{u.start_line + 1} unit {u.name!r} over ctags {over or 'nothing'}"
             parts = [part.rsplit("::", 1)[-1] for part in merged(u.name)]
-            whole = [t for t in r.tags if u.start_line <= t.line - 1 <= t.end - 1 <= u.end_line]
+            whole = [t for t in tags if u.start_line <= t.line - 1 <= t.end - 1 <= u.end_line]
             if len([t for t in whole if table.kind_of(t.name) != "loops"]) > len(parts):
                 swallowed.append(f"{where}: {len(whole)} functions in one unit")
             if any(bad(u, part, table) for part in parts):
@@ -360,6 +369,7 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
 NAMED_AFTER_MACRO = (
     "no lines: units that ctags names after a word of the return type, or after a loop macro in the body"
 )
+MACRO_CALL = "an expansion of a macro template of the file, which ctags took for a definition (show_in_reg(in))"
 BEGAN_ABOVE = "lines above the function's header where ctags began it, at a macro or keyword it named it after"
 
 
