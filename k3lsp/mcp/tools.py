@@ -46,6 +46,12 @@ class Said:
     interrupted: bool = False
 
 
+def _nothing_looked_at(errors: list[str], results: int) -> None:
+    """A call with errors and no unit result is an error, never an empty list of findings an agent reads as safe."""
+    if errors and not results:
+        raise ToolError("nothing was audited: " + "; ".join(errors))
+
+
 def _counts(summary: Summary) -> dict[str, int]:
     return {"units": summary.units, "cached": summary.cached, "audited": summary.audited}
 
@@ -77,6 +83,7 @@ async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Contex
         job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
         summary = await tally.run(ws.service, [doc], told, job, asyncio.Event(), allow_incomplete=False, rerun="")
     assert summary is not None  # never stopped: a cancelled call ends by cancelling this task
+    _nothing_looked_at(said.errors, summary.cached + summary.audited)
     if not said.errors:
         ws.show(source.rel, found, {function} if function is not None else None)
     found.sort(key=lambda s: (s.given["line"], s.given["cwe"]))
@@ -94,6 +101,7 @@ async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said:
     repo = _repository(ws)
     async with reporting(ctx) as report:
         reviewed = await changed.review_patches(patches, repo, ws.service.options, ws.pool, on_progress=report)
+    _nothing_looked_at(reviewed.errors, len(reviewed.results))
     return results.result(
         patches=[
             {

@@ -87,6 +87,14 @@ async def test_a_file_the_settings_do_not_audit_is_refused_before_any_work(tmp_p
     assert "notes.txt is not a file the settings audit (include **/*.c, **/*.h; exclude " in text
 
 
+async def test_with_no_daemon_an_audit_is_an_error_not_an_empty_list_of_findings(tmp_path):
+    """An agent must not read "no findings" when nothing was audited."""
+    root, _ = workspace(tmp_path)
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        text = refusal(await client.call_tool("audit_file", {"path": "a.c"}))
+    assert "1 of 1 units not audited: no daemon left" in text and "is the daemon running?" in text
+
+
 async def test_unknown_tools_malformed_arguments_and_a_smuggled_endpoint(tmp_path):
     root, _ = workspace(tmp_path)
     endpoint = nowhere(tmp_path)
