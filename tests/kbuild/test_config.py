@@ -1,0 +1,68 @@
+"""k3lsp/kbuild/config.py and defconfig.py: a .config's values, and a defconfig name made a .config with a small
+tree's own Kconfig through kconfiglib, as make <name>_defconfig and make tinyconfig do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3lsp.kbuild import config, defconfig
+
+KCONFIG = """\
+mainmenu "Test"
+config MODULES
+\tbool "modules"
+\tdefault y
+config NET
+\tbool "net"
+\tdefault y
+config E1000
+\ttristate "e1000"
+\tdepends on NET
+config TTY
+\tbool "tty"
+\tdefault y
+config EMBEDDED
+\tbool "embedded"
+config HZ
+\tint "hz"
+\tdefault 250
+"""
+
+
+def test_values_of_a_dot_config(tmp_path):
+    text = '# Linux/x86 4.19.0 Kernel Configuration\nCONFIG_A=y\nCONFIG_B=m\nCONFIG_S="x y"\n# CONFIG_C is not set\n'
+    read = config.parse(text)
+    assert read.values == {"CONFIG_A": "y", "CONFIG_B": "m", "CONFIG_S": '"x y"'}
+    assert (
+        read.arch == "x86" and read.said("CONFIG_C") == "CONFIG_C is not set" and read.said("CONFIG_B") == "CONFIG_B=m"
+    )
+    assert config.parse(text).digest == read.digest != config.parse(text + "CONFIG_D=y\n").digest
+    (tmp_path / "not-a-config").write_text("hello\n")
+    with pytest.raises(config.ConfigError, match=r"sets no CONFIG_ symbol: it is not a kernel .config"):
+        config.load(tmp_path / "not-a-config")
+    with pytest.raises(config.ConfigError, match=r"cannot be read .* give the path of a .config or a defconfig name"):
+        config.load(tmp_path / "missing")
+
+
+def small_tree(root: Path) -> Path:
+    (root / "arch/x86/configs").mkdir(parents=True)
+    (root / "kernel/configs").mkdir(parents=True)
+    (root / "Kconfig").write_text(KCONFIG)
+    (root / "arch/x86/configs/small_defconfig").write_text("CONFIG_E1000=m\n# CONFIG_TTY is not set\n")
+    (root / "kernel/configs/tiny.config").write_text("CONFIG_EMBEDDED=y\n")
+    (root / "arch/x86/configs/tiny.config").write_text("CONFIG_HZ=100\n")
+    return root
+
+
+def test_a_defconfig_and_tinyconfig_through_kconfiglib(tmp_path):
+    root = small_tree(tmp_path)
+    small = defconfig.expand(root, "small_defconfig")
+    assert small.arch == "x86"
+    assert (small.value("CONFIG_NET"), small.value("CONFIG_E1000"), small.value("CONFIG_TTY")) == ("y", "m", "n")
+    tiny = defconfig.expand(root, "tinyconfig")
+    assert tiny.value("CONFIG_NET") == "n" and tiny.value("CONFIG_EMBEDDED") == "y" and tiny.value("CONFIG_HZ") == "100"
+    assert defconfig.is_defconfig_name("x86_64_defconfig") and not defconfig.is_defconfig_name("/a/.config")
+    with pytest.raises(config.ConfigError, match=r"no arch/\*/configs/nope_defconfig in .*name a defconfig"):
+        defconfig.expand(root, "nope_defconfig")
