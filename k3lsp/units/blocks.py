@@ -18,6 +18,10 @@ ends. The header says what the block is:
 - anything with ``=``, or without a parameter list (``struct x {``, ``enum {``, ``x = {``): data (context);
 - nothing at all: a stray block, audited as ``block@LINE``.
 
+In C, a block whose braces the preprocessor left unbalanced (``#if V > 2`` opens a loop, ``#if V <= 2`` /
+``#else`` closes it) ends at a ``}`` at column 0 followed by a header and a ``{`` at column 0, as ctags reads it:
+no unit swallows the functions after it.
+
 A macro expanded without a ``;`` on lines of its own before a macro that heads a function
 (``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev) {``) is not part of the header: the unit is
 ``STORE(__cached_dev)``. In C, a ``{`` inside the parentheses of a file-level macro call (a loop in
@@ -41,6 +45,9 @@ NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
 _BRACES = re.compile(rb"[{}]")
 _PARENS = re.compile(rb"[()]")
+# A function's end and the next one's head, at column 0 as kernel style writes them (blank lines, or comments
+# blanked to spaces and backslashes, between): where the preprocessor left a body's braces unbalanced.
+_COLUMN_ZERO_END = re.compile(rb"\n\}[ \t]*\n(?=(?:[ \t\\]*\n)*[A-Za-z_][^;{}]*\)[ \t\\]*\n\{)")
 _CONDITIONALS = frozenset({b"if", b"ifdef", b"ifndef", b"elif", b"elifdef", b"elifndef", b"else", b"endif"})
 _CLASS = re.compile(rb"\b(?:class|struct|union)\s+(?:[A-Z_][A-Z0-9_]*\s+)*([A-Za-z_]\w*)")
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
@@ -84,6 +91,7 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
     text, cpp, syscalls, attributes = normalised.text, normalised.cpp, normalised.syscalls, normalised.attributes
     lines = directives(text)
     spans = [(s, e) for s, e, _ in lines]
+    ends = [e for _, e in spans]
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
     recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
@@ -127,6 +135,10 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
             recent, paren = [], 0
         else:
             close, d = _close(text, spans, p - 1, d)
+            cut = None if cpp else _COLUMN_ZERO_END.search(text, p, close)
+            if cut is not None:  # `}` / `int next(void)` / `{` at column 0 inside: the block ended there
+                close = cut.start() + 1
+                d = bisect.bisect_right(ends, close)
             block = _block(text, spans, item, p - 1, close, cpp, _scope(containers), recent)
             k = bisect.bisect_left(syscalls, block.start)
             if k < len(syscalls) and syscalls[k] < block.open:

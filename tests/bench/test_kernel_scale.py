@@ -28,7 +28,7 @@ def figure(out: str, name: str) -> float:
 
 def test_quick_mode_prints_the_split_figures(quick):
     out = quick
-    assert re.search(r"^split: 25 files, .* units in [0-9.]+ s .*; 2 files read as C\+\+", out, flags=re.M), out
+    assert re.search(r"^split: 26 files, .* units in [0-9.]+ s .*; 2 files read as C\+\+", out, flags=re.M), out
     assert figure(out, "split_over_parse") > 0 and figure(out, "split_1mb_over_parse") > 0
     assert re.search(r"^1 MB file \(1\.0\d MB, \d+ units\)", out, flags=re.M), out
 

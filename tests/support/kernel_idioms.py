@@ -489,6 +489,31 @@ static int k3_after_trace(void)
 """
 
 
+# Braces the preprocessor makes ambiguous where no rule of the normaliser reads them right (two conditions on
+# one value): a function's `}` at column 0 followed by a header and a `{` at column 0 ends it, as ctags reads it.
+AMBIGUOUS_BRACES = """\
+static int k3_poll(struct k3 *k)
+{
+#if K3_VERSION > 2
+	while (k3_busy(k)) {
+#endif
+		k3_wait(k);
+#if K3_VERSION <= 2
+	return 0;
+#else
+	}
+	return 1;
+#endif
+}
+
+static int k3_next_fn(struct k3 *k,
+			int n)
+{
+	return n;
+}
+"""
+
+
 CASES = [
     Case("loop-macro-and-user-cast", LOOP_WITH_CAST, [("k3_sum", 1, 13), ("k3_after", 15, 18)]),
     Case("syscall-ifdef-around-if", SYSCALL_IFDEF, [("sys_fanotify_init", 1, 18)]),
@@ -530,6 +555,7 @@ CASES = [
             ("k3_after_trace", 25, 28),
         ],
     ),
+    Case("braces-the-preprocessor-leaves-ambiguous", AMBIGUOUS_BRACES, [("k3_poll", 1, 13), ("k3_next_fn", 15, 19)]),
     Case(
         "brace-closed-under-the-opposite-condition",
         OPPOSITE_CONDITIONS,
