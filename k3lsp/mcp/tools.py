@@ -101,7 +101,8 @@ async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said:
     repo = _repository(ws)
     async with reporting(ctx) as report:
         reviewed = await changed.review_patches(patches, repo, ws.service.options, ws.pool, on_progress=report)
-    _nothing_looked_at(reviewed.errors, len(reviewed.results))
+    errors = [f"{p.patch.title}: {p.patch.error}" for p in reviewed.patches if p.patch.error] + reviewed.errors
+    _nothing_looked_at(errors, len(reviewed.results))
     return results.result(
         patches=[
             {
@@ -115,7 +116,7 @@ async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said:
             for p in reviewed.patches
         ],
         cached=sum(r.cached for r in reviewed.results),
-        errors=reviewed.errors,
+        errors=errors,
         warnings=said + reviewed.warnings,
     )
 

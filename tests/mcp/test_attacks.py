@@ -78,6 +78,19 @@ async def test_a_10_mb_patch_text_is_refused_in_one_sentence(tmp_path):
     assert f"the patch text is {len(patch)} bytes, over the 2097152 a review takes here" in text
 
 
+async def test_a_patch_text_naming_a_file_outside_the_workspace_is_not_applied(tmp_path):
+    root, outside = workspace(tmp_path)
+    said = []
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        for name in ("../outside/secret.c", f"{outside}/secret.c", "link.c"):
+            patch = f"--- a/{name}\n+++ b/{name}\n@@ -1 +1 @@\n-int {SECRET};\n+int x;\n"
+            said.append(await client.call_tool("review", {"patch": patch}))
+        assert answer(await client.call_tool("status", {}))["counters"]["units"] == 0
+    for result in said:
+        text = refusal(result)
+        assert "nothing was audited: patch: not reviewed: " in text and SECRET not in text, text
+
+
 async def test_a_file_the_settings_do_not_audit_is_refused_before_any_work(tmp_path):
     root, _ = workspace(tmp_path)
     (root / "notes.txt").write_text("int f(void) { return 0; }\n")
