@@ -236,6 +236,8 @@ SOUP = [
     *("#if X\n", "#else\n", "#endif\n", "#define A {\n", "int ", "f", "struct ", "do ", 'extern "C" '),
     *("for_each_x", "while_each_thread", "__user", "__printf", "SYSCALL_DEFINE2(", "class X ", "template<"),
     *("public:", "operator", "\x00", "\ufffd"),
+    *("##", "#define T(x) int f##x(void) { return 0; }\n", "__cleanup(", "#ifndef X\n", "#ifdef X\n", "\n}\n"),
+    *("TRACE_EVENT(", "SHOW_LOCKED(a)\n", "STORE(b)\n"),
 ]
 
 
