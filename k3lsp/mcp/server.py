@@ -127,7 +127,7 @@ def build(ws: Workspace) -> MCPServer:
     @server.resource(
         "k3lsp://findings",
         name="findings",
-        description="The files with findings shown now, and each one's resource." + DATA,
+        description="The files whose findings this server has given an agent, and each one's resource." + DATA,
         mime_type="application/json",
     )
     def findings_index() -> str:
@@ -138,16 +138,16 @@ def build(ws: Workspace) -> MCPServer:
     @server.resource(
         "k3lsp://findings/{+path}",
         name="file findings",
-        description="The findings shown now for one file of the workspace, from its last audit (no new work)." + DATA,
+        description="One file's findings as the result cache knows them, whichever front end (an editor, k3lsp "
+        "audit, this server) audited its functions: no daemon asked. `cached` of `units` says how much of the file "
+        "that covers." + DATA,
         mime_type="application/json",
     )
-    def file_findings(path: str) -> str:
+    async def file_findings(path: str) -> str:
         try:
-            _, rel = ws.confined(path)
+            return json.dumps(await tools.known(ws, path))
         except ToolError as exc:
             raise ResourceError(str(exc)) from None
-        given = [s.given for s in ws.shown.get(rel, [])]
-        return json.dumps(results.result(file=rel, findings=given))
 
     return server
 

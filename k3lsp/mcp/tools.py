@@ -19,11 +19,12 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from k3lsp.cli import batch
+from k3lsp.cli.admission import Source
 from k3lsp.core import service
 from k3lsp.core.client import DaemonError
 from k3lsp.core.connection import DaemonUnavailable
 from k3lsp.core.run import Summary
-from k3lsp.core.tally import Tally
+from k3lsp.core.tally import ProgressLine, Tally
 from k3lsp.git import patches as gitpatches
 from k3lsp.git import repo as gitrepo
 from k3lsp.mcp import results
@@ -66,27 +67,12 @@ async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Contex
             names = ", ".join(sorted({u.name for u in source.units})[:30]) or "none"
             raise ToolError(f"{function!r} is no function of {source.rel}; its units are: {names}")
         at = frozenset(u.start_line for u in named)
-    text = "\n".join(source.lines)
-    doc = service.Document(source.path, ws.root, source.rel, text, units_at=at, units=source.units)
-    found: list[Shown] = []
-    said = Said()
     async with reporting(ctx) as report:
-        tally = Tally(said, report)
-
-        def told(event: service.Event) -> None:
-            tally(event)
-            if isinstance(event, service.UnitDone):
-                for r, why in event.findings:
-                    if why is None:
-                        found.append(Shown(results.finding(batch.row(source, r, why)), r.unit, r.finding))
-
         job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
-        summary = await tally.run(ws.service, [doc], told, job, asyncio.Event(), allow_incomplete=False, rerun="")
-    assert summary is not None  # never stopped: a cancelled call ends by cancelling this task
+        found, said, summary = await _audited(ws, source, at, job, report)
     _nothing_looked_at(said.errors, summary.cached + summary.audited)
     if not said.errors:
         ws.show(source.rel, found, {function} if function is not None else None)
-    found.sort(key=lambda s: (s.given["line"], s.given["cwe"]))
     return results.result(
         file=source.rel,
         **_counts(summary),
@@ -94,6 +80,39 @@ async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Contex
         errors=said.errors,
         warnings=said.warnings,
     )
+
+
+async def known(ws: Workspace, path: str) -> dict[str, Any]:
+    """A file's findings as the cache knows them (whichever front end audited its units), asking no daemon: the
+    ``k3lsp://findings/{path}`` resource. ``cached`` of ``units`` says how much of the file that covers."""
+    source = ws.source(path)
+    job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline(), cached_only=True)
+    found, said, summary = await _audited(ws, source, None, job, None)
+    ws.show(source.rel, found)  # what the agent was given: explain may ask about it
+    return results.result(file=source.rel, **_counts(summary), findings=[s.given for s in found], errors=said.errors)
+
+
+async def _audited(
+    ws: Workspace, source: Source, at: frozenset[int] | None, job: service.Job, report: ProgressLine | None
+) -> tuple[list[Shown], Said, Summary]:
+    """A file's units (those holding the lines ``at``; all without) through the audit service: its findings, in
+    file order, what was said, and the run's summary."""
+    doc = service.Document(source.path, ws.root, source.rel, "\n".join(source.lines), units_at=at, units=source.units)
+    found: list[Shown] = []
+    said = Said()
+    tally = Tally(said, report)
+
+    def told(event: service.Event) -> None:
+        tally(event)
+        if isinstance(event, service.UnitDone):
+            for r, why in event.findings:
+                if why is None:
+                    found.append(Shown(results.finding(batch.row(source, r, why)), r.unit, r.finding))
+
+    summary = await tally.run(ws.service, [doc], told, job, asyncio.Event(), allow_incomplete=False, rerun="")
+    assert summary is not None  # never stopped: a cancelled call ends by cancelling this task
+    found.sort(key=lambda s: (s.given["line"], s.given["cwe"]))
+    return found, said, summary
 
 
 async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said: list[str]) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 One per server process. Every path a tool or a resource names goes through :meth:`Workspace.confined`, the rules
 the model's own workspace tools keep (``k3lsp.tools.confine``: no absolute path, no ``..``, no hidden component,
 no symlink out of the root, no secret place, no special, hard-linked, binary or oversized file), so an agent
-reads nothing the audit model could not. The findings shown per file are what the last audit of it reported
-(the ``k3lsp://findings/...`` resources), kept with their units so ``explain`` can ask about one.
+reads nothing the audit model could not. The findings shown per file are what the agent was last given for it (by
+``audit_file`` or its ``k3lsp://findings/...`` resource), kept with their units so ``explain`` can ask about one.
 """
 
 from __future__ import annotations

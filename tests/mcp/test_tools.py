@@ -98,18 +98,22 @@ async def test_audit_file_reports_progress_then_the_cache_answers_the_second_cal
 
 
 async def test_what_the_editor_audited_is_answered_from_the_same_cache_and_the_other_way_round(daemon, tmp_path):
-    """The language server saves demo.c, then an agent asks for it: no daemon work. The agent audits leaky.c first,
-    then the editor saves it: answered from the cache as well."""
+    """The language server saves demo.c, then an agent reads its findings resource and audits it: no daemon work.
+    The agent audits leaky.c first, then the editor saves it: answered from the cache as well."""
     root = project(tmp_path)
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         ed.save(ed.open("demo.c"))
         await ed.wait_for_status(lambda c: c["audited"] == 2)
     async with session(root, daemon.endpoint, cache=tmp_path / "c") as client:
+        known = json.loads((await client.read_resource("k3lsp://findings/demo.c")).contents[0].text)
+        unknown = json.loads((await client.read_resource("k3lsp://findings/leaky.c")).contents[0].text)
         demo = answer(await client.call_tool("audit_file", {"path": "demo.c"}, WAIT))
         leaky = answer(await client.call_tool("audit_file", {"path": "leaky.c"}, WAIT))
     async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
         ed.save(ed.open("leaky.c"))
         counters = await ed.wait_for_status(lambda c: c["cached"] == 1)
+    assert (known["units"], known["cached"], known["findings"]) == (2, 2, demo["findings"])  # the cache, no work
+    assert (unknown["units"], unknown["cached"], unknown["findings"]) == (1, 0, [])
     assert (demo["units"], demo["cached"], demo["audited"], len(demo["findings"])) == (2, 2, 0, 2)
     assert (leaky["cached"], leaky["audited"]) == (0, 1)
     assert counters["sent"] == 0
