@@ -148,13 +148,14 @@ async def test_review_and_audit_changes_say_what_the_change_introduced(daemon, t
         as_text = answer(await client.call_tool("review", {"patch": diff}, WAIT))
         repos.git(root, "commit", "-q", "-am", "bump idx")
         as_commit = answer(await client.call_tool("review", {"revision": "HEAD"}, WAIT))
+        as_range = answer(await client.call_tool("review", {"revision": "HEAD~1..HEAD"}, WAIT))
         both = refusal(await client.call_tool("review", {"revision": "HEAD", "patch": diff}))
-    for reviewed in (changes, as_text, as_commit):
+    for reviewed in (changes, as_text, as_commit, as_range):
         (patch,) = reviewed["patches"]
         assert (patch["units"], patch["error"]) == (1, None), reviewed
         (slot,) = patch["findings"]
         assert (slot["function"], slot["introduced"], slot["introduced_why"]) == ("get_slot", True, "lines")
-    assert as_text["cached"] == as_commit["cached"] == 1  # the same change in view: answered from the cache
+    assert as_text["cached"] == as_commit["cached"] == as_range["cached"] == 1  # the same change: from the cache
     assert "not both" in both
 
 
