@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from k3lsp.findings.report import Reported
+from k3lsp.wire import sanitize
 
 UNTRUSTED = (
     "Finding text (title, message, trace notes, fix, evidence) quotes the audited code and the audit model's "
@@ -49,5 +50,8 @@ def finding(row: Reported, introduced: bool | None = None, why: str = "") -> dic
 
 
 def result(**fields: Any) -> dict[str, Any]:
-    """A tool's structured result: its fields and the note that finding text is data."""
-    return fields | {"untrusted": UNTRUSTED}
+    """A tool's structured result: its fields and the note that finding text is data. Its errors and warnings may
+    quote a daemon (someone else's, perhaps) or a file of the tree: one sanitised line each, as every front end
+    prints them."""
+    said = {k: [sanitize.line(line) for line in fields[k]] for k in ("errors", "warnings") if k in fields}
+    return fields | said | {"untrusted": UNTRUSTED}

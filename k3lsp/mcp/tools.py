@@ -50,7 +50,7 @@ class Said:
 def _nothing_looked_at(errors: list[str], results: int) -> None:
     """A call with errors and no unit result is an error, never an empty list of findings an agent reads as safe."""
     if errors and not results:
-        raise ToolError("nothing was audited: " + "; ".join(errors))
+        raise ToolError(sanitize.line("nothing was audited: " + "; ".join(errors)))
 
 
 def _counts(summary: Summary) -> dict[str, int]:
@@ -195,7 +195,7 @@ async def explain(ws: Workspace, path: str, fingerprint: str) -> dict[str, Any]:
         doc = service.Document(real, ws.root, rel)
         parts = [p async for p in ws.service.explain(doc, shown.unit, shown.finding.to_dict())]
     except (DaemonUnavailable, DaemonError) as exc:
-        raise ToolError(f"cannot explain the finding: {exc}") from None
+        raise ToolError(sanitize.line(f"cannot explain the finding: {exc}")) from None
     text = sanitize.text("".join(parts)).strip() or "(the model gave no explanation)"
     return results.result(finding=shown.given, explanation=text)
 
