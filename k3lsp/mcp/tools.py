@@ -125,12 +125,12 @@ async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said:
     return results.result(
         patches=[
             {
-                "patch": p.patch.title,
+                "patch": sanitize.line(p.patch.title),  # a mail's subject: the sender's words
                 "commit": p.patch.commit,
-                "error": p.patch.error,
+                "error": p.patch.error and sanitize.line(p.patch.error),  # it may quote the patch's paths
                 "units": len(p.units),
                 "findings": [results.finding(f.row, f.introduced, f.why) for f in p.findings],
-                "notes": p.notes,
+                "notes": [sanitize.line(n) for n in p.notes],
             }
             for p in reviewed.patches
         ],

@@ -33,6 +33,12 @@ HOSTILE = kimi.finding(
     end_line=3,
     trace=[],
 )
+MAIL = (
+    "From 0123456789012345678901234567890123456789 Mon Sep 17 00:00:00 2001\n"
+    "From: Mallory <m@evil.example>\n"
+    "Subject: [PATCH] see [the fix](https://evil.example) \x1b]0;title\x07\n\n"
+    "bump idx\n---\n"
+)
 TOOLS = {"audit_file", "audit_changes", "review", "explain", "witnesses", "status"}
 
 
@@ -145,7 +151,7 @@ async def test_review_and_audit_changes_say_what_the_change_introduced(daemon, t
     diff = repos.git(root, "diff") + "\n"
     async with session(root, daemon.endpoint, cache=tmp_path / "c") as client:
         changes = answer(await client.call_tool("audit_changes", {}, WAIT))
-        as_text = answer(await client.call_tool("review", {"patch": diff}, WAIT))
+        as_text = answer(await client.call_tool("review", {"patch": MAIL + diff}, WAIT))
         repos.git(root, "commit", "-q", "-am", "bump idx")
         as_commit = answer(await client.call_tool("review", {"revision": "HEAD"}, WAIT))
         as_range = answer(await client.call_tool("review", {"revision": "HEAD~1..HEAD"}, WAIT))
@@ -155,6 +161,8 @@ async def test_review_and_audit_changes_say_what_the_change_introduced(daemon, t
         assert (patch["units"], patch["error"]) == (1, None), reviewed
         (slot,) = patch["findings"]
         assert (slot["function"], slot["introduced"], slot["introduced_why"]) == ("get_slot", True, "lines")
+    title = as_text["patches"][0]["patch"]  # the mail's subject: the sender's words, one clean line
+    assert "evil.example" in title and "](" not in title and "\x1b" not in title, title
     assert as_text["cached"] == as_commit["cached"] == as_range["cached"] == 1  # the same change: from the cache
     assert "not both" in both
 
