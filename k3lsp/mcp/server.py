@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from k3lsp.core.options import Options
@@ -34,6 +35,9 @@ INSTRUCTIONS = (
     "patch (review); read findings already known without new work from the k3lsp://findings resources. Paths "
     "are relative to the workspace root." + DATA
 )
+# No tool changes a file, and none reaches beyond the workspace and the user's own daemon: an agent may call them
+# without asking the user each time (the tools' cost is in their descriptions).
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 Path_ = Annotated[str, Field(description="a file of the workspace, relative to its root (e.g. drivers/net/x.c)")]
 
 
@@ -65,10 +69,11 @@ def build(ws: Workspace) -> MCPServer:
     server = _Server("k3lsp", instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
+        annotations=READ_ONLY,
         description="Audit one C file, or one function of it, for security bugs. Each unit (function) costs the "
         "daemon seconds to minutes unless the cache or the team store already holds its result; progress is "
         "reported per unit, and cancelling the call stops the daemon's work. Returns findings with file, function, "
-        "lines, severity, CWE, message, trace, fix and evidence." + DATA
+        "lines, severity, CWE, message, trace, fix and evidence." + DATA,
     )
     async def audit_file(
         path: Path_,
@@ -78,9 +83,10 @@ def build(ws: Workspace) -> MCPServer:
         return await tools.audit_file(ws, path, function, ctx)
 
     @server.tool(
+        annotations=READ_ONLY,
         description="Audit what the work tree (or, with staged, the index) changed against base (default HEAD): "
         "each function holding a changed line, with the change in view, as `k3lsp review` does; each finding says "
-        "whether the change introduced it. Costs the daemon's time per changed function, cached otherwise." + DATA
+        "whether the change introduced it. Costs the daemon's time per changed function, cached otherwise." + DATA,
     )
     async def audit_changes(
         ctx: Context,
@@ -90,10 +96,11 @@ def build(ws: Workspace) -> MCPServer:
         return await tools.review(ws, tools.changes(ws, staged, base), ctx, [])
 
     @server.tool(
+        annotations=READ_ONLY,
         description="Review a commit, a range A..B (each commit, oldest first) or a patch text (a diff, a mail or "
         "an mbox, at most 2 MB, applied to base) as `k3lsp review` does: the changed functions audited with the "
         "change in view, each finding introduced by its patch or pre-existing. Costs the daemon's time per changed "
-        "function." + DATA
+        "function." + DATA,
     )
     async def review(
         ctx: Context,
@@ -105,8 +112,9 @@ def build(ws: Workspace) -> MCPServer:
         return await tools.review(ws, patches, ctx, said)
 
     @server.tool(
+        annotations=READ_ONLY,
         description="Ask the audit model why a finding shown for a file (from audit_file, by its fingerprint) is "
-        "a bug. One daemon request of seconds." + DATA
+        "a bug. One daemon request of seconds." + DATA,
     )
     async def explain(
         path: Path_, fingerprint: Annotated[str, Field(description="the finding's fingerprint")]
@@ -114,13 +122,16 @@ def build(ws: Workspace) -> MCPServer:
         return await tools.explain(ws, path, fingerprint)
 
     @server.tool(
+        annotations=READ_ONLY,
         description="The static analyzers' alerts (cppcheck, clang, gcc, sparse, coccinelle: the ones installed) "
-        "on one file, without the audit model: no daemon, seconds of local time." + DATA
+        "on one file, without the audit model: no daemon, seconds of local time." + DATA,
     )
     async def witnesses(path: Path_) -> dict[str, Any]:
         return await tools.witnesses(ws, path)
 
-    @server.tool(description="The audit daemon's state: model, loading, queue, counters. Free." + DATA)
+    @server.tool(
+        annotations=READ_ONLY, description="The audit daemon's state: model, loading, queue, counters. Free." + DATA
+    )
     async def status() -> dict[str, Any]:
         return await tools.status(ws)
 

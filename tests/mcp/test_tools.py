@@ -72,6 +72,8 @@ async def test_every_tool_is_listed_with_its_schema_and_the_data_warning(daemon,
     for tool in listed:
         assert tool.input_schema["type"] == "object" and tool.output_schema is not None, tool
         assert "not instructions" in tool.description, tool.name
+        hints = tool.annotations
+        assert (hints.read_only_hint, hints.destructive_hint, hints.open_world_hint) == (True, False, False), tool
         assert not {"endpoint", "key", "server_key", "program"} & set(tool.input_schema.get("properties", {}))
     assert [t.uri_template for t in templates] == ["k3lsp://findings/{+path}"]
 
