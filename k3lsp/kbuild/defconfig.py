@@ -22,6 +22,7 @@ import kconfiglib
 from k3lsp.kbuild.config import Config, ConfigError, parse
 
 ALLNO = ("allnoconfig", "tinyconfig")
+SOURCE_ARCH = {"x86_64": "x86", "i386": "x86", "sparc32": "sparc", "sparc64": "sparc", "sh64": "sh"}  # as Makefile
 _LOCK = threading.Lock()  # kconfiglib reads its environment from os.environ, one tree at a time
 
 
@@ -31,15 +32,17 @@ def is_defconfig_name(value: str) -> bool:
 
 
 def expand(root: Path, name: str, arch: str = "x86") -> Config:
-    """The configuration ``make <name>`` would write in ``root`` (``x86_64_defconfig``, ``defconfig``,
-    ``tinyconfig``, ``allnoconfig``)."""
+    """The configuration ``make ARCH=<arch> <name>`` would write in ``root`` (``x86_64_defconfig``,
+    ``defconfig``, ``tinyconfig``, ``allnoconfig``). ``arch`` is make's ARCH (``x86_64`` reads ``arch/x86``)."""
+    source = SOURCE_ARCH.get(arch, arch)
     fragments: list[Path] = []
     if name not in ALLNO:
-        found = _defconfig(root, name, arch)
-        arch = found.parent.parent.name if found.parent.name == "configs" else found.parent.name
+        found = _defconfig(root, name, source)
+        where = found.parent.parent.name if found.parent.name == "configs" else found.parent.name
+        arch, source = (arch, source) if where == source else (where, where)
     elif name == "tinyconfig":
-        fragments = [p for p in (root / "kernel/configs/tiny.config", root / f"arch/{arch}/configs/tiny.config")]
-    with _environment(root, arch):
+        fragments = [root / "kernel/configs/tiny.config", root / f"arch/{source}/configs/tiny.config"]
+    with _environment(root, arch, source):
         try:
             kconfig = kconfiglib.Kconfig(str(root / "Kconfig"), warn=False)
         except (kconfiglib.KconfigError, OSError) as error:
@@ -53,7 +56,8 @@ def expand(root: Path, name: str, arch: str = "x86") -> Config:
             kconfig.load_config(str(found))
         with tempfile.TemporaryDirectory(prefix="k3lsp-kconfig-") as scratch:
             written = Path(scratch) / ".config"
-            kconfig.write_config(str(written), header=f"# Linux/{arch} Kernel Configuration ({name}, kconfiglib)\n")
+            header = f"# Linux/{source} Kernel Configuration ({name}, ARCH={arch}, kconfiglib)\n"
+            kconfig.write_config(str(written), header=header)
             return parse(written.read_text())
 
 
@@ -76,9 +80,9 @@ def _allno(kconfig: kconfiglib.Kconfig) -> None:
 
 
 @contextmanager
-def _environment(root: Path, arch: str) -> Iterator[None]:
+def _environment(root: Path, arch: str, source: str) -> Iterator[None]:
     """The variables kbuild exports to Kconfig, set while kconfiglib reads the tree, then put back."""
-    values = {"srctree": str(root), "ARCH": arch, "SRCARCH": arch, "CC": "gcc", "LD": "ld", "HOSTCC": "gcc"}
+    values = {"srctree": str(root), "ARCH": arch, "SRCARCH": source, "CC": "gcc", "LD": "ld", "HOSTCC": "gcc"}
     values |= {"KERNELVERSION": "", "CC_VERSION_TEXT": "gcc"}
     with _LOCK:
         saved = {key: os.environ.get(key) for key in values}

@@ -125,6 +125,7 @@ class Evaluation:
     def assign(self, name: str, op: str, text: str, *, exported: bool = False) -> None:
         """One assignment with make's semantics for each operator."""
         var = self.variables.get(name)
+        exported = exported or (var is not None and var.exported)  # `export X` may come before X is set
         if op in (":=", "::="):
             self.variables[name] = Variable(self.expand(text), simple=True)
         elif op == "=":
@@ -310,17 +311,17 @@ FUNCTIONS: dict[str, Callable[[Evaluation, list[str]], str]] = {
 }
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """The lines make reads, each with its first line's number: continuations joined, comments and recipe lines
-    dropped."""
-    lines: list[tuple[int, str]] = []
+def logical_lines(text: str) -> list[tuple[int, str, bool]]:
+    """The lines make reads, each with its first line's number and whether it starts with a tab (a recipe line
+    after a rule, an ordinary one elsewhere): continuations joined, comments dropped."""
+    lines: list[tuple[int, str, bool]] = []
     pending: list[str] = []
     first = 0
+    tab = False
     for number, raw in enumerate(text.splitlines(), start=1):
         if not pending:
             first = number
-            if raw.startswith("\t"):
-                continue  # a recipe: commands, never variables kbuild reads
+            tab = raw.startswith("\t")
         if raw.endswith("\\") and not raw.endswith("\\\\"):
             pending.append(raw[:-1])
             continue
@@ -329,7 +330,7 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
         pending = []
         code = _uncomment(joined).strip()
         if code:
-            lines.append((first, code))
+            lines.append((first, code, tab))
     return lines
 
 
@@ -374,7 +375,10 @@ class Reader:
         shown = str(full.relative_to(self.ev.root)) if full.is_relative_to(self.ev.root) else str(full)
         stack: list[_Branch] = []
         define: str | None = None
-        for number, line in logical_lines(text):
+        rule = False  # after a rule line, tab lines are its recipe until another statement
+        for number, line, tab in logical_lines(text):
+            if tab and rule:
+                continue
             if define is not None:
                 if line.split()[0] == "endef":
                     define = None
@@ -386,7 +390,7 @@ class Reader:
             if self._conditional(line, stack, taken, f"{shown}:{number}"):
                 continue
             why = next((b.why for b in stack if not b.taken), "")
-            self._statement(line, shown, number, taken, why)
+            rule = self._statement(line, shown, number, taken, why)
 
     def _conditional(self, line: str, stack: list[_Branch], taken: bool, where: str) -> bool:
         """Handles ``if*``/``else``/``endif``; False for any other line."""
@@ -428,13 +432,14 @@ class Reader:
         holds = (self.ev.expand(left).strip() == self.ev.expand(right).strip()) == (kind == "ifeq")
         return holds, f"{where}: `{written}` ({_said(self.ev, rest)})"
 
-    def _statement(self, line: str, path: str, number: int, taken: bool, why: str) -> None:
-        """An assignment or an include; rules and anything else are not what kbuild's lists are made of."""
+    def _statement(self, line: str, path: str, number: int, taken: bool, why: str) -> bool:
+        """An assignment or an include; rules and anything else are not what kbuild's lists are made of. True
+        for a rule (the tab lines after it are its recipe)."""
         words = line.split(None, 1)
         if words[0] in ("include", "-include", "sinclude") and len(words) > 1:
             if taken:
                 self._include(words[0], words[1])
-            return
+            return False
         exported = False
         while words and words[0] in _MODIFIERS and len(words) > 1:
             exported = exported or words[0] == "export"
@@ -445,7 +450,7 @@ class Reader:
             if exported and taken:
                 for name in self.ev.expand(line).split():
                     self.ev.variables.setdefault(name, Variable("", simple=False)).exported = True
-            return
+            return ":" in line
         written, op, value = match
         name = self.ev.expand(written).strip()
         added = tuple(self.ev.expand(value).split()) if _listed(name) or _listed(written) else ()
@@ -453,6 +458,7 @@ class Reader:
             self.ev.assignments.append(Assignment(path, number, written, name, added, "" if taken else why))
         if taken:
             self.ev.assign(name, op, value, exported=exported)
+        return False
 
     def _include(self, how: str, names: str) -> None:
         if self.includes >= MAX_DEPTH:

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py"))
 OWN_TESTS = {  # scripts whose quick mode has a test of its own, with more to check than a ratio line
     "backend_vs_mlx_server.py": "tests/backend/test_bench.py",
+    "kbuild_agreement.py": "tests/bench/test_kbuild_agreement.py",
     "kernel_scale.py": "tests/bench/test_kernel_scale.py",
     "tool_loop.py": "tests/bench/test_tool_loop.py",
 }

@@ -28,6 +28,9 @@ config EMBEDDED
 config HZ
 \tint "hz"
 \tdefault 250
+config 64BIT
+\tbool "64-bit kernel" if "$(ARCH)" = "x86"
+\tdefault "$(ARCH)" != "i386"
 """
 
 
@@ -66,3 +69,12 @@ def test_a_defconfig_and_tinyconfig_through_kconfiglib(tmp_path):
     assert defconfig.is_defconfig_name("x86_64_defconfig") and not defconfig.is_defconfig_name("/a/.config")
     with pytest.raises(config.ConfigError, match=r"no arch/\*/configs/nope_defconfig in .*name a defconfig"):
         defconfig.expand(root, "nope_defconfig")
+
+
+def test_tinyconfig_for_x86_64_is_64_bit_and_for_x86_is_not(tmp_path):
+    """As arch/x86/Kconfig says: with ARCH=x86 (what make picks on an x86 host) 64BIT is a question allnoconfig
+    answers no; ARCH=x86_64 answers it, and both read arch/x86 (SRCARCH)."""
+    root = small_tree(tmp_path)
+    wide = defconfig.expand(root, "tinyconfig", "x86_64")
+    assert wide.value("CONFIG_64BIT") == "y" and wide.arch == "x86" and wide.value("CONFIG_HZ") == "100"
+    assert defconfig.expand(root, "tinyconfig", "x86").value("CONFIG_64BIT") == "n"

@@ -169,3 +169,23 @@ def test_make_runs_no_shell_and_says_it_was_unsure(tmp_path, text):
     assert not marker.exists()
     assert reading.file("kernel/a.c").kind is Kind.UNKNOWN
     assert any("not run" in u or "shell command" in u for u in reading.unsure), reading.unsure
+
+
+def test_an_export_before_the_assignment_and_tab_indented_lines_outside_rules(tmp_path):
+    """Linux 4.19's arch/x86/Makefile says ``export BITS`` before it sets BITS (foo_$(BITS).o was unknown), and
+    mm/Makefile indents ``obj-y += nobootmem.o`` with a tab inside ``ifdef`` (read as a recipe, it was unknown);
+    a tab line after a rule is its recipe still."""
+    arch = "export BITS\nifeq ($(CONFIG_X86_32),y)\nBITS := 32\nelse\nBITS := 64\nendif\ncore-y += arch/x86/\n"
+    files = {
+        "arch/x86/Makefile": arch,
+        "arch/x86/Kbuild": "obj-y += entry_$(BITS).o\n",
+        "arch/x86/entry_64.c": "",
+        "mm/Makefile": "ifdef CONFIG_MMU\n\tobj-y += nobootmem.o\nendif\nx.o: y.c\n\tobj-y += recipe.o\n",
+        "mm/nobootmem.c": "",
+        "mm/recipe.c": "",
+        "kernel/Makefile": "",
+    }
+    reading = kernel(tmp_path, files, "CONFIG_MMU=y\n")
+    assert state(reading, "arch/x86/entry_64.c") == "built-in"
+    assert state(reading, "mm/nobootmem.c") == "built-in"
+    assert reading.file("mm/recipe.c").kind is Kind.UNKNOWN
