@@ -1,9 +1,10 @@
 """``k3lsp mcp``'s server: the tools and resources an agent sees, registered on the official SDK's ``MCPServer``.
 
-Only registration and descriptions live here (the handlers are ``k3lsp.mcp.tools``). A description says what a
-tool does, what it costs (a daemon's time, or none) and that its finding text is data. No tool takes an endpoint,
-a key, a program or a path outside the workspace: the connection is the user's (``k3lsp mcp``'s flags and
-environment), every path is confined to the workspace root.
+Registration and descriptions live here, with the one sentence an agent gets for arguments that fail a tool's
+schema and ``k3lsp mcp`` itself (``run``); the handlers are ``k3lsp.mcp.tools``. A description says what a tool
+does, what it costs (a daemon's time, or none) and that its finding text is data. No tool takes an endpoint, a key,
+a program or a path outside the workspace: the connection is the user's (``k3lsp mcp``'s flags and environment),
+every path is confined to the workspace root.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ INSTRUCTIONS = (
 # No tool changes a file, and none reaches beyond the workspace and the user's own daemon: an agent may call them
 # without asking the user each time (the tools' cost is in their descriptions).
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-Path_ = Annotated[str, Field(description="a file of the workspace, relative to its root (e.g. drivers/net/x.c)")]
+WorkspacePath = Annotated[
+    str, Field(description="a file of the workspace, relative to its root (e.g. drivers/net/x.c)")
+]
 
 
 class _Server(MCPServer):
@@ -76,7 +79,7 @@ def build(ws: Workspace) -> MCPServer:
         "lines, severity, CWE, message, trace, fix and evidence." + DATA,
     )
     async def audit_file(
-        path: Path_,
+        path: WorkspacePath,
         ctx: Context,
         function: Annotated[str | None, Field(description="audit only the function of this name")] = None,
     ) -> dict[str, Any]:
@@ -117,7 +120,7 @@ def build(ws: Workspace) -> MCPServer:
         "a bug. One daemon request of seconds." + DATA,
     )
     async def explain(
-        path: Path_, fingerprint: Annotated[str, Field(description="the finding's fingerprint")]
+        path: WorkspacePath, fingerprint: Annotated[str, Field(description="the finding's fingerprint")]
     ) -> dict[str, Any]:
         return await tools.explain(ws, path, fingerprint)
 
@@ -126,7 +129,7 @@ def build(ws: Workspace) -> MCPServer:
         description="The static analyzers' alerts (cppcheck, clang, gcc, sparse, coccinelle: the ones installed) "
         "on one file, without the audit model: no daemon, seconds of local time." + DATA,
     )
-    async def witnesses(path: Path_) -> dict[str, Any]:
+    async def witnesses(path: WorkspacePath) -> dict[str, Any]:
         return await tools.witnesses(ws, path)
 
     @server.tool(
