@@ -47,15 +47,17 @@ def expand(root: Path, name: str, arch: str = "x86") -> Config:
             kconfig = kconfiglib.Kconfig(str(root / "Kconfig"), warn=False)
         except (kconfiglib.KconfigError, OSError) as error:
             raise ConfigError(f"kconfig {name!r}: the Kconfig of {root} cannot be read: {error}") from None
-        if name in ALLNO:
-            _allno(kconfig)
-            for fragment in fragments:
-                if fragment.is_file():
-                    kconfig.load_config(str(fragment), replace=False)
-        else:
-            kconfig.load_config(str(found))
         with tempfile.TemporaryDirectory(prefix="k3lsp-kconfig-") as scratch:
             written = Path(scratch) / ".config"
+            if name in ALLNO:
+                _allno(kconfig)
+                kconfig.write_config(str(written))  # as make: allnoconfig's .config, the fragments merged into it
+                kconfig.load_config(str(written))
+                for fragment in fragments:
+                    if fragment.is_file():
+                        kconfig.load_config(str(fragment), replace=False)
+            else:
+                kconfig.load_config(str(found))
             header = f"# Linux/{source} Kernel Configuration ({name}, ARCH={arch}, kconfiglib)\n"
             kconfig.write_config(str(written), header=header)
             return parse(written.read_text())

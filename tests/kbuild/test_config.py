@@ -78,3 +78,17 @@ def test_tinyconfig_for_x86_64_is_64_bit_and_for_x86_is_not(tmp_path):
     wide = defconfig.expand(root, "tinyconfig", "x86_64")
     assert wide.value("CONFIG_64BIT") == "y" and wide.arch == "x86" and wide.value("CONFIG_HZ") == "100"
     assert defconfig.expand(root, "tinyconfig", "x86").value("CONFIG_64BIT") == "n"
+
+
+def test_tinyconfig_keeps_what_allnoconfig_wrote_as_make_does(tmp_path):
+    """make tinyconfig writes allnoconfig's .config, merges the fragments into it and reads it back (olddefconfig):
+    a symbol the choice's default selected stays y after a fragment picks another entry (Linux 4.19 x86_64's
+    STACK_VALIDATION, selected by UNWINDER_ORC, then UNWINDER_GUESS from tiny.config; conf says y)."""
+    root = small_tree(tmp_path)
+    (root / "Kconfig").write_text(
+        KCONFIG + 'choice\n\tprompt "unwinder"\n\tdefault ORC\nconfig ORC\n\tbool "orc"\n\tselect CHECK\n'
+        'config GUESS\n\tbool "guess"\nendchoice\nconfig CHECK\n\tbool "check"\n'
+    )
+    (root / "arch/x86/configs/tiny.config").write_text("CONFIG_GUESS=y\n")
+    tiny = defconfig.expand(root, "tinyconfig")
+    assert (tiny.value("CONFIG_GUESS"), tiny.value("CONFIG_ORC"), tiny.value("CONFIG_CHECK")) == ("y", "n", "y")
