@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,17 +161,25 @@ def _closing(text: str, start: int) -> int:
     return len(text)
 
 
-def _arguments(text: str) -> list[str]:
-    """A function's arguments: split at the commas outside nested references, not yet expanded."""
-    args: list[str] = []
+def _outside(text: str) -> Iterator[tuple[int, str]]:
+    """Each character outside brackets (a reference's ``$(...)``, a function's arguments), with its index: where
+    make looks for commas, comments and assignment operators."""
     depth = 0
-    start = 0
     for i, char in enumerate(text):
         if char in "({":
             depth += 1
         elif char in ")}":
             depth -= 1
-        elif char == "," and depth == 0:
+        elif depth <= 0:
+            yield i, char
+
+
+def _arguments(text: str) -> list[str]:
+    """A function's arguments: split at the commas outside nested references, not yet expanded."""
+    args: list[str] = []
+    start = 0
+    for i, char in _outside(text):
+        if char == ",":
             args.append(text[start:i])
             start = i + 1
     args.append(text[start:])
@@ -217,33 +226,35 @@ def _and(ev: Evaluation, args: list[str]) -> str:
     return value
 
 
+@contextmanager
+def _bound(ev: Evaluation, values: dict[str, str]) -> Iterator[None]:
+    """Variables set for the length of a ``foreach`` step or a ``call``, then what they were put back."""
+    saved = {name: ev.variables.get(name) for name in values}
+    ev.variables.update({name: Variable(text, simple=True) for name, text in values.items()})
+    try:
+        yield
+    finally:
+        for name, var in saved.items():
+            if var is None:
+                ev.variables.pop(name, None)
+            else:
+                ev.variables[name] = var
+
+
 def _foreach(ev: Evaluation, args: list[str]) -> str:
     name = ev.expand(args[0]).strip()
-    saved = ev.variables.get(name)
     out = []
     for word in _words(ev, args[1]):
-        ev.variables[name] = Variable(word, simple=True)
-        out.append(ev.expand(",".join(args[2:])))
-    if saved is None:
-        ev.variables.pop(name, None)
-    else:
-        ev.variables[name] = saved
+        with _bound(ev, {name: word}):
+            out.append(ev.expand(",".join(args[2:])))
     return " ".join(out)
 
 
 def _call(ev: Evaluation, args: list[str]) -> str:
     name = ev.expand(args[0]).strip()
-    params = {str(n): Variable(ev.expand(a), simple=True) for n, a in enumerate(args[1:], start=1)}
-    saved = {key: ev.variables.get(key) for key in [*params, "0"]}
-    ev.variables.update(params, **{"0": Variable(name, simple=True)})
-    try:
+    params = {str(n): ev.expand(a) for n, a in enumerate(args[1:], start=1)}
+    with _bound(ev, {**params, "0": name}):
         return ev.expand(f"$({name})")
-    finally:
-        for key, var in saved.items():
-            if var is None:
-                ev.variables.pop(key, None)
-            else:
-                ev.variables[key] = var
 
 
 def _unsure(what: str) -> Callable[[Evaluation, list[str]], str]:
@@ -336,13 +347,8 @@ def logical_lines(text: str) -> list[tuple[int, str, bool]]:
 
 def _uncomment(line: str) -> str:
     """The line without its comment (a ``#`` not escaped and not inside a reference)."""
-    depth = 0
-    for i, char in enumerate(line):
-        if char in "({":
-            depth += 1
-        elif char in ")}":
-            depth -= 1
-        elif char == "#" and (i == 0 or line[i - 1] != "\\") and depth <= 0:
+    for i, char in _outside(line):
+        if char == "#" and (i == 0 or line[i - 1] != "\\"):
             return line[:i]
     return line.replace("\\#", "#")
 
@@ -478,13 +484,8 @@ class Reader:
 def _split_assignment(line: str) -> tuple[str, str, str] | None:
     """``(left, operator, right)`` of an assignment, or None for a rule or a bare word (a ``:`` before the first
     assignment operator, outside references, makes a rule)."""
-    depth = 0
-    for i, char in enumerate(line):
-        if char in "({":
-            depth += 1
-        elif char in ")}":
-            depth -= 1
-        elif depth == 0 and char in ":+?!=":
+    for i, char in _outside(line):
+        if char in ":+?!=":
             match = _ASSIGN.match(line, i)
             if match:
                 return line[:i].strip(), match.group(1), line[match.end() :].strip()

@@ -99,6 +99,9 @@ def architecture(root: Path, config: Config) -> str:
 
 
 def _walk(root: Path, config: Config, arch: str) -> Reading:
+    """kbuild's walk: the top Makefile (and ``scripts/Kbuild.include``, read once and copied into every
+    directory's start), then each directory it enters; a directory reached for a module and then built in is
+    read again, as built in."""
     reading = Reading(root, config, arch)
     base = _environment(root, config, arch)
     library = Evaluation(root, dict(base))
@@ -116,7 +119,7 @@ def _walk(root: Path, config: Config, arch: str) -> Reading:
             continue
         reading.entered[directory] = state
         variables = {name: _copy(var) for name, var in [*library.variables.items(), *inherited.items()]}
-        queue += _directory(reading, Evaluation(root, variables), directory, state)
+        queue += _read_directory(reading, Evaluation(root, variables), directory, state)
     for obj in reading.objects:
         reading.left_out.pop(obj, None)
     for directory in reading.entered:
@@ -143,7 +146,7 @@ def _top_dirs(top: Evaluation) -> list[str]:
     return [d for d in dirs if (top.root / d).is_dir()]
 
 
-def _directory(reading: Reading, ev: Evaluation, directory: str, state: State) -> list[tuple[str, State]]:
+def _read_directory(reading: Reading, ev: Evaluation, directory: str, state: State) -> list[tuple[str, State]]:
     """Reads one directory as ``scripts/Makefile.build`` and ``Makefile.lib`` do; returns the subdirectories to
     enter, each with the state its objects get."""
     for name in ("obj", "src"):
@@ -159,16 +162,20 @@ def _directory(reading: Reading, ev: Evaluation, directory: str, state: State) -
     lib_y = [w for w in sorted(set(ev.words("lib-y") + ev.words("lib-m"))) if w not in obj_y]
     sub_y = ev.words("subdir-y") + [w.rstrip("/") for w in obj_y if w.endswith("/")]
     sub_m = ev.words("subdir-m") + [w.rstrip("/") for w in obj_m if w.endswith("/")]
-    module = MODULE
-    own = state
     for obj in [*_parts(ev, obj_y, ("-objs", "-y")), *lib_y, *(w for w in ev.words("extra-y") if w.endswith(".o"))]:
-        reading.objects.setdefault(_join(directory, obj), own)
+        _mark(reading, _join(directory, obj), state)
     for obj in _parts(ev, obj_m, ("-objs", "-y", "-m")):
-        reading.objects.setdefault(_join(directory, obj), module)
+        _mark(reading, _join(directory, obj), MODULE)
     for assignment in ev.assignments:
         _left_out(reading, directory, assignment, ("obj", "lib", "subdir"))
     _composites_left_out(reading, directory, ev)
-    return [(_join(directory, d), own) for d in sub_y] + [(_join(directory, d), module) for d in sub_m]
+    return [(_join(directory, d), state) for d in sub_y] + [(_join(directory, d), MODULE) for d in sub_m]
+
+
+def _mark(reading: Reading, obj: str, state: State) -> None:
+    """An object built: built in wins over a module (one directory may be reached both ways)."""
+    if reading.objects.get(obj) != BUILT_IN:
+        reading.objects[obj] = state
 
 
 def _parts(ev: Evaluation, objects: list[str], suffixes: tuple[str, ...]) -> list[str]:

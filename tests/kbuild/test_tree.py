@@ -189,3 +189,14 @@ def test_an_export_before_the_assignment_and_tab_indented_lines_outside_rules(tm
     assert state(reading, "arch/x86/entry_64.c") == "built-in"
     assert state(reading, "mm/nobootmem.c") == "built-in"
     assert reading.file("mm/recipe.c").kind is Kind.UNKNOWN
+
+
+def test_a_directory_reached_for_a_module_and_built_in_is_built_in(tmp_path):
+    """kbuild links what obj-y names in a directory entered from obj-y, whichever way it was reached first."""
+    files = {
+        "drivers/Makefile": "obj-y += shared/\nsubdir-m += shared\n",
+        "drivers/shared/Makefile": "obj-y += lib.o\n",
+        "drivers/shared/lib.c": "",
+        "kernel/Makefile": "",
+    }
+    assert state(kernel(tmp_path, files, ""), "drivers/shared/lib.c") == "built-in"
