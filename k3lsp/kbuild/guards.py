@@ -136,6 +136,8 @@ class Guards:
         unknown = [n for n in re.findall(r"\b[A-Za-z_]\w*", rest) if self.identifier(n) is None]
         unknown = [n for n in unknown if n not in ("defined", *_TEST_MACROS) and not n.startswith("CONFIG_")]
         said = [self.config.said(s) for s in symbols]
+        if re.search(r"\bMODULE\b", rest) and self._defined("MODULE") is not None:
+            said.append("the file is built as a module" if self._defined("MODULE") else "the file is built in")
         if unknown:
             said.append(f"{', '.join(sorted(set(unknown)))}: not a config symbol")
         return "; ".join(said) or "a constant"
