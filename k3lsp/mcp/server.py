@@ -87,16 +87,17 @@ def build(ws: Workspace) -> MCPServer:
 
     @server.tool(
         annotations=READ_ONLY,
-        description="Audit what the work tree (or, with staged, the index) changed against base (default HEAD): "
-        "each function holding a changed line, with the change in view, as `k3lsp review` does; each finding says "
-        "whether the change introduced it. Costs the daemon's time per changed function, cached otherwise." + DATA,
+        description="Audit what the work tree (or, with staged, the index) changed against base (default HEAD), "
+        "as the editor's `scope: changed` picks it: each function holding a changed line, audited as the editor "
+        "audits it (so what the editor audited already is answered from the cache); each finding says whether its "
+        "lines meet the change (introduced). Costs the daemon's time per changed function, cached otherwise." + DATA,
     )
     async def audit_changes(
         ctx: Context,
         staged: Annotated[bool, Field(description="the index against HEAD instead of the work tree")] = False,
         base: Annotated[str, Field(description="the commit the work tree is compared with")] = "HEAD",
     ) -> dict[str, Any]:
-        return await tools.review(ws, tools.changes(ws, staged, base), ctx, [])
+        return await tools.audit_changes(ws, staged, base, ctx)
 
     @server.tool(
         annotations=READ_ONLY,

@@ -25,6 +25,7 @@ from k3lsp.core.client import DaemonError
 from k3lsp.core.connection import DaemonUnavailable
 from k3lsp.core.run import Summary
 from k3lsp.core.tally import ProgressLine, Tally
+from k3lsp.findings.pipeline import Reportable
 from k3lsp.git import patches as gitpatches
 from k3lsp.git import repo as gitrepo
 from k3lsp.mcp import results
@@ -69,7 +70,7 @@ async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Contex
         at = frozenset(u.start_line for u in named)
     async with reporting(ctx) as report:
         job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
-        found, said, summary = await _audited(ws, source, at, job, report)
+        found, said, summary = await _audited(ws, [Picked(source, at)], job, report)
     _nothing_looked_at(said.errors, summary.cached + summary.audited)
     if not said.errors:
         ws.show(source.rel, found, {function} if function is not None else None)
@@ -87,17 +88,61 @@ async def known(ws: Workspace, path: str) -> dict[str, Any]:
     ``k3lsp://findings/{path}`` resource. ``cached`` of ``units`` says how much of the file that covers."""
     source = ws.source(path)
     job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline(), cached_only=True)
-    found, said, summary = await _audited(ws, source, None, job, None)
+    found, said, summary = await _audited(ws, [Picked(source)], job, None)
     ws.show(source.rel, found)  # what the agent was given: explain may ask about it
     return results.result(file=source.rel, **_counts(summary), findings=[s.given for s in found], errors=said.errors)
 
 
+async def audit_changes(ws: Workspace, staged: bool, base: str, ctx: Context) -> dict[str, Any]:
+    """What the work tree (or the index) changed against ``base``, picked as ``scope: changed`` picks it: each
+    function holding a changed line, sent as the editor sends it (so what the editor audited answers from the cache),
+    each finding introduced when its lines meet the change."""
+    patch = _changes(ws, staged, base)
+    planned = changed.plan(patch, ws.root, ws.service.options)
+    picked = [
+        Picked(f.source, frozenset(n - 1 for n in f.changed if f.source.lines[n - 1].strip()), f.changed)
+        for f in planned.files.values()
+    ]
+    async with reporting(ctx) as report:
+        job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
+        found, said, summary = await _audited(ws, [p for p in picked if p.at], job, report)
+    _nothing_looked_at(said.errors, summary.cached + summary.audited)
+    return results.result(
+        changes="the index against HEAD" if staged else f"the work tree against {base}",
+        files=[p.source.rel for p in picked if p.at],
+        **_counts(summary),
+        findings=[s.given for s in found],
+        errors=said.errors,
+        warnings=said.warnings + planned.notes,
+    )
+
+
+@dataclass(frozen=True)
+class Picked:
+    """A file to audit: its units holding the 0-based lines ``at`` (all without), and the 1-based lines a change
+    added or modified (None: no change in view), which a finding meets when the change introduced it."""
+
+    source: Source
+    at: frozenset[int] | None = None
+    changed: frozenset[int] | None = None
+
+    def finding(self, r: Reportable) -> dict[str, Any]:
+        row = batch.row(self.source, r, None)
+        if self.changed is None:
+            return results.finding(row)
+        introduced = any(row.line <= n <= row.end_line for n in self.changed)
+        return results.finding(row, introduced, changed.LINES if introduced else "")
+
+
 async def _audited(
-    ws: Workspace, source: Source, at: frozenset[int] | None, job: service.Job, report: ProgressLine | None
+    ws: Workspace, picked: list[Picked], job: service.Job, report: ProgressLine | None
 ) -> tuple[list[Shown], Said, Summary]:
-    """A file's units (those holding the lines ``at``; all without) through the audit service: its findings, in
-    file order, what was said, and the run's summary."""
-    doc = service.Document(source.path, ws.root, source.rel, "\n".join(source.lines), units_at=at, units=source.units)
+    """Files through the audit service as one job: their findings, by file and line, what was said, the summary."""
+    docs = {
+        service.Document(p.source.path, ws.root, p.source.rel, "\n".join(p.source.lines), units_at=p.at,
+                         units=p.source.units): p
+        for p in picked
+    }  # fmt: skip
     found: list[Shown] = []
     said = Said()
     tally = Tally(said, report)
@@ -105,13 +150,12 @@ async def _audited(
     def told(event: service.Event) -> None:
         tally(event)
         if isinstance(event, service.UnitDone):
-            for r, why in event.findings:
-                if why is None:
-                    found.append(Shown(results.finding(batch.row(source, r, why)), r.unit, r.finding))
+            pick = docs[event.doc]
+            found.extend(Shown(pick.finding(r), r.unit, r.finding) for r, why in event.findings if why is None)
 
-    summary = await tally.run(ws.service, [doc], told, job, asyncio.Event(), allow_incomplete=False, rerun="")
+    summary = await tally.run(ws.service, list(docs), told, job, asyncio.Event(), allow_incomplete=False, rerun="")
     assert summary is not None  # never stopped: a cancelled call ends by cancelling this task
-    found.sort(key=lambda s: (s.given["line"], s.given["cwe"]))
+    found.sort(key=lambda s: (s.given["file"], s.given["line"], s.given["cwe"]))
     return found, said, summary
 
 
@@ -140,16 +184,21 @@ async def review(ws: Workspace, patches: list[series.Patch], ctx: Context, said:
     )
 
 
-def changes(ws: Workspace, staged: bool, base: str) -> list[series.Patch]:
-    """The work tree (or the index, ``staged``) against ``base`` as one patch."""
+def _changes(ws: Workspace, staged: bool, base: str) -> series.Patch:
+    """The work tree (or the index, ``staged``) against ``base`` as one patch, the workspace at its repository's top
+    (a change's paths are the repository's)."""
     repo = _repository(ws)
+    if repo.workdir is None or repo.workdir.resolve() != ws.root:
+        raise ToolError(f"audit_changes needs the workspace root at its repository's top ({repo.root}); start "
+                        "k3lsp mcp with --root there")  # fmt: skip
     wanted = ws.service.options.wants
     try:
-        if staged:
-            return [series.staged(repo, wanted)]
-        return [series.worktree(repo, repo.commit(base), wanted, base)]
+        patch = series.staged(repo, wanted) if staged else series.worktree(repo, repo.commit(base), wanted, base)
     except gitrepo.GitError as exc:
-        raise ToolError(f"cannot read the changes against {base!r}: {exc}") from None
+        raise ToolError(sanitize.line(f"cannot read the changes against {base!r}: {exc}")) from None
+    if patch.error:
+        raise ToolError(sanitize.line(patch.error))
+    return patch
 
 
 def named(ws: Workspace, revision: str | None, patch: str | None, base: str) -> tuple[list[series.Patch], list[str]]:

@@ -108,6 +108,17 @@ async def test_with_no_daemon_an_audit_is_an_error_not_an_empty_list_of_findings
     assert "1 of 1 units not audited: no daemon left" in text and "is the daemon running?" in text
 
 
+async def test_audit_changes_names_what_it_cannot_read(tmp_path):
+    """Below its repository's top, or against a base that is no commit: one sentence each, no work."""
+    root, _ = workspace(tmp_path)
+    async with session(root / "sub", nowhere(tmp_path), cache=tmp_path / "c") as client:
+        below = refusal(await client.call_tool("audit_changes", {}))
+    async with session(root, nowhere(tmp_path), cache=tmp_path / "c") as client:
+        no_base = refusal(await client.call_tool("audit_changes", {"base": "no-such-base"}))
+    assert f"needs the workspace root at its repository's top ({root})" in below
+    assert "cannot read the changes against 'no-such-base'" in no_base
+
+
 async def test_unknown_tools_malformed_arguments_and_a_smuggled_endpoint(tmp_path):
     root, _ = workspace(tmp_path)
     endpoint = nowhere(tmp_path)

@@ -33,6 +33,7 @@ HOSTILE = kimi.finding(
     end_line=3,
     trace=[],
 )
+PATCHED = scripted.DEMO_C.replace("\treturn slots[idx];", "\tidx += 1;\n\treturn slots[idx];")  # get_slot changed
 MAIL = (
     "From 0123456789012345678901234567890123456789 Mon Sep 17 00:00:00 2001\n"
     "From: Mallory <m@evil.example>\n"
@@ -146,26 +147,45 @@ async def test_explain_asks_the_model_about_a_shown_finding(daemon, tmp_path):
     assert explained["explanation"] == EXPLANATION and explained["finding"] == copy
 
 
-async def test_review_and_audit_changes_say_what_the_change_introduced(daemon, tmp_path):
+async def test_audit_changes_audits_the_changed_functions_as_the_editor_does(daemon, tmp_path):
+    """The editor saved the changed file (scope all), then the agent asks about the work tree's changes, and about the
+    index's: only the changed function, answered from the editor's cache, its finding introduced by the change."""
     root = project(tmp_path)
-    patched = scripted.DEMO_C.replace("\treturn slots[idx];", "\tidx += 1;\n\treturn slots[idx];")
-    (root / "demo.c").write_text(patched)
-    diff = repos.git(root, "diff") + "\n"
+    (root / "demo.c").write_text(PATCHED)
+    async with editor(root, settings={"endpoint": daemon.endpoint}, cache_dir=tmp_path / "c") as ed:
+        ed.save(ed.open("demo.c"))
+        await ed.wait_for_status(lambda c: c["audited"] == 2)
     async with session(root, daemon.endpoint, cache=tmp_path / "c") as client:
         changes = answer(await client.call_tool("audit_changes", {}, WAIT))
+        repos.git(root, "add", "demo.c")
+        (root / "demo.c").write_text(scripted.DEMO_C)  # the work tree undone: the index still holds the change
+        staged = answer(await client.call_tool("audit_changes", {"staged": True}, WAIT))
+        none = answer(await client.call_tool("audit_changes", {}, WAIT))  # the work tree against HEAD: unchanged
+    for found in (changes, staged):
+        assert (found["units"], found["cached"], found["audited"]) == (1, 1, 0), found
+        (slot,) = found["findings"]
+        assert (slot["file"], slot["function"], slot["line"], slot["introduced"]) == ("demo.c", "get_slot", 15, True)
+    assert (none["units"], none["findings"]) == (0, [])
+
+
+async def test_review_says_what_the_change_introduced(daemon, tmp_path):
+    root = project(tmp_path)
+    (root / "demo.c").write_text(PATCHED)
+    diff = repos.git(root, "diff") + "\n"
+    async with session(root, daemon.endpoint, cache=tmp_path / "c") as client:
         as_text = answer(await client.call_tool("review", {"patch": MAIL + diff}, WAIT))
         repos.git(root, "commit", "-q", "-am", "bump idx")
         as_commit = answer(await client.call_tool("review", {"revision": "HEAD"}, WAIT))
         as_range = answer(await client.call_tool("review", {"revision": "HEAD~1..HEAD"}, WAIT))
         both = refusal(await client.call_tool("review", {"revision": "HEAD", "patch": diff}))
-    for reviewed in (changes, as_text, as_commit, as_range):
+    for reviewed in (as_text, as_commit, as_range):
         (patch,) = reviewed["patches"]
         assert (patch["units"], patch["error"]) == (1, None), reviewed
         (slot,) = patch["findings"]
         assert (slot["function"], slot["introduced"], slot["introduced_why"]) == ("get_slot", True, "lines")
     title = as_text["patches"][0]["patch"]  # the mail's subject: the sender's words, one clean line
     assert "evil.example" in title and "](" not in title and "\x1b" not in title, title
-    assert as_text["cached"] == as_commit["cached"] == as_range["cached"] == 1  # the same change: from the cache
+    assert (as_text["cached"], as_commit["cached"], as_range["cached"]) == (0, 1, 1)  # the same change: cached
     assert "not both" in both
 
 
