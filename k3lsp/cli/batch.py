@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from k3lsp.cli import findings_text
+from k3lsp.cli import findings_text, reachable
 from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
 from k3lsp.core import service
@@ -77,6 +77,8 @@ async def audit_paths(
     on_progress: ProgressLine | None = None,
     allow_incomplete: bool = False,
     on_admitted: Callable[[Admitted], None] | None = None,
+    kconfig: str | None = None,
+    only_built: bool = False,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
@@ -86,11 +88,15 @@ async def audit_paths(
     decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
     error (its findings may be missing), or with ``allow_incomplete`` a warning. ``on_admitted`` is told which
     files were taken, and what was said about the paths (``k3lsp.cli.admission``), before any daemon is contacted.
+    ``kconfig`` (a ``.config`` or a defconfig name) counts the units a kernel configuration does not build, and
+    ``only_built`` leaves them out (``k3lsp.cli.reachable``).
     """
     cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
     cache = cache or ResultCache(on_problem=cache_said.append)
     root = audit_root(paths)
     admitted = admit(paths, root, options)
+    if kconfig:
+        reachable.apply(admitted, root, kconfig, only_built)
     admitted.warnings[:0] = cache_said
     if on_admitted is not None:
         on_admitted(admitted)

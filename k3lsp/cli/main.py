@@ -148,6 +148,8 @@ def _audit_run(args: argparse.Namespace) -> int:
 
     opts, endpoints, jobs, errors = _settings(args)
     fmt = "json" if args.json else args.format
+    if args.only_built and not args.kconfig:
+        errors.append("--only-built needs --kconfig: the .config (or defconfig name) that says what is built")
     if errors:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
         return batch.EXIT_ERROR
@@ -170,6 +172,8 @@ def _audit_run(args: argparse.Namespace) -> int:
                 on_progress=on_progress,
                 allow_incomplete=args.allow_incomplete,
                 on_admitted=admitted,
+                kconfig=args.kconfig,
+                only_built=args.only_built,
             )
 
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
@@ -345,6 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
     _add_run_flags(audit, ("text", "json", "sarif"))
+    audit.add_argument(
+        "--kconfig",
+        metavar="CONFIG",
+        default=None,
+        help="a kernel .config, or a defconfig name made with the tree's Kconfig (x86_64_defconfig, tinyconfig): "
+        "count the units it does not build, with the reason",
+    )
+    audit.add_argument(
+        "--only-built", action="store_true", help="with --kconfig: skip the units the configuration does not build"
+    )
     audit.set_defaults(run=_audit)
 
     review = sub.add_parser(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _SET = re.compile(r"^(CONFIG_\w+)=(.*)$")
-_UNSET = re.compile(r"^# (CONFIG_\w+) is not set$")
+_UNSET = re.compile(r"^# (CONFIG_\w+) is not set$", re.MULTILINE)
 _ARCH = re.compile(r"^# Linux/(\w+) ", re.MULTILINE)  # the first line kconfig writes: "# Linux/x86 4.19.0 Kernel ..."
 
 
@@ -62,6 +62,6 @@ def load(path: Path) -> Config:
             f"kconfig {str(path)!r} cannot be read ({error}): give the path of a .config or a defconfig name"
         ) from None
     config = parse(text)
-    if not config.values and text.strip():
+    if not config.values and text.strip() and not _UNSET.search(text):  # an all-"is not set" one is a .config
         raise ConfigError(f"kconfig {str(path)!r} sets no CONFIG_ symbol: it is not a kernel .config")
     return config

@@ -42,6 +42,8 @@ def test_values_of_a_dot_config(tmp_path):
         read.arch == "x86" and read.said("CONFIG_C") == "CONFIG_C is not set" and read.said("CONFIG_B") == "CONFIG_B=m"
     )
     assert config.parse(text).digest == read.digest != config.parse(text + "CONFIG_D=y\n").digest
+    (tmp_path / "unset.config").write_text("# CONFIG_NET is not set\n")
+    assert config.load(tmp_path / "unset.config").values == {}  # every symbol unset is still a .config
     (tmp_path / "not-a-config").write_text("hello\n")
     with pytest.raises(config.ConfigError, match=r"sets no CONFIG_ symbol: it is not a kernel .config"):
         config.load(tmp_path / "not-a-config")
