@@ -14,6 +14,9 @@ Makefile's ``vmlinux-dirs``, computed by make from the top Makefile's own assign
 and ``vmlinux-dirs`` with ``arch/$(SRCARCH)/Makefile`` included where the top Makefile includes it (the rest of the
 top Makefile needs a configured build directory and is not read).
 
+With ``--units`` (always in ``--quick``), every ``.c`` file is also split as an audit splits it and its units
+counted by state (the file's, and the ``#if`` guards around each unit: k3lsp.kbuild.reach).
+
 Prints the time of each side (ours cold, then again from its cache), the states of the tree's ``.c``/``.S`` files
 in our reading, and ``ratio kbuild_agreement = X``: over the files compared (those either side builds, and those
 in a directory kbuild enters), the share where both say built or both say not built (our ``unknown`` counts as not
@@ -36,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from k3lsp.kbuild import defconfig, tree
 from k3lsp.kbuild.config import Config, ConfigError, load
+from k3lsp.kbuild.reach import Reach
+from k3lsp.units import split as units
 
 PRINTER = """\
 src := $(obj)
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "--arch", default="x86", help="ARCH for a defconfig name (default x86; x86_64 for a 64-bit tinyconfig)"
     )
     parser.add_argument("--limit", type=int, default=40, help="disagreements listed, at most")
+    parser.add_argument("--units", action="store_true", help="also split every .c file and count its units' states")
     parser.add_argument("--quick", action="store_true", help="a small tree built by the script")
     args = parser.parse_args(argv)
     if args.quick == (args.tree is not None):
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         written = Path(scratch) / "config.mk"
         written.write_text("".join(f"{name}={value}\n" for name, value in config.values.items()))
-        return compare(root, config, written, args.limit)
+        return compare(root, config, written, args.limit, args.units or args.quick)
 
 
 def configuration(root: Path, given: str | None, arch: str) -> Config:
@@ -96,7 +102,7 @@ def configuration(root: Path, given: str | None, arch: str) -> Config:
     return load(path if path.exists() else Path(given))
 
 
-def compare(root: Path, config: Config, written: Path, limit: int) -> int:
+def compare(root: Path, config: Config, written: Path, limit: int, with_units: bool) -> int:
     started = time.perf_counter()
     reading = tree.read(root, config)
     cold = time.perf_counter() - started
@@ -132,7 +138,26 @@ def compare(root: Path, config: Config, written: Path, limit: int) -> int:
     print(f"ratio kbuild_agreement = {agree / compared if compared else 0:.6f} ({agree} of {compared} files)")
     print(f"disagreements: {len(disagreements)}" + (f" (the first {limit})" if len(disagreements) > limit else ""))
     print("\n".join(disagreements[:limit]))
+    if with_units:
+        count_units(root, reading, [s for s in sources if s.endswith(".c")])
     return 0
+
+
+def count_units(root: Path, reading: tree.Reading, sources: list[str]) -> None:
+    """Every ``.c`` file split as an audit splits it, each unit's state by k3lsp.kbuild.reach (its file's and the
+    guards around its first line)."""
+    started = time.perf_counter()
+    reach = Reach(reading)
+    kinds: Counter[str] = Counter()
+    for source in sources:
+        text = (root / source).read_text(errors="replace")
+        found = units.split(text)
+        kinds.update(s.kind.value for s in reach.units(root / source, text, [u.start_line + 1 for u in found]))
+    took = time.perf_counter() - started
+    shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    print(
+        f"our units: {shown} ({sum(kinds.values())} units of {len(sources)} .c files, split and read in {took:.1f} s)"
+    )
 
 
 def kbuild(root: Path, config: Path, arch: str) -> tuple[set[str], set[str]]:
@@ -245,7 +270,7 @@ def quick_tree(root: Path) -> Path:
         (root / name).write_text(text)
     for name in QUICK_SOURCES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("int x;\n")
+        (root / name).write_text("int f(void)\n{\n\treturn 0;\n}\n")
     return root
 
 

@@ -20,3 +20,4 @@ def test_quick_mode_agrees_with_make_on_every_file():
     assert "our files: built-in 7, module 2, not built 5, unknown 1" in out
     assert re.search(r"^ratio kbuild_agreement = 1\.000000 \(11 of 11 files\)$", out, flags=re.M), out
     assert re.search(r"^disagreements: 0$", out, flags=re.M), out
+    assert re.search(r"^our units: built-in 6, module 2, not built 5, unknown 1 \(14 units of 14 \.c files", out, re.M)
