@@ -472,7 +472,10 @@ class Reader:
             return
         for name in self.ev.expand(names).split():
             target = Path(os.path.normpath(name))
-            full = target if target.is_absolute() else self.ev.root / target
+            full = (target if target.is_absolute() else self.ev.root / target).resolve()
+            if not full.is_relative_to(self.ev.root.resolve()):  # a hostile tree's include of any other file
+                self.ev.unsure.append(f"include {name}: outside the tree, not read")
+                continue
             if not full.is_file():
                 if how == "include":
                     self.ev.unsure.append(f"include {name}: not in the tree")

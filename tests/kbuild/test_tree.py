@@ -200,3 +200,16 @@ def test_a_directory_reached_for_a_module_and_built_in_is_built_in(tmp_path):
         "kernel/Makefile": "",
     }
     assert state(kernel(tmp_path, files, ""), "drivers/shared/lib.c") == "built-in"
+
+
+def test_an_include_outside_the_tree_is_not_read(tmp_path):
+    """A hostile tree's Makefile may include any path; only files inside the tree are read (here a file beside it
+    that would add an object)."""
+    root = tmp_path / "tree"
+    outside = tmp_path / "outside.mk"
+    outside.write_text("obj-y += planted.o\n")
+    files = {"kernel/Makefile": f"include {outside}\ninclude ../../outside.mk\n", "kernel/planted.c": ""}
+    root.mkdir()
+    reading = kernel(root, files, "")
+    assert reading.file("kernel/planted.c").kind is Kind.UNKNOWN
+    assert any("outside the tree" in u for u in reading.unsure), reading.unsure
