@@ -216,10 +216,7 @@ def named(ws: Workspace, revision: str | None, patch: str | None, base: str) -> 
                     "it and review the commit or range (revision) instead"
                 )
             return series.mails(repo.tree(repo.commit(base)), mbox.parse(data, "patch")), []
-        if ".." in revision:
-            picked, merges = series.commit_range(repo, revision, wanted)
-            return picked, [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
-        return [series.commit(repo, repo.commit(revision), wanted)], []
+        return series.revision(repo, revision, wanted)
     except (gitrepo.GitError, gitpatches.PatchError) as exc:
         raise ToolError(sanitize.line(str(exc))) from None
 

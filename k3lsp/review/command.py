@@ -36,17 +36,8 @@ def under_review(args: argparse.Namespace, repo: gitrepo.Repository, options: Op
         if args.revision:
             raise gitrepo.GitError("give a revision or --patch, not both")
         return series.mails(repo.tree(repo.commit(args.base or "HEAD")), mbox.read(args.patch)), []
-    if args.revision and ".." in args.revision:
-        picked, merges = series.commit_range(repo, args.revision, wanted)
-        said = [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
-        if not (picked or merges):  # A..A, or CI's origin/main..HEAD on main: nothing to review is no failure
-            old, _, new = args.revision.partition("..")
-            said.append(
-                f"{args.revision} names no commit ({new or 'HEAD'} holds none that {old} does not): nothing to review"
-            )
-        return picked, said
     if args.revision:
-        return [series.commit(repo, repo.commit(args.revision), wanted)], []
+        return series.revision(repo, args.revision, wanted)
     if args.staged:
         return [series.staged(repo, wanted)], []
     base = args.base or "HEAD"

@@ -46,10 +46,17 @@ def commit(repo: Repository, c: Commit, wanted: Wanted) -> Patch:
     return Patch(c.subject, files, before, after, commit=c.id, author=c.author, date=c.date)
 
 
-def commit_range(repo: Repository, spec: str, wanted: Wanted) -> tuple[list[Patch], list[Commit]]:
-    """Every commit of ``A..B``, oldest first, and the merges left out."""
+def revision(repo: Repository, spec: str, wanted: Wanted) -> tuple[list[Patch], list[str]]:
+    """The patches a revision names (every commit of ``A..B``, oldest first, or one commit), and what a reviewer
+    should be told of it: the merges a range leaves out, or that it names no commit at all."""
+    if ".." not in spec:
+        return [commit(repo, repo.commit(spec), wanted)], []
     picked, merges = repo.commits(spec)
-    return [commit(repo, c, wanted) for c in picked], merges
+    said = [f"merge {c.short} ({c.subject}) left out: a merge is no patch" for c in merges]
+    if not (picked or merges):  # A..A, or CI's origin/main..HEAD on main: nothing to review is no failure
+        old, _, new = spec.partition("..")
+        said.append(f"{spec} names no commit ({new or 'HEAD'} holds none that {old} does not): nothing to review")
+    return [commit(repo, c, wanted) for c in picked], said
 
 
 def staged(repo: Repository, wanted: Wanted) -> Patch:
