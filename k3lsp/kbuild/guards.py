@@ -68,7 +68,7 @@ class Guards:
 
     def _directive(self, name: str, rest: str, stack: list[_Frame], line: int, lines: list[str], after: int) -> None:
         active = _verdict(stack) is None
-        where = f"line {line}: `#{name} {rest}`"
+        where = f"line {line}: `{f'#{name} {rest}'.strip()}`"
         if name in ("if", "ifdef", "ifndef"):
             value = self._test(name, rest, lines, after)
             stack.append(_Frame(value, value, f"{where} ({self._said(rest)})"))

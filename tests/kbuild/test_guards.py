@@ -64,7 +64,7 @@ def test_else_elif_nesting_and_continuations():
     assert verdict(source, 2) == "not built: line 1: `#ifdef CONFIG_BPF` (CONFIG_BPF is not set)"
     assert verdict(source, 5) == "built"
     assert verdict(source, 7) == "not built: line 6: `#ifdef CONFIG_USB` (CONFIG_USB=m)"
-    assert verdict(source, 10) == "not built: line 9: `#else ` (the branch before it holds)"
+    assert verdict(source, 10) == "not built: line 9: `#else` (the branch before it holds)"
     assert verdict(source, 12) == "built"
 
 
