@@ -22,11 +22,12 @@ In C, a block whose braces the preprocessor left unbalanced (``#if V > 2`` opens
 ``#else`` closes it) ends at a ``}`` at column 0 followed by a header and a ``{`` at column 0, as ctags reads it:
 no unit swallows the functions after it.
 
-A macro expanded without a ``;`` on lines of its own before a macro that heads a function
-(``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev) {``) is not part of the header: the unit is
-``STORE(__cached_dev)``. In C, a ``{`` inside the parentheses of a file-level macro call (a loop in
-``TRACE_EVENT(name, ..., TP_fast_assign(...))``) makes the whole call one unit, ``TRACE_EVENT(name)``, when it
-holds code (a ``;``), and data otherwise (a compound literal in ``module_param_cb``).
+A macro expanded without a ``;`` on lines of its own before a function (``subsys_initcall(oom_init)`` /
+``static void mark_oom_victim(...) {``, ``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev) {``) is not part
+of its header: the units are ``mark_oom_victim`` and ``STORE(__cached_dev)``, from their own lines. In C, a
+``{`` inside the parentheses of a file-level macro call (a loop in ``TRACE_EVENT(name, ..., TP_fast_assign(...))``)
+makes the whole call one unit, ``TRACE_EVENT(name)``, when it holds code (a ``;``), and data otherwise (a compound
+literal in ``module_param_cb``).
 
 ``extern "C" {`` (and in C++ ``namespace`` and class bodies) are containers: the blocks inside are top level.
 """
@@ -169,7 +170,7 @@ def _call(text: bytes, start: int, opened: int, end: int) -> Block:
     lead = len(text[start:opened]) - len(text[start:opened].lstrip(bytes(_SPACE)))
     name = _IDENT.match(text, start + lead)
     arg = _IDENT.search(text, name.end(), opened) if name is not None else None
-    if name is None or b";" not in text[start:end]:
+    if name is None or name.group() in _NOT_NAMES or b";" not in text[start:end]:  # `for (({ ...; }), i = 0; ...)`
         return Block(start + lead, opened, end, "data", "")
     called = name.group().decode("utf-8", "replace")
     return Block(start + lead, opened, end, "macro_body", f"{called}({arg.group().decode()})" if arg else called)
@@ -262,22 +263,34 @@ def _block(
 
 
 def _after_expansion(header: bytearray, lead: int) -> int:
-    """Where a header begins that starts with a macro expanded without a `;`, on lines of its own, before
-    the macro that heads the function (bcache/sysfs.c: ``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev)``
-    / ``{``): at the second; ``lead`` for any other header."""
-    i = _last_non_space(header, len(header) - 1)
-    j = _opening(header, i) if i >= 0 and header[i] == 0x29 else None
-    if j is None:
+    """Where a header begins that starts with a macro expanded without a `;`, on lines of its own, before what
+    heads the function (``subsys_initcall(oom_init)`` / ``static void mark_oom_victim(...)``, bcache's
+    ``SHOW_LOCKED(bch_cached_dev)`` / ``STORE(__cached_dev)``): after that call; ``lead`` for any other header."""
+    word = _IDENT.match(header, lead)
+    i = _first_non_space(header, word.end()) if word is not None else len(header)
+    if i >= len(header) or header[i] != 0x28 or word.group() in _NOT_NAMES:
         return lead
-    second = _word_start(header, _last_non_space(header, j - 1))
-    k = _last_non_space(header, second - 1)
-    if k < lead or header[k] != 0x29 or NEWLINE not in header[k:second]:
+    close = _closing(header, i)
+    rest = _first_non_space(header, close + 1) if close is not None else len(header)
+    if rest >= len(header) or header[rest] not in _IDENT_CHARS or NEWLINE not in header[close:rest]:
         return lead
-    first = _opening(header, k)
-    if first is None or _word_start(header, _last_non_space(header, first - 1)) != lead:
-        return lead
-    words = (bytes(header[lead:first]).strip(bytes(_SPACE)), bytes(header[second:j]).strip(bytes(_SPACE)))
-    return second if all(_MACRO_NAME.match(w.decode("latin-1")) for w in words) else lead
+    return rest if _read(bytes(header[rest:]), False)[0] != "data" else lead
+
+
+def _first_non_space(header: bytearray, k: int) -> int:
+    while k < len(header) and header[k] in _SPACE:
+        k += 1
+    return k
+
+
+def _closing(header: bytearray, opened: int) -> int | None:
+    """The ``)`` matching the ``(`` at opened, or None."""
+    level = 0
+    for k in range(opened, len(header)):
+        level += (header[k] == 0x28) - (header[k] == 0x29)
+        if not level:
+            return k
+    return None
 
 
 def _read(header: bytes, cpp: bool) -> tuple[str, str | None]:

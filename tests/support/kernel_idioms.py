@@ -446,6 +446,7 @@ IMPL(int)
 #define K3_ONE(x) do { if (x) { (x)++; } } while (0)
 #define K3_INIT(name) static struct k3 name = { .n = 1 }
 #define K3_GUARD(x) if (x) {
+#define k3_for_each(i) for (({ k3_lock(); }), i = 0; i < 4; i++)
 
 static int k3_after_templates(void)
 {
@@ -485,6 +486,13 @@ TRACE_EVENT(k3_cxsr,
 static int k3_after_trace(void)
 {
 	return 0;
+}
+subsys_initcall(k3_after_trace)
+
+/* k3_last - after a call without its `;` (mm/oom_kill.c:656) */
+static void k3_last(void)
+{
+	return;
 }
 """
 
@@ -543,7 +551,7 @@ CASES = [
     Case(
         "function-templates-in-defines",
         MACRO_TEMPLATES,
-        [("show_##reg", 1, 8), ("k3_min_##T+k3_max_##T", 12, 17), ("k3_after_templates", 24, 27)],
+        [("show_##reg", 1, 8), ("k3_min_##T+k3_max_##T", 12, 17), ("k3_after_templates", 25, 28)],
     ),
     Case(
         "macro-calls-before-and-around-blocks",
@@ -553,6 +561,7 @@ CASES = [
             ("STORE(__k3_cached_dev)", 7, 10),
             ("TRACE_EVENT(k3_cxsr)", 12, 23),
             ("k3_after_trace", 25, 28),
+            ("k3_last", 32, 35),
         ],
     ),
     Case("braces-the-preprocessor-leaves-ambiguous", AMBIGUOUS_BRACES, [("k3_poll", 1, 13), ("k3_next_fn", 15, 19)]),
