@@ -309,6 +309,7 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
         for tag in [t for t in r.tags if t.name in made]:
             exclude(MACRO_CALL, tag.end - tag.line + 1 if tag.end >= tag.line else 0, f"{rel}:{tag.line} {tag.name}")
         tags = [t for t in r.tags if t.name not in made]
+        called = {t.name for t in tags if call_line(t, lines)}
         for tag in tags:
             where = f"{rel}:{tag.line} {tag.name}"
             why = excluded(tag, tags, lines)
@@ -317,7 +318,8 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
                 continue
             first = tag.line - 1
             last_owner = owner[tag.end - 1]
-            if macro_like(tag.name, table) and last_owner is not None and last_owner.start_line > first:
+            above = macro_like(tag.name, table) or tag.name in called
+            if above and last_owner is not None and last_owner.start_line > first:
                 exclude(BEGAN_ABOVE, last_owner.start_line - first, where)
                 first = last_owner.start_line
             span = range(first, tag.end)
@@ -341,7 +343,7 @@ def coverage(ctags: str, tree: Path, results: list[FileResult], list_misses: int
                 unseen.append((u, r.cpp, where))
             elif named_after(u.name, over):
                 continue
-            elif all(ctags_mislabel(u, f, parts, table) for f in over):
+            elif all(ctags_mislabel(u, f, parts, table) or f in called for f in over):
                 exclude(NAMED_AFTER_MACRO, 0, where)
             else:
                 misnamed.append(where)
@@ -370,7 +372,17 @@ NAMED_AFTER_MACRO = (
     "no lines: units that ctags names after a word of the return type, or after a loop macro in the body"
 )
 MACRO_CALL = "an expansion of a macro template of the file, which ctags took for a definition (show_in_reg(in))"
-BEGAN_ABOVE = "lines above the function's header where ctags began it, at a macro or keyword it named it after"
+BEGAN_ABOVE = (
+    "lines above the function's header where ctags began it, at a macro, keyword or call without its ';' it "
+    "named it after"
+)
+
+
+def call_line(tag: Tag, lines: list[bytes]) -> bool:
+    """Whether ctags' tag is at a line that only calls its name, its `;` left out (`subsys_initcall(oom_init)`
+    above `static void mark_oom_victim(...)`): ctags began the next function there and named it after the call."""
+    text = lines[tag.line - 1].strip()
+    return text.startswith(tag.name.encode() + b"(") and text.endswith(b")")
 
 
 def ctags_mislabel(unit: units.Unit, tag: str, parts: list[str], table: kernelc.Macros) -> bool:
