@@ -92,7 +92,7 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
     text, cpp, syscalls, attributes = normalised.text, normalised.cpp, normalised.syscalls, normalised.attributes
     lines = directives(text)
     spans = [(s, e) for s, e, _ in lines]
-    ends = [e for _, e in spans]
+    cut = None if cpp else _COLUMN_ZERO_END.search(text)  # the first column-0 function end after a block's `{`
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
     recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
@@ -135,11 +135,10 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
             item = pos = call = counted = end + 1
             recent, paren = [], 0
         else:
-            close, d = _close(text, spans, p - 1, d)
-            cut = None if cpp else _COLUMN_ZERO_END.search(text, p, close)
-            if cut is not None:  # `}` / `int next(void)` / `{` at column 0 inside: the block ended there
-                close = cut.start() + 1
-                d = bisect.bisect_right(ends, close)
+            if not cpp and cut is not None and cut.start() < p:  # the next one (blocks only move forward)
+                cut = _COLUMN_ZERO_END.search(text, p)
+            # `}` / `int next(void)` / `{` at column 0 inside: the block ended there, whatever its braces say
+            close, d = _close(text, spans, p - 1, d, len(text) - 1 if cut is None else cut.start() + 1)
             block = _block(text, spans, item, p - 1, close, cpp, _scope(containers), recent)
             k = bisect.bisect_left(syscalls, block.start)
             if k < len(syscalls) and syscalls[k] < block.open:
@@ -176,11 +175,11 @@ def _call(text: bytes, start: int, opened: int, end: int) -> Block:
     return Block(start + lead, opened, end, "macro_body", f"{called}({arg.group().decode()})" if arg else called)
 
 
-def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int) -> tuple[int, int]:
-    """The `}` that closes the block opened at `opened` (the file's last byte if none does), and the next
-    directive after it. Only braces count inside a block."""
+def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int, limit: int) -> tuple[int, int]:
+    """The `}` that closes the block opened at `opened` (``limit`` if none does before it: the file's last byte,
+    or a column-0 function end), and the next directive after it (or one before). Only braces count inside."""
     depth = 0
-    for m in _BRACES.finditer(text, opened):
+    for m in _BRACES.finditer(text, opened, limit + 1):
         q = m.start()
         while d < len(spans) and spans[d][1] <= q:
             d += 1
@@ -194,7 +193,7 @@ def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int) -> tu
             depth -= 1
             if not depth:
                 return q, d
-    return len(text) - 1, d
+    return limit, d
 
 
 def _declares(declarations: bytes, parameters: bytes) -> bool:
