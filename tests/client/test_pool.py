@@ -108,7 +108,9 @@ async def test_transient_errors_are_retried_with_backoff(tmp_path, quick_retries
         waited = asyncio.get_running_loop().time() - tic
     assert sent == ["f", "f", "f"] and [r.unit.name for r in results] == ["f"] and summary.complete
     assert pool.counters.retries == 2 and pool.counters.audited == 1 and pool.counters.failed == 0
-    assert waited >= 0.1  # the busy daemon's backoff, then the revival's after the pair failed
+    # the busy daemon's backoff (its first delay, jittered down to half), then the revival's first after the pair failed
+    first = pool_module.RETRY_DELAYS[0]
+    assert waited >= first * 0.5 + first
 
 
 async def test_transient_retries_are_bounded_and_the_unit_is_left_with_the_reason(tmp_path, quick_retries):
