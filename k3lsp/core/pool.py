@@ -516,10 +516,11 @@ class Pool:
         if not reachable:
             raise DaemonUnavailable(ErrorCode.DOWN, self.why_unusable())
         fields = explain_fields(target, finding, self.options.effort(Priority.INTERACTIVE))
+        tools = lambda r: self.answers.answer(target.root, r, target.path)  # noqa: E731
         for i, conn in enumerate(reachable):
             said = False
             try:
-                async for piece in _explanation(conn, fields, lambda r: self.answers.answer(target.root, r)):
+                async for piece in _explanation(conn, fields, tools):
                     said = True
                     yield piece
                 return

@@ -39,7 +39,7 @@ async def ask(pool: Pool, target: Target, finding: dict, tries: list[dict[str, s
     for i, conn in enumerate(reachable):
         parts: list[str] = []
         try:
-            stream = conn.stream("rule", sent, lambda r: pool.answers.answer(target.root, r))
+            stream = conn.stream("rule", sent, lambda r: pool.answers.answer(target.root, r, target.path))
             async with contextlib.aclosing(stream) as messages:
                 async for message in messages:
                     if message["kind"] == "text":
