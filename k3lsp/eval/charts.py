@@ -24,6 +24,7 @@ DPI = 120
 GROUPED_AT_MOST = 2  # configurations drawn side by side in one chart; more get a panel each
 PANEL_COLUMNS = 3
 NOISE = " (random weights: noise)"
+LEGEND_BELOW = 36  # points from the axes' bottom to the legend's top: the tick labels (10) and the axis label (8)
 
 
 def available() -> bool:
@@ -122,9 +123,12 @@ def _rows(plt, labels: list[str], series: list[Series], xlabel: str, title: str)
         height_in = max(0.3, 0.22 * len(series)) * len(labels) + 1.6
         fig, ax = plt.subplots(figsize=(WIDTH, height_in))
         _bars(ax, labels, series, xlabel)
-        if series:
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / height_in), fontsize=8, title="configuration",
-                      ncol=min(4, len(series)), title_fontsize=8)  # fmt: skip
+        if series:  # under the axis label, a distance in points (a fraction of the axes' height: on it, few rows)
+            from matplotlib.transforms import offset_copy
+
+            below = offset_copy(ax.transAxes, fig=fig, y=-LEGEND_BELOW, units="points")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize=8,
+                      title="configuration", ncol=min(4, len(series)), title_fontsize=8)  # fmt: skip
     else:
         rows = -(-len(series) // PANEL_COLUMNS)
         fig, axes = plt.subplots(rows, PANEL_COLUMNS, sharey=True, squeeze=False,

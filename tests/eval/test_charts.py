@@ -93,3 +93,19 @@ def test_the_files_are_a_normal_size_however_many_configurations(tmp_path):
 def test_nothing_judged_draws_nothing(tmp_path):
     assert charts.fixes({"configurations": []}, tmp_path) == []  # --cases-only
     assert charts.fixes({"configurations": [{"name": "default", "directories": {}}]}, tmp_path) == []
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("rows", ["fixes-subsystems.png", "castle-cwe-recall.png"])
+def test_the_legend_is_below_the_axis_label_and_inside_the_file(n, rows, tmp_path):
+    """Two subsystems made a chart a few rows high, and its legend sat on the axis label (it was placed at a
+    fraction of the axes' height, which is small there)."""
+    fig = figures(n)[rows]
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend, label = ax.get_legend().get_window_extent(renderer), ax.xaxis.label.get_window_extent(renderer)
+    ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+    assert legend.y1 <= label.y0 and all(legend.y1 <= t.y0 for t in ticks), (legend, label)
+    assert legend.y0 >= 0 and fig.bbox.contains(legend.x0, legend.y0), (legend, fig.bbox)
