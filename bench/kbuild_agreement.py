@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from k3lsp.kbuild import defconfig, tree
-from k3lsp.kbuild.config import Config, ConfigError, load
+from k3lsp.kbuild.config import Config, ConfigError, is_defconfig_name, load
 from k3lsp.kbuild.reach import Reach
 from k3lsp.units import split as units
 
@@ -91,7 +91,7 @@ def configuration(root: Path, given: str | None, arch: str) -> Config:
     """The configuration to compare under: a defconfig name made with the tree's Kconfig, else a file."""
     if given is None:
         raise ConfigError("give a CONFIG: a .config path or a defconfig name")
-    if defconfig.is_defconfig_name(given):
+    if is_defconfig_name(given):
         started = time.perf_counter()
         config = defconfig.expand(root, given, arch)
         print(

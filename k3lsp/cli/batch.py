@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from k3lsp.cli import findings_text, reachable
+from k3lsp.cli import findings_text
 from k3lsp.cli.admission import Admitted, Source, admit, audit_root, shown
 from k3lsp.cli.admission import read_sources as read_sources  # its tests read a file as the batch tool does
 from k3lsp.core import service
@@ -36,6 +36,7 @@ from k3lsp.core.run import Counters
 from k3lsp.core.tally import ProgressLine, Tally
 from k3lsp.findings import pipeline, suppress
 from k3lsp.findings.report import Edit, Reported, Span, Step
+from k3lsp.kbuild.state import State
 from k3lsp.units import split as units
 from k3lsp.wire import sanitize
 from k3lsp.wire.cache import ResultCache
@@ -77,8 +78,6 @@ async def audit_paths(
     on_progress: ProgressLine | None = None,
     allow_incomplete: bool = False,
     on_admitted: Callable[[Admitted], None] | None = None,
-    kconfig: str | None = None,
-    only_built: bool = False,
 ) -> BatchReport:
     """Audit files and directories on one or more daemons (default: ``options.endpoint``).
 
@@ -88,15 +87,24 @@ async def audit_paths(
     decode (``note``, e.g. ``copy_msg: prefill 512/1,399 tokens``). A unit whose audit was cut short is an
     error (its findings may be missing), or with ``allow_incomplete`` a warning. ``on_admitted`` is told which
     files were taken, and what was said about the paths (``k3lsp.cli.admission``), before any daemon is contacted.
-    ``kconfig`` (a ``.config`` or a defconfig name) counts the units a kernel configuration does not build, and
-    ``only_built`` leaves them out (``k3lsp.cli.reachable``).
+    With the ``kconfig`` setting each row says its unit's state, built code is audited first and the report
+    says how many units are not built and why; ``unbuilt: hide`` (``--only-built``) leaves them out
+    (``k3lsp.core.reachability``). A kconfig that cannot say what the tree builds is an error, and nothing is
+    audited.
     """
     cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
     cache = cache or ResultCache(on_problem=cache_said.append)
     root = audit_root(paths)
     admitted = admit(paths, root, options)
-    if kconfig:
-        reachable.apply(admitted, root, kconfig, only_built)
+    if endpoints:
+        first, *others = dict.fromkeys(endpoints)
+        options = replace(options, endpoint=first, other_endpoints=tuple(others))
+    pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)  # no connection before the first unit
+    audits = service.AuditService(pool)
+    problem = audits.reachability.problem(root, options.kconfig) if options.kconfig else None
+    if problem is not None:
+        admitted.errors.append(problem)
+        admitted.sources = []
     admitted.warnings[:0] = cache_said
     if on_admitted is not None:
         on_admitted(admitted)
@@ -105,12 +113,7 @@ async def audit_paths(
     baseline = suppress.Baseline.load(root)
     if baseline.error:
         report.errors.append(baseline.error)
-    if endpoints:
-        first, *others = dict.fromkeys(endpoints)
-        options = replace(options, endpoint=first, other_endpoints=tuple(others))
-    pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)
     report.by_backend = dict.fromkeys(options.endpoints, 0)
-    audits = service.AuditService(pool)
     try:
         await _run(audits, report, sources, baseline, stop or asyncio.Event(), on_progress, allow_incomplete)
     finally:
@@ -140,11 +143,12 @@ async def _run(
             result = event.result
             if result.endpoint is not None:
                 report.by_backend[result.endpoint] = report.by_backend.get(result.endpoint, 0) + 1
-            rows = [row(docs[event.doc], r, why) for r, why in event.findings]
+            rows = [row(docs[event.doc], r, why, event.state) for r, why in event.findings]
             report.findings += [r for r in rows if r.suppression is None]
             report.silenced += [r for r in rows if r.suppression is not None]
 
-    job = service.Job(priority=Priority.BACKGROUND, baseline=baseline, bounded=False)  # admission said what it takes
+    only_built = audits.options.only_built()
+    job = service.Job(Priority.BACKGROUND, baseline=baseline, bounded=False, only_built=only_built)  # admission said
     try:
         await tally.run(audits, list(docs), told, job, stop, allow_incomplete=allow_incomplete, rerun="audits")
     finally:
@@ -159,8 +163,9 @@ def reported(
     return [row(source, r, why) for r, why in pipeline.screened(unit, raws, source.lines, min_severity, baseline)]
 
 
-def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Reported:
-    """One finding the pipeline passed (``suppression``: or silenced) as a report row, in file coordinates."""
+def row(source: Source, r: pipeline.Reportable, suppression: str | None, state: State | None = None) -> Reported:
+    """One finding the pipeline passed (``suppression``: or silenced) as a report row, in file coordinates, with
+    its unit's ``state`` under the kconfig setting."""
     f, span, edit = r.finding, Span.of(r.range), r.fix
     trace = tuple(Step(Span.of(rng), note) for rng, note in r.trace)
     fix = None if edit is None else Edit(Span.of(edit.range), edit.new_text)
@@ -168,6 +173,7 @@ def row(source: Source, r: pipeline.Reportable, suppression: str | None) -> Repo
         shown(source.path), source.rel, span.line, span.column, span.end_line, span.end_column, f.severity,
         f.cwe, f.title, f.message, r.unit.name, r.fingerprint, f.confidence, trace, fix, f.reasoning, suppression,
         f.verdict.verdict if f.verdict else None, f.verdict.reason if f.verdict else "",
+        state.kind.value if state else None, state.reason if state else "",
     )  # fmt: skip
 
 

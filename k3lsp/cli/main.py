@@ -128,8 +128,12 @@ def _settings(args: argparse.Namespace):
         "refute": getattr(args, "refute", None),
         "refuteFrom": getattr(args, "refute_from", None),
         "showRefuted": getattr(args, "show_refuted", None),
+        "kconfig": args.kconfig and _kconfig(args.kconfig),
+        "unbuilt": "hide" if args.only_built else None,
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
+    if args.only_built and not args.kconfig:
+        errors.append("--only-built needs --kconfig: the .config (or defconfig name) that says what is built")
     endpoints = _endpoints(args)
     if args.endpoint is None:  # K3LSP_ENDPOINT, else this user's socket: said as the variable, not as a flag
         errors += filter(None, map(endpoint_problem, endpoints))
@@ -143,13 +147,19 @@ def _settings(args: argparse.Namespace):
     return opts, endpoints, jobs, errors
 
 
+def _kconfig(given: str) -> str:
+    """``--kconfig`` as the setting takes it: a defconfig name as given, a path made absolute (the command line's
+    is relative to the current directory, the setting's to the kernel tree's top)."""
+    from k3lsp.kbuild.config import is_defconfig_name
+
+    return given if is_defconfig_name(given) else str(Path(given).expanduser().absolute())
+
+
 def _audit_run(args: argparse.Namespace) -> int:
     from k3lsp.cli import batch, terminal
 
     opts, endpoints, jobs, errors = _settings(args)
     fmt = "json" if args.json else args.format
-    if args.only_built and not args.kconfig:
-        errors.append("--only-built needs --kconfig: the .config (or defconfig name) that says what is built")
     if errors:
         print("k3lsp audit: " + "; ".join(errors), file=sys.stderr)
         return batch.EXIT_ERROR
@@ -172,8 +182,6 @@ def _audit_run(args: argparse.Namespace) -> int:
                 on_progress=on_progress,
                 allow_incomplete=args.allow_incomplete,
                 on_admitted=admitted,
-                kconfig=args.kconfig,
-                only_built=args.only_built,
             )
 
     with terminal.progress_bar(sys.stderr.isatty()) as on_progress:
@@ -327,7 +335,22 @@ def _add_settings_flags(parser: argparse.ArgumentParser, effort: str | None = No
     )
     _add_effort_flag(parser, effort, effort_help or EFFORT_HELP)
     _add_finding_flags(parser)
+    _add_kconfig_flags(parser)
     _add_key_flags(parser)
+
+
+def _add_kconfig_flags(parser: argparse.ArgumentParser) -> None:
+    """The kconfig setting and ``unbuilt: hide`` (docs/kernel.md), under the names of the command line."""
+    parser.add_argument(
+        "--kconfig",
+        metavar="CONFIG",
+        default=None,
+        help="a kernel .config, or a defconfig name made with the tree's Kconfig (x86_64_defconfig, tinyconfig): "
+        "each unit's state (built-in, module, not built and why, unknown), built code audited first",
+    )
+    parser.add_argument(
+        "--only-built", action="store_true", help="with --kconfig: skip the units the configuration does not build"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,16 +372,6 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="audit C files and directories; exit 0 clean, 1 findings, 2 errors")
     audit.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="C sources/headers or directories of them")
     _add_run_flags(audit, ("text", "json", "sarif"))
-    audit.add_argument(
-        "--kconfig",
-        metavar="CONFIG",
-        default=None,
-        help="a kernel .config, or a defconfig name made with the tree's Kconfig (x86_64_defconfig, tinyconfig): "
-        "count the units it does not build, with the reason",
-    )
-    audit.add_argument(
-        "--only-built", action="store_true", help="with --kconfig: skip the units the configuration does not build"
-    )
     audit.set_defaults(run=_audit)
 
     review = sub.add_parser(

@@ -157,6 +157,10 @@ def _result(r: Reported, rule_index: int) -> dict[str, Any]:
         out["suppressions"] = [{"kind": r.suppression, "justification": _JUSTIFICATION[r.suppression]}]
     if r.verdict is not None:
         out["properties"]["verdict"] = r.verdict
+    if r.kconfig_state is not None:  # what the kconfig setting's configuration does with the unit, and why
+        out["properties"]["kconfigState"] = r.kconfig_state
+        if r.kconfig_reason:
+            out["properties"]["kconfigReason"] = r.kconfig_reason
     if r.confidence is not None:
         out["properties"]["confidence"] = r.confidence
     if r.reasoning:

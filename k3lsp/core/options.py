@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lsp.core.client import default_endpoint
+from k3lsp.kbuild.config import is_defconfig_name
 from k3lsp.units.kernelc import DEFAULT_MACROS, Macros
 from k3lsp.units.kernelc import KINDS as KINDS_OF_MACROS
 from k3lsp.wire.protocol import EFFORTS, SEVERITIES
@@ -38,6 +39,7 @@ DEFAULT_MAX_FILE_BYTES = 1_000_000  # Semgrep's default target cap: larger files
 DEFAULT_INCLUDE = ("**/*.c", "**/*.h")
 DEFAULT_EXCLUDE = ("**/.git/**", "**/build/**", "**/node_modules/**")
 WITNESS_SEVERITIES = ("error", "warning", "information", "hint")  # how analyzer alerts show before the model's word
+UNBUILT = ("hide", "hint", "show")  # how findings in code the kconfig does not build show (k3lsp.core.reachability)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Options:
     show_refuted: bool = False  # show refuted findings and alerts (as hints, the reason in the hover)
     scope: str = "all"  # changed: audit and show only what the work tree changed since base_ref (k3lsp.core.scope)
     base_ref: str = ""  # the base of scope changed; "": the merge-base with the branch's upstream, else HEAD
+    kconfig: str = ""  # a kernel .config (relative: to the kernel tree's top) or a defconfig name; "": none
+    unbuilt: str = "hint"  # findings in code the kconfig does not build: hidden, hints, or shown as they are
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -87,6 +91,11 @@ class Options:
     def variant(self) -> str:
         """How the settings ask beyond the thinking effort, as results are filed (``ResultKey.digest``)."""
         return f"refute={self.refute_from}" if self.refute else ""
+
+    def only_built(self) -> bool:
+        """Whether a workspace audit, review or batch run leaves out the code the kconfig does not build
+        (``unbuilt: hide``, ``--only-built``); an audit on save audits it all the same, the findings hidden."""
+        return bool(self.kconfig) and self.unbuilt == "hide"
 
     def audits_on_open(self) -> bool:
         return self.trigger == "open"
@@ -274,6 +283,11 @@ SETTINGS = (
     Setting("scope", "choice", "changed: audit and show only what the work tree changed since baseRef.", SCOPES),
     Setting("baseRef", "text", "The base of scope changed: a branch, tag or commit; empty: the merge-base of "
             "HEAD with its branch's upstream, else HEAD."),
+    Setting("kconfig", "text", "A kernel .config (relative: to the kernel tree's top) or a defconfig name "
+            "(x86_64_defconfig, tinyconfig) saying which code is built; empty: none. A defconfig name runs the "
+            "tree's Kconfig, so only your user settings may give one."),
+    Setting("unbuilt", "choice", "Findings in code the kconfig does not build: hide them, show them as hints "
+            "(the reason in the hover), or show them as they are.", UNBUILT),
 )  # fmt: skip
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -327,6 +341,13 @@ def parse_workspace(raw: Any, initial: Options) -> tuple[Options, list[str]]:
     if not isinstance(section, Mapping):
         return parse(raw, base)
     options, errors = parse({k: v for k, v in section.items() if k not in CONNECTION}, base)
+    if is_defconfig_name(options.kconfig) and options.kconfig != initial.kconfig:
+        errors.append(
+            f"k3lsp ignored kconfig {options.kconfig!r} from the workspace settings: a defconfig name runs the "
+            "tree's Kconfig ($(shell,...) included), so only the editor's own settings (initializationOptions) may "
+            "give one; the workspace may name a .config file"
+        )
+        options = replace(options, kconfig=initial.kconfig)
     asked, _ = parse({k: v for k, v in section.items() if k in CONNECTION}, base)
     ignored = [k for k in CONNECTION if any(getattr(asked, f) != getattr(base, f) for f in _CONNECTION_FIELDS[k])]
     if ignored:

@@ -13,7 +13,9 @@ same settings give the same findings whichever front end asked. For each documen
    holding those lines; a ``change`` (a patch under review) picks the units it added or modified lines in and sends
    each with its :class:`~k3lsp.core.run.Changes`; otherwise ``scope: changed`` picks the units the work tree
    changed since ``baseRef`` (``k3lsp.core.scope``), and ``scope: all`` every unit;
-5. the **targets**, the same unit of two documents audited once (a review's patches that leave a function alike);
+5. the **targets**, the same unit of two documents audited once (a review's patches that leave a function alike),
+   each unit with its state under the ``kconfig`` setting (``k3lsp.core.reachability``: built code first; with
+   ``Job.only_built`` the units not built are left out, and counted with their reasons in ``Outcome.skipped``);
 6. the **run** on the daemon pool (``k3lsp.core.pool``: cache, priority, spread, retries, bounds), one per priority;
 7. the findings **screened** (``k3lsp.findings.pipeline``: acceptance, ``minSeverity``, ``k3-audit: ignore``, the
    baseline, refuted unless ``showRefuted``; with ``scope: changed``, only those on changed lines).
@@ -53,6 +55,7 @@ daemons start at once and the server never holds every unit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -62,8 +65,11 @@ from pathlib import Path
 from k3lsp.core import scope
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
+from k3lsp.core.reachability import Reachability, Skipped, rank
 from k3lsp.core.run import Changes, Failure, Noted, Summary, Target, UnitResult, describe
 from k3lsp.findings import pipeline, suppress
+from k3lsp.kbuild.config import ConfigError
+from k3lsp.kbuild.state import Kind, State
 from k3lsp.units import split as units
 from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
@@ -130,7 +136,9 @@ class Job:
     not to answer from their result stores either (an eval measures the model), ``baseline`` the accepted findings
     screened out (None: none), ``cached_only`` asks no daemon (an opened file shows what the cache knows),
     ``bounded`` refuses a file over ``maxFileBytes`` (``k3lsp audit`` audits a file named on its command line
-    whatever its size, having said what it costs: ``k3lsp.cli.admission``)."""
+    whatever its size, having said what it costs: ``k3lsp.cli.admission``), ``only_built`` leaves out the units
+    the ``kconfig`` setting's configuration does not build (``--only-built``; a workspace audit with ``unbuilt:
+    hide``), counted in the outcome's ``skipped``."""
 
     priority: Priority = Priority.INTERACTIVE
     force: bool = False
@@ -138,6 +146,7 @@ class Job:
     baseline: suppress.Baseline | None = None
     cached_only: bool = False
     bounded: bool = True  # refuse a document over maxFileBytes; False: the front end admitted its files itself
+    only_built: bool = False  # leave out the units the kconfig does not build (k3lsp.core.reachability)
 
 
 @dataclass(frozen=True)
@@ -149,13 +158,26 @@ class Prepared:
     witnessed: Report | None  # None: no witnesses configured
     changed: scope.Changed | None  # scope changed: the lines that count (None: every line)
     note: str | None = None  # the splitter fell back to line windows: say so
+    states: tuple[State, ...] | None = None  # each unit's under the kconfig setting (None: no kconfig, or a bad one)
+    unbuilt: tuple[Unit, ...] = ()  # picked but left out: the job audits only built code, and these are not
+    kconfig_problem: str | None = None  # the kconfig setting cannot tell what is built here, and why
 
-    def witness_notes(self) -> list[str]:
-        """What the person is told about the witnesses of this file, one sentence each (the same sentence for
-        the same reason, so a front end says each once): a witness that could not run, alerts left out."""
+    def state(self, unit: Unit) -> State | None:
+        """A unit's state under the kconfig setting (None without one)."""
+        return self._by_unit.get(unit)
+
+    @functools.cached_property
+    def _by_unit(self) -> dict[Unit, State]:
+        return dict(zip(self.units, self.states, strict=True)) if self.states is not None else {}
+
+    def notes(self) -> list[str]:
+        """What the person is told about this file beside its findings, one sentence each (the same sentence for
+        the same reason, so a front end says each once): a kconfig that cannot tell what is built, a witness
+        that could not run, alerts left out."""
+        out = [self.kconfig_problem] if self.kconfig_problem is not None else []
         if self.witnessed is None:
-            return []
-        out = [f"witness {r.tool}: {r.problem}" for r in self.witnessed.runs if r.problem is not None]
+            return out
+        out += [f"witness {r.tool}: {r.problem}" for r in self.witnessed.runs if r.problem is not None]
         if self.witnessed.outside:
             out.append(
                 f"witnesses: {self.witnessed.outside} alert(s) on {self.doc.relpath} left out: they named a place "
@@ -182,6 +204,7 @@ class UnitDone:
     result: UnitResult
     findings: tuple[Screened, ...]
     first: bool = True  # the first document told of this result (a unit two documents share): count it here
+    state: State | None = None  # the unit's under the kconfig setting (None: no kconfig)
 
 
 @dataclass(frozen=True)
@@ -224,6 +247,7 @@ class Outcome:
 
     summary: Summary
     files: dict[Document, FileOutcome]
+    skipped: Skipped | None = None  # with a kconfig: the units it does not build, left out or not, and why
 
 
 PREPARED_AT_ONCE = os.cpu_count() or 1  # documents read, split and analyzed at once (analyzers are processes)
@@ -234,6 +258,7 @@ class AuditService:
 
     def __init__(self, pool: Pool, split: Split = split_here):
         self.pool, self.split = pool, split
+        self.reachability = Reachability()  # the kconfig setting's readings, kept across jobs
 
     @property
     def options(self) -> Options:
@@ -260,6 +285,7 @@ class _Audit:
         self.owners: dict[Target, list[Document]] = {}
         self.pending: dict[Document, int] = {}
         self.done = 0
+        self.skipped = Skipped(self.options.kconfig, job.only_built) if self.options.kconfig else None
 
     async def tell(self, event: Event) -> None:
         told = self.listener(event)
@@ -279,6 +305,10 @@ class _Audit:
                 await self.tell(FileDone(doc, self.files[doc]))
                 continue
             self.prepared[doc] = ready
+            if self.skipped is not None and ready.states is not None:
+                self.skipped.add(
+                    doc.relpath, [ready.state(u) for u in (*(t.unit for t in ready.targets), *ready.unbuilt)]
+                )
             await self.tell(ready)
             self.files[doc].units = len(ready.targets)
             self.pending[doc] = len(ready.targets)
@@ -287,10 +317,14 @@ class _Audit:
         for doc in [d for d, n in self.pending.items() if n == 0]:  # nothing picked: final at once
             await self.tell(FileDone(doc, self.files[doc]))
         by_priority: dict[Priority, list[Target]] = {}
-        for target, docs in self.owners.items():
+        for target, docs in sorted(self.owners.items(), key=lambda item: rank(self.state(*item))):  # built first
             by_priority.setdefault(docs[0].priority or self.job.priority, []).append(target)
         summaries = await asyncio.gather(*(self.audit(p, ts) for p, ts in by_priority.items()))
-        return Outcome(_merged(summaries), self.files)
+        return Outcome(_merged(summaries), self.files, self.skipped)
+
+    def state(self, target: Target, docs: list[Document]) -> State | None:
+        """A target's state under the kconfig setting, as its first document has it."""
+        return self.prepared[docs[0]].state(target.unit)
 
     async def prepare(self, doc: Document) -> Prepared | str:
         """The document's units, alerts, scope and targets; or why it cannot be audited."""
@@ -314,7 +348,27 @@ class _Audit:
         changed = await self.scoped(doc, text) if doc.change is None and doc.units_at is None else None
         if changed is not None:
             targets = tuple(t for t in targets if changed.touches(t.unit))
-        return Prepared(doc, text, split, targets, report, changed, units.fallback_note(split))
+        states, problem = await self.states(doc, text, split)
+        unbuilt: tuple[Unit, ...] = ()
+        if self.job.only_built and states is not None:
+            out = {u for u, s in zip(split, states, strict=True) if s.kind is Kind.NOT_BUILT}
+            unbuilt = tuple(t.unit for t in targets if t.unit in out)
+            targets = tuple(t for t in targets if t.unit not in out)
+        return Prepared(
+            doc, text, split, targets, report, changed, units.fallback_note(split), states, unbuilt, problem
+        )
+
+    async def states(
+        self, doc: Document, text: str, split: tuple[Unit, ...]
+    ) -> tuple[tuple[State, ...] | None, str | None]:
+        """Each unit's state under the kconfig setting (None without one), or why the setting cannot tell."""
+        kconfig = self.options.kconfig
+        if not kconfig:
+            return None, None
+        try:
+            return await asyncio.to_thread(self.service.reachability.states, doc.path, text, split, kconfig), None
+        except ConfigError as error:
+            return None, str(error)
 
     async def picked(self, doc: Document, text: str, split: tuple[Unit, ...]) -> tuple[list[Unit], dict[str, Changes]]:
         """The units the document's own selection picks (all without one), and the change of each under review."""
@@ -364,7 +418,9 @@ class _Audit:
         """A unit's result told to each document that owns it (and, from a daemon, as progress), then counted."""
         self.done += 1
         for n, doc in enumerate(self.owners[result.target]):
-            await self.tell(UnitDone(doc, result, self.screened(self.prepared[doc], result), first=n == 0))
+            ready = self.prepared[doc]
+            state = ready.state(result.target.unit)
+            await self.tell(UnitDone(doc, result, self.screened(ready, result), first=n == 0, state=state))
         if progress:
             await self.tell(Progress(self.done, len(self.owners), ""))
         await self.ended(result.target, result)

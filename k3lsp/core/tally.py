@@ -1,9 +1,10 @@
 """What a batch front end keeps of an audit-service job, whatever its report looks like.
 
 ``k3lsp audit`` and ``k3lsp review`` report differently (rows per file, findings per patch), but they keep the
-same things of the service's events: the witnesses' notes, the files that could not be audited, how many units
-are done for the progress line, and, when a signal ends the job, the one line that says how far it got and that a
-rerun costs only the rest; then the run's summary as errors and warnings. Each of their listeners hands every
+same things of the service's events: the witnesses' and the kconfig's notes, the files that could not be audited,
+how many units are done for the progress line, and, when a signal ends the job, the one line that says how far it
+got and that a rerun costs only the rest; then the run's summary as errors and warnings, and how many units the
+kconfig does not build (skipped or not) and why. Each of their listeners hands every
 event to a :class:`Tally` first, and awaits the job through :meth:`Tally.run`.
 """
 
@@ -38,7 +39,7 @@ class Tally:
     def __call__(self, event: service.Event) -> None:
         if isinstance(event, service.Prepared):
             self.units += len(event.targets)
-            self.report.warnings += [n for n in event.witness_notes() if n not in self.report.warnings]
+            self.report.warnings += [n for n in event.notes() if n not in self.report.warnings]
         elif isinstance(event, service.Progress):
             self.done = event.done
             if self.on_progress is not None:
@@ -71,6 +72,9 @@ class Tally:
         errors, warnings = problems(outcome.summary, allow_incomplete)
         self.report.errors += errors
         self.report.warnings += warnings
+        said = outcome.skipped.said() if outcome.skipped is not None else None
+        if said is not None:  # how many units the kconfig does not build, and why; with --only-built, left out
+            self.report.warnings.append(said)
         return outcome.summary
 
 

@@ -64,3 +64,5 @@ class Reported:
     suppression: str | None = None  # silenced: pipeline.IN_SOURCE (a comment), EXTERNAL (the baseline), REFUTED
     verdict: str | None = None  # the model's verdict on it (k3lsp.core.verdicts), and why
     verdict_reason: str = ""
+    kconfig_state: str | None = None  # its unit's under the kconfig setting (built-in, module, not built, unknown)
+    kconfig_reason: str = ""  # why not built, or unknown: the Makefile rule or the #if (docs/kernel.md)

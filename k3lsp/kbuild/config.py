@@ -15,6 +15,13 @@ from pathlib import Path
 _SET = re.compile(r"^(CONFIG_\w+)=(.*)$")
 _UNSET = re.compile(r"^# (CONFIG_\w+) is not set$", re.MULTILINE)
 _ARCH = re.compile(r"^# Linux/(\w+) ", re.MULTILINE)  # the first line kconfig writes: "# Linux/x86 4.19.0 Kernel ..."
+ALLNO = ("allnoconfig", "tinyconfig")  # the configurations made from no defconfig file (k3lsp.kbuild.defconfig)
+
+
+def is_defconfig_name(value: str) -> bool:
+    """Whether a ``kconfig`` setting names a configuration to generate (``k3lsp.kbuild.defconfig``, which runs
+    the tree's Kconfig) rather than a file."""
+    return "/" not in value and (value.endswith("defconfig") or value in ALLNO)
 
 
 class ConfigError(ValueError):

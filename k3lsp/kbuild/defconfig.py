@@ -19,16 +19,10 @@ from pathlib import Path
 
 import kconfiglib
 
-from k3lsp.kbuild.config import Config, ConfigError, parse
+from k3lsp.kbuild.config import ALLNO, Config, ConfigError, parse
 
-ALLNO = ("allnoconfig", "tinyconfig")
 SOURCE_ARCH = {"x86_64": "x86", "i386": "x86", "sparc32": "sparc", "sparc64": "sparc", "sh64": "sh"}  # as Makefile
 _LOCK = threading.Lock()  # kconfiglib reads its environment from os.environ, one tree at a time
-
-
-def is_defconfig_name(value: str) -> bool:
-    """Whether a ``kconfig`` setting names a configuration to generate rather than a file."""
-    return "/" not in value and (value.endswith("defconfig") or value in ALLNO)
 
 
 def expand(root: Path, name: str, arch: str = "x86") -> Config:

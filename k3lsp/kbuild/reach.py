@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3lsp.kbuild import defconfig, tree
-from k3lsp.kbuild.config import ConfigError, load
+from k3lsp.kbuild.config import ConfigError, is_defconfig_name, load
 from k3lsp.kbuild.guards import Guards
 from k3lsp.kbuild.state import Kind, State
 
@@ -41,10 +41,7 @@ class Reach:
                 f"kconfig {kconfig!r}: {code} is in no kernel tree (no directory above it has Kconfig, Makefile and "
                 "arch/): give a path inside one, or no kconfig"
             )
-        if defconfig.is_defconfig_name(kconfig):
-            config = defconfig.expand(root, kconfig)
-        else:
-            config = load(Path(kconfig).expanduser())
+        config = defconfig.expand(root, kconfig) if is_defconfig_name(kconfig) else load(Path(kconfig).expanduser())
         return cls(tree.read(root, config))
 
     def units(self, path: Path, text: str, lines: list[int]) -> list[State]:

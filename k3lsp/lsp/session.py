@@ -404,7 +404,7 @@ class Session:
         doc.split = ((ready.text, self.options.kernel_macros), ready.units)
         if ready.note is not None:
             self.message(f"{doc.relpath}: {ready.note}", lsp.MessageType.Warning)
-        for note in ready.witness_notes():
+        for note in ready.notes():
             if note not in self._told_witness:  # once: a hostile include repeats at each save
                 self._told_witness.add(note)
                 self.message(note, lsp.MessageType.Warning)

@@ -46,6 +46,7 @@ def finding(row: Reported, introduced: bool | None = None, why: str = "") -> dic
         "introduced": introduced,  # None: not a change under review
         "introduced_why": why,  # "lines": on a line the change added or modified; "model": the model says so
         "refuted": row.verdict == "refuted",  # reported only with showRefuted
+        "kconfig": None if row.kconfig_state is None else {"state": row.kconfig_state, "reason": row.kconfig_reason},
     }
 
 

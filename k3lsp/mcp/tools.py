@@ -28,6 +28,7 @@ from k3lsp.core.tally import ProgressLine, Tally
 from k3lsp.findings.pipeline import Reportable
 from k3lsp.git import patches as gitpatches
 from k3lsp.git import repo as gitrepo
+from k3lsp.kbuild.state import State
 from k3lsp.mcp import results
 from k3lsp.mcp.progress import reporting
 from k3lsp.mcp.workspace import Shown, Workspace
@@ -69,7 +70,7 @@ async def audit_file(ws: Workspace, path: str, function: str | None, ctx: Contex
             raise ToolError(f"{function!r} is no function of {source.rel}; its units are: {names}")
         at = frozenset(u.start_line for u in named)
     async with reporting(ctx) as report:
-        job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
+        job = service.Job(Priority.INTERACTIVE, baseline=ws.baseline(), only_built=ws.service.options.only_built())
         found, said, summary = await _audited(ws, [Picked(source, at)], job, report)
     _nothing_looked_at(said.errors, summary.cached + summary.audited)
     if not said.errors:
@@ -104,7 +105,7 @@ async def audit_changes(ws: Workspace, staged: bool, base: str, ctx: Context) ->
         for f in planned.files.values()
     ]
     async with reporting(ctx) as report:
-        job = service.Job(priority=Priority.INTERACTIVE, baseline=ws.baseline())
+        job = service.Job(Priority.INTERACTIVE, baseline=ws.baseline(), only_built=ws.service.options.only_built())
         found, said, summary = await _audited(ws, [p for p in picked if p.at], job, report)
     _nothing_looked_at(said.errors, summary.cached + summary.audited)
     return results.result(
@@ -126,8 +127,8 @@ class Picked:
     at: frozenset[int] | None = None
     changed: frozenset[int] | None = None
 
-    def finding(self, r: Reportable) -> dict[str, Any]:
-        row = batch.row(self.source, r, None)
+    def finding(self, r: Reportable, state: State | None = None) -> dict[str, Any]:
+        row = batch.row(self.source, r, None, state)
         if self.changed is None:
             return results.finding(row)
         introduced = any(row.line <= n <= row.end_line for n in self.changed)
@@ -151,7 +152,9 @@ async def _audited(
         tally(event)
         if isinstance(event, service.UnitDone):
             pick = docs[event.doc]
-            found.extend(Shown(pick.finding(r), r.unit, r.finding) for r, why in event.findings if why is None)
+            found.extend(
+                Shown(pick.finding(r, event.state), r.unit, r.finding) for r, why in event.findings if why is None
+            )
 
     summary = await tally.run(ws.service, list(docs), told, job, asyncio.Event(), allow_incomplete=False, rerun="")
     assert summary is not None  # never stopped: a cancelled call ends by cancelling this task

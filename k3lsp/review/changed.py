@@ -73,6 +73,7 @@ from k3lsp.findings.report import Reported
 from k3lsp.findings.silencing import Silencers
 from k3lsp.git.patches import changed_lines
 from k3lsp.git.repo import Repository, WorktreeSnapshot
+from k3lsp.kbuild.state import State
 from k3lsp.review.series import Patch, commit
 from k3lsp.tools import sandbox, symbols
 from k3lsp.units import split as units
@@ -198,6 +199,11 @@ async def review_patches(
     they become the report's errors and notes. ``stop`` (SIGINT, SIGTERM) ends it early: the report holds what
     was reviewed, and says so (``interrupted``)."""
     report = ReviewReport(repo.root)
+    audits = service.AuditService(pool)
+    problem = audits.reachability.problem(repo.root, options.kconfig) if options.kconfig else None
+    if problem is not None:  # the kconfig cannot say what the tree builds: one error, nothing reviewed
+        report.errors.append(problem)
+        return report
     tools = repo.workdir
     baseline = suppress.Baseline.load(tools) if tools is not None else None
     if baseline is not None and baseline.error:
@@ -229,10 +235,9 @@ async def review_patches(
             if event.first:  # a unit two patches leave the same is audited once: one result of the review
                 report.results.append(event.result)
             owner, file = docs[event.doc]
-            _record(owner, file, event.result, options, silencers)
+            _record(owner, file, event.result, options, silencers, event.state)
 
-    job = service.Job(priority=how.priority, force=how.force, fresh=how.fresh)
-    audits = service.AuditService(pool)
+    job = service.Job(priority=how.priority, force=how.force, fresh=how.fresh, only_built=options.only_built())
     stop = stop or asyncio.Event()
     await tally.run(audits, list(docs), told, job, stop, allow_incomplete=how.allow_incomplete, rerun="reviews")
     for r in reviews:
@@ -277,7 +282,12 @@ def plan(patch: Patch, root: Path, options: Options) -> PatchReview:
 
 
 def _record(
-    review: PatchReview, reviewed: ReviewedFile, result: UnitResult, options: Options, silencers: Silencers
+    review: PatchReview,
+    reviewed: ReviewedFile,
+    result: UnitResult,
+    options: Options,
+    silencers: Silencers,
+    state: State | None = None,
 ) -> None:
     """One unit's findings in a patch's review: introduced or pre-existing, reported or silenced (by what the
     base of the patches had: ``k3lsp.findings.silencing``)."""
@@ -296,7 +306,7 @@ def _record(
         why = (
             LINES if any(first <= n <= last for n in changed) else MODEL if r.finding.introduced and not caller else ""
         )
-        found = ReviewFinding(batch.row(source, r, silenced), bool(why), why, caller, by_patch)
+        found = ReviewFinding(batch.row(source, r, silenced, state), bool(why), why, caller, by_patch)
         (review.findings if silenced is None else review.silenced).append(found)
 
 

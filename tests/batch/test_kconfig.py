@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from tests.batch import corpus
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
 
@@ -31,9 +32,9 @@ def audit(tmp_path, *args: str):
 def test_only_built_skips_what_the_configuration_does_not_build_and_says_why(tmp_path):
     done = audit(tmp_path, "kernel", "--kconfig", ".config", "--only-built", "--json")
     assert done.returncode == 0, done.stderr  # nothing left to send: no daemon needed
-    assert (
-        "k3lsp audit: warning: kconfig .config: 3 of 3 units not built, skipped (--only-built): 2 in kernel/net.c "
-        "(kernel/Makefile:2: `obj-$(CONFIG_NET)` (CONFIG_NET is not set)), 1 in kernel/core.c (line 1: "
+    assert (  # the .config named as an absolute path, the files as the report's rows name them (from kernel/)
+        f"k3lsp audit: warning: kconfig {tmp_path / '.config'}: 3 of 3 units not built, skipped (--only-built): 2 in "
+        "net.c (kernel/Makefile:2: `obj-$(CONFIG_NET)` (CONFIG_NET is not set)), 1 in core.c (line 1: "
         "`#ifdef CONFIG_DEBUG` (CONFIG_DEBUG is not set))"
     ) in done.stderr
     assert json.loads(done.stdout)["stats"]["units"] == 0
@@ -41,16 +42,61 @@ def test_only_built_skips_what_the_configuration_does_not_build_and_says_why(tmp
 
 def test_kconfig_alone_counts_the_states_and_audits_everything(tmp_path):
     done = audit(tmp_path, "kernel/net.c", "--kconfig", ".config", "--json")
-    assert "k3lsp audit: warning: kconfig .config: 2 of 2 units not built (audited all the same; --only-built " in (
-        done.stderr
-    )
+    said = f"k3lsp audit: warning: kconfig {tmp_path / '.config'}: 2 of 2 units not built (audited all the same; "
+    assert said in done.stderr
     assert json.loads(done.stdout)["stats"]["units"] == 2
 
 
 def test_a_wrong_kconfig_or_only_built_alone_is_one_clear_error(tmp_path):
     done = audit(tmp_path, "kernel", "--kconfig", "missing.config")
     assert done.returncode == 2
-    assert "kconfig 'missing.config' cannot be read" in done.stderr and "Traceback" not in done.stderr
+    assert f"kconfig '{tmp_path / 'missing.config'}' cannot be read" in done.stderr and "Traceback" not in done.stderr
     done = audit(tmp_path, "kernel", "--only-built")
     assert done.returncode == 2
     assert "--only-built needs --kconfig" in done.stderr
+
+
+KERNEL_LAYOUT = {  # the batch corpus (tests/batch/corpus.py) made a kernel tree: src/net/ built only with CONFIG_NET
+    "Kconfig": "",
+    "Makefile": "core-y := src/ lib/\nvmlinux-dirs := $(patsubst %/,%,$(core-y))\n",
+    "arch/x86/Makefile": "",
+    "src/Makefile": "obj-y += net/\n",
+    "src/net/Makefile": "obj-$(CONFIG_NET) += parse.o\n",
+    "lib/Makefile": "obj-y += util.o\n",
+    ".config": "# Linux/x86 test Kernel Configuration\n# CONFIG_NET is not set\n",
+}
+
+
+def kernel_corpus(tmp_path):
+    root = corpus.tree(tmp_path)
+    for name, text in KERNEL_LAYOUT.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_each_finding_says_its_units_state_in_json_and_sarif(corpus_daemon, tmp_path):
+    kernel_corpus(tmp_path)
+    common = ("proj", "--endpoint", corpus_daemon.endpoint, "--kconfig", "proj/.config")
+    done = k3lsp("audit", *common, "--json", cache=tmp_path / "c", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    states = {
+        (f["uri"], f["cwe"]): (f["kconfig_state"], f["kconfig_reason"]) for f in json.loads(done.stdout)["findings"]
+    }
+    unbuilt = ("not built", "src/net/Makefile:1: `obj-$(CONFIG_NET)` (CONFIG_NET is not set)")
+    assert states[("src/net/parse.c", 787)] == states[("src/net/parse.c", 125)] == unbuilt
+    assert "2 of 5 units not built (audited all the same" in done.stderr
+    assert "built-in 2, module 0, unknown 1" in done.stderr  # lib/util.c's two; proto.h, a header no rule names
+    sarif = k3lsp("audit", *common, "--format", "sarif", cache=tmp_path / "c", cwd=tmp_path)
+    properties = [r["properties"] for r in json.loads(sarif.stdout)["runs"][0]["results"]]
+    assert {(p["kconfigState"], p["kconfigReason"]) for p in properties if p["kconfigState"] != "unknown"} == {unbuilt}
+
+
+def test_only_built_sends_no_unbuilt_unit_and_says_how_many_it_skipped(corpus_daemon, tmp_path):
+    kernel_corpus(tmp_path)
+    args = ("proj", "--endpoint", corpus_daemon.endpoint, "--kconfig", "proj/.config", "--only-built", "--json")
+    done = k3lsp("audit", *args, cache=tmp_path / "c", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert not any(f["uri"] == "src/net/parse.c" for f in report["findings"])
+    assert report["stats"]["audited"] == report["stats"]["units"] == 3  # parse.c's two units never sent
+    assert "2 of 5 units not built, skipped (--only-built): 2 in src/net/parse.c" in done.stderr

@@ -68,7 +68,7 @@ def test_a_defconfig_and_tinyconfig_through_kconfiglib(tmp_path):
     assert (small.value("CONFIG_NET"), small.value("CONFIG_E1000"), small.value("CONFIG_TTY")) == ("y", "m", "n")
     tiny = defconfig.expand(root, "tinyconfig")
     assert tiny.value("CONFIG_NET") == "n" and tiny.value("CONFIG_EMBEDDED") == "y" and tiny.value("CONFIG_HZ") == "100"
-    assert defconfig.is_defconfig_name("x86_64_defconfig") and not defconfig.is_defconfig_name("/a/.config")
+    assert config.is_defconfig_name("x86_64_defconfig") and not config.is_defconfig_name("/a/.config")
     with pytest.raises(config.ConfigError, match=r"no arch/\*/configs/nope_defconfig in .*name a defconfig"):
         defconfig.expand(root, "nope_defconfig")
 

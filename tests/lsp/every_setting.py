@@ -24,6 +24,8 @@ WORKSPACE = {
     "showRefuted": True,
     "scope": "changed",
     "baseRef": "main",
+    "kconfig": "build/.config",  # a path: a defconfig name comes from initializationOptions only
+    "unbuilt": "hide",
 }
 UNSET = {"serverKey", "clientKey", "endpoint"}  # set by the tests that need them (a keyed or a given daemon)
 assert set(CONNECTION) | set(WORKSPACE) | UNSET == {s.key for s in options.SETTINGS}

@@ -80,3 +80,16 @@ def test_parse_workspace_keeps_the_connection_of_the_initialization_options():
     listed, errors = options.parse_workspace({"endpoint": [USER["endpoint"], "tcp://other:1"]}, initial)
     assert listed.endpoints == (USER["endpoint"],) and "ignored endpoint" in errors[0]  # a list is no way round
     assert options.parse_workspace({"minSeverity": "low"}, initial)[0].client_key == USER["clientKey"]
+
+
+def test_a_workspace_names_a_config_file_but_no_defconfig_which_would_run_its_kconfig():
+    """A defconfig name runs the tree's Kconfig through kconfiglib, `$(shell,...)` macros included: a repository's
+    settings asking for one would run its own commands when the workspace opens."""
+    initial, _ = options.parse(USER)
+    parsed, errors = options.parse_workspace({"kconfig": "x86_64_defconfig", "unbuilt": "hide"}, initial)
+    assert parsed.kconfig == "" and parsed.unbuilt == "hide"
+    assert len(errors) == 1 and "ignored kconfig 'x86_64_defconfig'" in errors[0]
+    mine, _ = options.parse(USER | {"kconfig": "tinyconfig"})
+    assert options.parse_workspace({"kconfig": "tinyconfig"}, mine) == (mine, [])  # the user's own: kept
+    named, errors = options.parse_workspace({"kconfig": ".config"}, initial)
+    assert named.kconfig == ".config" and errors == []

@@ -20,4 +20,6 @@ return {
   { option = 'show_refuted', key = 'showRefuted', kind = 'flag' },
   { option = 'scope', key = 'scope', kind = 'choice', choices = { 'all', 'changed' } },
   { option = 'base_ref', key = 'baseRef', kind = 'text' },
+  { option = 'kconfig', key = 'kconfig', kind = 'text' },
+  { option = 'unbuilt', key = 'unbuilt', kind = 'choice', choices = { 'hide', 'hint', 'show' } },
 }
