@@ -26,6 +26,8 @@ from tests.batch.processes import assert_quiet, reaped
 from tests.eval import castle_data, history_repo
 from tests.review import repos
 from tests.support.batch import k3lsp_env
+from tests.variants.tree import DOUBLE_KFREE, plant
+from tests.witnesses.test_adapters import needs
 
 WAIT = 60  # seconds for a command to reach its work, and to end after the signal
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
@@ -105,6 +107,16 @@ def _fixes(tmp_path: Path, endpoint: str) -> list[str]:
     ]
 
 
+def _variants(tmp_path: Path, endpoint: str) -> list[str]:
+    """A double kfree's variants, searched with a rule given (no model asked for one): the candidate's triage is
+    the work a signal reaches."""
+    needs("coccinelle")
+    tree, rule = plant(tmp_path.resolve() / "ws"), tmp_path / "double.cocci"
+    rule.write_text(DOUBLE_KFREE)
+    place = f"{tree / 'drivers/usb/b.c'}:14"
+    return ["variants", place, "--root", str(tree), "--rule", str(rule), "--endpoint", endpoint]
+
+
 def _eval_kept(tmp_path: Path, out: str) -> None:
     assert (tmp_path / "out" / "cache").is_dir()  # the run cache --resume goes on from
 
@@ -117,6 +129,7 @@ CASES = {
     "review": Case(_review, "a rerun reviews only the rest", {"drv_read": [BAD_READ]}, kept=_review_kept),
     "eval castle": Case(_castle, "--resume", kept=_eval_kept),
     "eval fixes": Case(_fixes, "--resume", kept=_eval_kept),
+    "variants": Case(_variants, "k3lsp variants: interrupted by"),
 }
 
 
@@ -232,6 +245,41 @@ def test_a_signal_ends_the_language_server(tmp_path, sig):
     assert_ended_by(sig, proc, err.decode(errors="replace"), "k3lsp: interrupted by")
 
 
+def mcp_server(tmp_path: Path, endpoint: str, *, reading: bool = True) -> subprocess.Popen:
+    """`k3lsp mcp` on stdio as a coding agent starts it, sent ``initialize`` and a call of audit_file on a file of
+    two units; with ``reading`` False, the agent has already stopped reading the server's answers."""
+    (tmp_path / "two.c").write_text(TWO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k3lsp.cli", "mcp", "--root", str(tmp_path), "--endpoint", endpoint],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=k3lsp_env(tmp_path / "cache"),
+    )
+    if not reading:
+        proc.stdout.close()
+    agent = {"name": "test", "version": "1"}
+    messages = [
+        {"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                      "clientInfo": agent}},
+        {"method": "notifications/initialized"},
+        {"id": 2, "method": "tools/call", "params": {"name": "audit_file", "arguments": {"path": "two.c"}}},
+    ]  # fmt: skip
+    proc.stdin.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages))
+    proc.stdin.flush()  # stdin stays open: the server ends by itself
+    return proc
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_mid_audit_ends_the_mcp_server(tmp_path, sig):
+    with holding() as daemon, reaped(mcp_server(tmp_path, daemon.endpoint)) as proc:
+        assert daemon.held.wait(WAIT), "the audit_file call never reached the daemon"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=WAIT)
+    assert_ended_by(sig, proc, err.decode(errors="replace"), "k3lsp mcp: interrupted by")
+
+
 # --- a closed stdout -----------------------------------------------------------------------------------------
 
 
@@ -250,6 +298,8 @@ PIPED: dict[str, Callable[[Path, Holding], list[str]]] = {
     "review": lambda t, d: _review(t, d.endpoint)[:-4],  # the text report, on stdout
     "keys init": lambda t, d: ["keys", "init", "--dir", str(t / "keys")],
     "eval castle": lambda t, d: _castle(t, d.endpoint),
+    "eval fixes": lambda t, d: _fixes(t, d.endpoint),
+    "variants": lambda t, d: _variants(t, d.endpoint),
 }
 
 
