@@ -128,11 +128,11 @@ def _settings(args: argparse.Namespace):
         "refute": getattr(args, "refute", None),
         "refuteFrom": getattr(args, "refute_from", None),
         "showRefuted": getattr(args, "show_refuted", None),
-        "kconfig": args.kconfig and _kconfig(args.kconfig),
-        "unbuilt": "hide" if args.only_built else None,
+        "kconfig": _kconfig(kconfig) if (kconfig := getattr(args, "kconfig", None)) else None,  # variants has none
+        "unbuilt": "hide" if getattr(args, "only_built", False) else None,
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
-    if args.only_built and not args.kconfig:
+    if settings["unbuilt"] and not kconfig:
         errors.append("--only-built needs --kconfig: the .config (or defconfig name) that says what is built")
     endpoints = _endpoints(args)
     if args.endpoint is None:  # K3LSP_ENDPOINT, else this user's socket: said as the variable, not as a flag
