@@ -272,9 +272,9 @@ def _write_full(out: Path, *, experts: int, layers: int, hidden: int, seed: int,
     mx.eval(model.parameters())
     out.mkdir(parents=True, exist_ok=True)
     save_model(out, model)
-    _write_json(out / "config.json", config)
     _write_json(out / "generation_config.json", {"eos_token_id": config["eos_token_id"]})
     _write_tokenizer(out, dialect)
+    _write_json(out / "config.json", config)  # last: a folder with it is whole (the demo reuses one that has it)
 
 
 def _write_tokenizer(out: Path, dialect: str) -> None:

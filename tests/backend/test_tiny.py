@@ -120,6 +120,15 @@ def test_deterministic_given_seed(tiny_model, tmp_path):
     assert other["tokenizer.json"] == _digests(tiny_model)["tokenizer.json"]
 
 
+def test_config_json_is_the_last_file_written(tmp_path):
+    """A folder with config.json is a whole checkpoint: `k3-backend demo` builds its tiny one once and reuses the
+    folder when config.json is there, so a build that Ctrl-C ended while it wrote the tokenizer must not have one
+    yet (it had: every later demo would have served a checkpoint without its tokenizer)."""
+    out = make_tiny(tmp_path / "t")
+    written = {f.name: f.stat().st_mtime_ns for f in out.iterdir()}
+    assert all(written["config.json"] >= t for t in written.values()), written
+
+
 def test_dialects_share_weights_and_vocabulary(tiny_model, jinja_model, tmp_path, capsys):
     k3, jinja = _digests(tiny_model), _digests(jinja_model)
     assert k3["model.safetensors"] == jinja["model.safetensors"] and k3["tokenizer.json"] == jinja["tokenizer.json"]
