@@ -175,4 +175,4 @@ def serve_stdio(transport: TransportFactory = DaemonClient) -> None:
     sanitize.log_to_stderr("k3lsp %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message in full at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_not_a_late_cancel)
-    create(transport).start_io(stdout=ending.ProtocolStdout(sys.stdout.buffer))  # no editor left: end at once
+    create(transport).start_io(stdout=ending.ProtocolStdout(sys.stdout.fileno()))  # no editor left: end at once

@@ -26,7 +26,7 @@ from k3lsp.core.pool import Pool
 from k3lsp.core.service import AuditService
 from k3lsp.mcp import results, tools
 from k3lsp.mcp.workspace import Workspace
-from k3lsp.wire import sanitize
+from k3lsp.wire import ending, sanitize
 from k3lsp.wire.cache import ResultCache
 
 DATA = " " + results.UNTRUSTED
@@ -184,6 +184,7 @@ async def _serve(root: Path, options: Options, jobs: int) -> None:
     said = lambda problem: print(sanitize.line(f"k3lsp mcp: warning: {problem}"), file=sys.stderr)  # noqa: E731
     pool = Pool(options, ResultCache(on_problem=said), client_name="k3lsp-mcp", slots=jobs)
     try:
-        await build(Workspace(root, AuditService(pool))).run_stdio_async()
+        with ending.answering_on_stdout():  # no agent left reading: end at once
+            await build(Workspace(root, AuditService(pool))).run_stdio_async()
     finally:
         await pool.close()

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import select
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, NoReturn
+from typing import NoReturn
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141
@@ -133,30 +134,45 @@ def _stdout_closed() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
-class ProtocolStdout:
-    """The stdout of a program that answers a peer on it (the language server, for its editor): once nobody reads
-    it, nobody is left to answer, so the process ends at the write that finds no reader, as SIGPIPE ends a C
-    server (clangd), with EXIT_CLOSED_PIPE and no traceback (pygls would log one per message until stdin closed).
-    Files, threads and daemons need no goodbye: each audited unit is cached as it finishes."""
+class ProtocolStdout(io.BufferedWriter):
+    """The stdout of a program that answers a peer on it (the language server for its editor, ``k3lsp mcp`` for
+    its agent), on file descriptor ``fd``: once nobody reads it, nobody is left to answer, so the process ends at
+    the write that finds no reader, as SIGPIPE ends a C server (clangd), with EXIT_CLOSED_PIPE and no traceback
+    (pygls would log one per message until stdin closed; the MCP SDK's writer failed and its reader went on
+    waiting for the open stdin). Files, threads and daemons need no goodbye: each audited unit is cached as it
+    finishes. The descriptor stays open when this object goes."""
 
-    def __init__(self, stream: BinaryIO):
-        self._stream = stream
+    def __init__(self, fd: int):
+        super().__init__(io.FileIO(fd, "wb", closefd=False))
 
-    def write(self, data: bytes) -> int:
+    def write(self, data) -> int:
         try:
-            return self._stream.write(data)
+            return super().write(data)
         except BrokenPipeError:
             _end_at_closed_pipe()
 
     def flush(self) -> None:
         try:
-            self._stream.flush()
+            super().flush()
         except BrokenPipeError:
             _end_at_closed_pipe()
 
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._stream.close()
+
+@contextlib.contextmanager
+def answering_on_stdout() -> Iterator[None]:
+    """For a library that answers its peer through ``sys.stdout`` (the MCP SDK's stdio server): for the block,
+    ``sys.stdout`` writes to the peer through a :class:`ProtocolStdout`, and file descriptor 1 goes to stderr, so
+    that a child's output or a stray print never lands inside the protocol."""
+    sys.stdout.flush()
+    wire = os.dup(1)  # not inherited by children
+    os.dup2(2, 1)
+    before, sys.stdout = sys.stdout, io.TextIOWrapper(ProtocolStdout(wire), encoding="utf-8")
+    try:
+        yield
+    finally:
+        sys.stdout = before
+        os.dup2(wire, 1)
+        os.close(wire)
 
 
 def _end_at_closed_pipe() -> NoReturn:

@@ -317,3 +317,12 @@ def test_a_closed_stdout_ends_the_language_server_quietly(tmp_path):
         proc.wait(WAIT)
         err = proc.stderr.read().decode(errors="replace")
     assert_quiet(proc, err)
+
+
+def test_a_closed_stdout_ends_the_mcp_server_quietly(tmp_path):
+    """The agent is gone: the server ends at its first answer, as the language server does, instead of waiting
+    for a stdin that stays open (the SDK's writer failed and its reader went on waiting)."""
+    with holding() as daemon, reaped(mcp_server(tmp_path, daemon.endpoint, reading=False)) as proc:
+        proc.wait(WAIT)
+        err = proc.stderr.read().decode(errors="replace")
+    assert_quiet(proc, err)
