@@ -21,6 +21,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
+from k3lsp import __version__
 from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
 from k3lsp.core.service import AuditService
@@ -69,7 +70,7 @@ def invalid(tool: str, error: ValidationError) -> str:
 
 def build(ws: Workspace) -> MCPServer:
     """The server with every tool and resource bound to ``ws``."""
-    server = _Server("k3lsp", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = _Server("k3lsp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
         annotations=READ_ONLY,

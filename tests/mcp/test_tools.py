@@ -13,6 +13,7 @@ import os
 import anyio
 import pytest
 
+from k3lsp import __version__
 from k3lsp.witnesses.analyze import find
 from tests.lsp import scripted
 from tests.lsp.test_witnesses import SOURCE  # cppcheck's two alerts, on lines 6 and 8
@@ -77,6 +78,13 @@ async def test_every_tool_is_listed_with_its_schema_and_the_data_warning(daemon,
         assert (hints.read_only_hint, hints.destructive_hint, hints.open_world_hint) == (True, False, False), tool
         assert not {"endpoint", "key", "server_key", "program"} & set(tool.input_schema.get("properties", {}))
     assert [t.uri_template for t in templates] == ["k3lsp://findings/{+path}"]
+
+
+async def test_the_server_names_its_version_to_the_agent(daemon, tmp_path):
+    """As `k3lsp --version`, SARIF and `k3lsp status` do (issue 39); the SDK's default is an empty string."""
+    async with session(project(tmp_path), daemon.endpoint, cache=tmp_path / "c") as client:
+        info = (await client.initialize()).server_info
+    assert (info.name, info.version) == ("k3lsp", __version__)
 
 
 async def test_audit_file_reports_progress_then_the_cache_answers_the_second_call(daemon, tmp_path):
