@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from k3lsp import __version__
 from k3lsp.cli.sarif import FINGERPRINT_KEY
 from tests.batch import corpus
 from tests.support.batch import k3lsp
@@ -41,6 +42,7 @@ def test_sarif_is_schema_valid_with_rules_per_cwe_and_results_on_the_right_lines
     assert log["version"] == "2.1.0"
     (sarif_run,) = log["runs"]
     rules = sarif_run["tool"]["driver"]["rules"]
+    assert sarif_run["tool"]["driver"]["version"] == __version__  # as `k3lsp --version` says (docs/cli.md)
     assert [r["id"] for r in rules] == ["CWE-125", "CWE-457", "CWE-787"]
     assert rules[2]["helpUri"] == "https://cwe.mitre.org/data/definitions/787.html"
     assert rules[2]["shortDescription"]["text"] == "Out-of-bounds Write"
