@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from k3lsp import __version__
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
 
@@ -28,6 +29,7 @@ def test_one_endpoint_json_is_one_object(slow_pair, tmp_path):
     body = json.loads(result.stdout)
     assert body["endpoint"] == slow_pair[0].endpoint
     assert body["welcome"]["model"] == body["status"]["model"]
+    assert body["welcome"]["server"] == __version__  # the daemon's version, its `server` row in the table
     for key in (
         "experts",
         "ranks",
@@ -59,6 +61,8 @@ def test_several_endpoints_give_a_column_each_and_a_down_one_is_named(slow_pair,
     assert b.endpoint in header
     for figure in FIGURES:
         assert any(line.lstrip("│ ").startswith(figure) for line in table.stdout.splitlines()), figure
+    (server,) = [line for line in table.stdout.splitlines() if line.lstrip("│ ").startswith("server ")]
+    assert server.count(__version__) == 2, server  # each daemon's version, beside the client's line
 
     down = nowhere(tmp_path)
     mixed = k3lsp("status", "--endpoint", a.endpoint, "--endpoint", down, "--json", "--timeout", "2",
