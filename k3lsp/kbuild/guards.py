@@ -42,13 +42,15 @@ class Guards:
         self.config = config
         self.macros: dict[str, Value] = {"MODULE": 1} if module else {}
         self.undefined: set[str] = {"MODULE"} if module is False else set()
-        self.lines: list[State | None] = []  # per line (0-based): None when every guard holds
-        self._scan(text.splitlines())
+        self.lines: list[State | None] = []  # per line as the compiler cuts them: None when every guard holds
+        lines, self._numbers = _compiler_lines(text)
+        self._starts = [i for i, n in enumerate(self._numbers) if i == 0 or self._numbers[i - 1] != n]
+        self._scan(lines)
 
     def at(self, line: int) -> State | None:
-        """The guards' verdict on a 1-based line: None when they all hold, else not built or unknown with the
-        directive that decides it."""
-        return self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        """The guards' verdict on a 1-based line (counted as the units count them, at ``\\n`` alone), at its
+        start: None when they all hold, else not built or unknown with the directive that decides it."""
+        return self.lines[self._starts[line - 1]] if 0 < line <= len(self._starts) else None
 
     def _scan(self, lines: list[str]) -> None:
         stack: list[_Frame] = []
@@ -64,7 +66,7 @@ class Guards:
             directive = _DIRECTIVE.match(text)
             if directive:
                 rest = _strip_comments(directive.group(2))
-                self._directive(directive.group(1), rest, stack, first + 1, lines, number)
+                self._directive(directive.group(1), rest, stack, self._numbers[first], lines, number)
 
     def _directive(self, name: str, rest: str, stack: list[_Frame], line: int, lines: list[str], after: int) -> None:
         active = _verdict(stack) is None
@@ -150,6 +152,19 @@ def _verdict(stack: list[_Frame]) -> State | None:
         return State(Kind.NOT_BUILT, false.why)
     unsure = next((f for f in stack if f.value is None), None)
     return State(Kind.UNKNOWN, unsure.why) if unsure is not None else None
+
+
+def _compiler_lines(text: str) -> tuple[list[str], list[int]]:
+    """``text`` cut as gcc cuts it, at ``\\n``, ``\\r\\n`` and a lone ``\\r`` (a form feed, ``\\v``, ``\\x85``
+    or U+2028, where ``str.splitlines`` also cuts, stay in their line), and the 1-based number of each piece's
+    line as the units count lines, at ``\\n`` alone: a count of its own would judge a unit by another line."""
+    lines: list[str] = []
+    numbers: list[int] = []
+    for number, physical in enumerate(text.split("\n"), 1):
+        pieces = physical.removesuffix("\r").split("\r")
+        lines += pieces
+        numbers += [number] * len(pieces)
+    return lines, numbers
 
 
 def _defines_next(lines: list[str], start: int, symbol: str) -> bool:

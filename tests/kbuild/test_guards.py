@@ -3,6 +3,8 @@ configuration cannot tell."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from k3lsp.kbuild.config import parse
@@ -77,3 +79,31 @@ def test_module_include_guards_and_the_files_own_macros():
     assert verdict(source, 8, module=False).startswith("not built: line 7: `#ifdef MODULE`")
     assert verdict(source, 8).startswith("unknown: line 7: `#ifdef MODULE`")
     assert verdict("#if (1\nint a;\n#endif\n", 2).startswith("unknown")  # a test it cannot parse
+
+
+def test_lines_are_counted_as_the_units_are_and_cut_as_the_compiler_cuts_them():
+    """A unit's line is counted at ``\\n`` alone (the splitter's count, git's). ``str.splitlines`` also cut at a form
+    feed, ``\\v``, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028 and U+2029 inside a comment, so every later line was judged
+    by a line above it: two form feeds put the built ``live`` under the ``#if 0`` before it, and
+    ``k3lsp audit --only-built`` skipped it (issue 38, 1's reading applied to the guards). gcc also ends a line at
+    a lone ``\\r``, so the ``#if 0`` after one on line 5 is a directive, as it is here; gcc -E shows which
+    functions it keeps."""
+    source = (
+        "/* a\f\u2028 */\n"  # 1
+        "#if 0\n"  # 2
+        "int dead(void) { return 0; }\n"  # 3
+        "#endif\n"  # 4
+        "int live(void) { return 1; }\r#if 0\n"  # 5
+        "int gone(void) { return 2; }\n"  # 6
+        "#endif\r\n"  # 7
+        "int last(void) { return 3; }\n"  # 8
+    )
+    verdicts = {name: verdict(source, line) for name, line in (("dead", 3), ("live", 5), ("gone", 6), ("last", 8))}
+    assert verdicts == {
+        "dead": "not built: line 2: `#if 0` (a constant)",
+        "live": "built",
+        "gone": "not built: line 5: `#if 0` (a constant)",
+        "last": "built",
+    }
+    kept = subprocess.run(["gcc", "-E", "-P", "-x", "c", "-"], input=source.encode(), capture_output=True, check=True)
+    assert {name for name in verdicts if f"int {name}(".encode() in kept.stdout} == {"live", "last"}
