@@ -69,6 +69,9 @@ LONG_GROUPS = [
     "batch/test_concurrent.py",  # 16 audits, 8 reviews, 8 language servers on one daemon: about 2 min
     "vscode",  # the VS Code workbench and the extension's build
 ]
+# Within its group, the extension's own check (editors/vscode/ci.sh: npm ci, tests, package) runs first: the .vsix it
+# packages is the one the workbench tests install, which would otherwise build it once before and again in ci.sh.
+FIRST_IN_GROUP = {"editors/test_vscode.py"}
 
 
 def worker_group(item: pytest.Item) -> str:
@@ -87,7 +90,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     need mlx: a daemon, an engine or a real server on it); ``pair``, ``editors``: their directories; ``logic``:
     tests on the daemon's fake (tests/support/fake_daemon.py); ``fuzz``: hypothesis tests. Then the xdist
     groups in the order the workers take them (``--no-loadscope-reorder`` keeps it): LONG_GROUPS first, then
-    the groups with a ``daemon`` or ``editors`` test, then the rest; most tests first within each."""
+    the groups with a ``daemon`` or ``editors`` test, then the rest; most tests first within each; inside a group,
+    FIRST_IN_GROUP's files first, then collection order."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(worker_group(item)))
         directory = item.path.relative_to(REPO / "tests").parts[0]
@@ -103,10 +107,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     counts = Counter(worker_group(item) for item in items)
     heavy = {worker_group(item) for item in items if {"daemon", "editors"} & {m.name for m in item.iter_markers()}}
 
-    def order(item: pytest.Item) -> tuple[int, bool, int, str]:
+    def order(item: pytest.Item) -> tuple[int, bool, int, str, bool]:
         group = worker_group(item)
         long = LONG_GROUPS.index(group) if group in LONG_GROUPS else len(LONG_GROUPS)
-        return long, group not in heavy, -counts[group], group
+        first = item.path.relative_to(REPO / "tests").as_posix() in FIRST_IN_GROUP
+        return long, group not in heavy, -counts[group], group, not first
 
     items.sort(key=order)  # stable: a group's tests keep their order
 

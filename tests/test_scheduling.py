@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import LONG_GROUPS, REPO
+from tests.conftest import FIRST_IN_GROUP, LONG_GROUPS, REPO
 
 PAIR = "tests/pair/test_supervise.py"
 LONG = "tests/batch/test_concurrent.py"  # 4 tests, about 2 minutes: LONG_GROUPS
@@ -36,6 +36,20 @@ def test_the_pair_group_comes_first_then_the_long_groups_then_the_daemons_then_t
     assert done.returncode == 0, done.stdout + done.stderr
     files = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
     assert list(dict.fromkeys(files)) == [PAIR, LONG, DAEMON, MANY], files
+
+
+def test_the_extensions_build_comes_first_in_the_vscode_group():
+    """editors/vscode/ci.sh (test_vscode.py) packages the .vsix the workbench tests install; run after them, it built
+    the extension a second time (npm ci and the package) in every fresh clone."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "--co", "-q", "tests/editors"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    vscode = [f for f in dict.fromkeys(files) if "vscode" in f.rsplit("/", 1)[-1]]
+    assert vscode[0] == "tests/editors/test_vscode.py" and len(vscode) == 4, vscode
+    assert [f for f in FIRST_IN_GROUP if not (REPO / "tests" / f).exists()] == []
 
 
 def test_every_long_group_is_a_group_of_this_suite():
