@@ -38,6 +38,14 @@ class Reachability:
         self._known: dict[tuple[Path, str], tuple[tuple[int, int] | None, Reach]] = {}
         self._lock = threading.Lock()  # documents are prepared in threads: one reading per tree at a time
 
+    def file_rank(self, path: Path, kconfig: str) -> int:
+        """Where a file goes in a workspace audit's order: its own state's :func:`rank` (its units' guards are
+        read only when it is split); unknown when the kconfig cannot tell."""
+        try:
+            return rank(self.reach(path, kconfig).reading.file(path))
+        except ConfigError:
+            return rank(None)
+
     def reach(self, code: Path, kconfig: str) -> Reach:
         """The reach of ``kconfig`` over the kernel tree holding ``code``; a ConfigError names the value and what
         is wrong in one sentence."""
@@ -85,6 +93,12 @@ class Skipped:
     kinds: Counter[Kind] = field(default_factory=Counter)
     unbuilt: dict[str, tuple[int, str]] = field(default_factory=dict)  # file -> (units not built, the first reason)
 
+    def merge(self, other: Skipped) -> None:
+        """Another job's count added to this one (a workspace audit is a job per file)."""
+        self.kinds.update(other.kinds)
+        for path, (count, reason) in other.unbuilt.items():
+            self.unbuilt[path] = (self.unbuilt.get(path, (0, reason))[0] + count, reason)
+
     def add(self, relpath: str, states: list[State]) -> None:
         """The states of the units one document picked (left out or not)."""
         self.kinds.update(s.kind for s in states)
@@ -98,7 +112,11 @@ class Skipped:
         if not self.unbuilt:
             return None
         total = sum(self.kinds.values())
-        what = ", skipped (--only-built)" if self.only_built else " (audited all the same; --only-built skips them)"
+        what = (
+            ", skipped (--only-built, unbuilt: hide)"
+            if self.only_built
+            else " (audited all the same; --only-built or unbuilt: hide skips them)"
+        )
         named = sorted(self.unbuilt.items(), key=lambda item: -item[1][0])
         files = ", ".join(f"{count} in {path} ({reason})" for path, (count, reason) in named[:FILES_NAMED])
         more = f" and {len(named) - FILES_NAMED} more files" if len(named) > FILES_NAMED else ""

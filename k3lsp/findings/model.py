@@ -221,8 +221,10 @@ class HoverStyle:
     shows_diagnostic: bool = False
 
 
-def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -> str:
-    """The one place a hover is written: title, CWE, severity, confidence, message, why, trace and fix.
+def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle(), unbuilt: str = "") -> str:
+    """The one place a hover is written: title, CWE, severity, confidence, message, why, trace and fix; and,
+    ``unbuilt``, why the kernel configuration does not build the unit (the Makefile rule or the ``#if``: the
+    tree's text, escaped as the model's is).
 
     Model text is data, not markup: every punctuation character escaped in Markdown (``sanitize.markdown``: no
     link, image, HTML or URI can form), verbatim in plain text (sanitised already, see ``validate``). A client that
@@ -236,6 +238,8 @@ def hover_text(finding: Finding, unit: Unit, style: HoverStyle = HoverStyle()) -
         facts.append(f"confidence {finding.confidence:.0%}")
     facts.append(f"`{SOURCE}`" if md else SOURCE)
     parts = [" · ".join(facts)]
+    if unbuilt:
+        parts.append(f"**Not built in this configuration:** {esc(unbuilt)}" if md else f"Not built: {unbuilt}")
     if not style.shows_diagnostic:
         parts.insert(0, f"**{esc(finding.title)}**" if md else finding.title)
         if finding.message:

@@ -59,9 +59,12 @@ def lines(unit: Unit, start_line: int, end_line: int) -> lsp.Range:
     return range_(spans.line_range(unit, start_line, end_line))
 
 
-def diagnostic(finding: findings.Finding, unit: Unit, uri: str, *, related: bool = True) -> lsp.Diagnostic:
+def diagnostic(
+    finding: findings.Finding, unit: Unit, uri: str, *, related: bool = True, unbuilt: bool = False
+) -> lsp.Diagnostic:
     """The diagnostic for a finding. `related=False` (client without relatedInformation support) folds
-    the trace into the message, as clangd does with notes."""
+    the trace into the message, as clangd does with notes. ``unbuilt`` (``unbuilt: hint``, in code the kconfig
+    does not build): a hint whatever its severity, marked unnecessary as editors dim unused code."""
     message = finding.title + (f"\n{finding.message}" if finding.message else "")
     if finding.fix is not None:
         message += "\n(fix available)"
@@ -80,7 +83,8 @@ def diagnostic(finding: findings.Finding, unit: Unit, uri: str, *, related: bool
     return lsp.Diagnostic(
         range=lines(unit, finding.start_line, finding.end_line),
         message=message,
-        severity=lsp.DiagnosticSeverity.Hint if finding.refuted else severity(finding.severity),
+        severity=lsp.DiagnosticSeverity.Hint if finding.refuted or unbuilt else severity(finding.severity),
+        tags=[lsp.DiagnosticTag.Unnecessary] if unbuilt else None,
         code=f"CWE-{finding.cwe}",
         code_description=lsp.CodeDescription(href=findings.cwe_url(finding.cwe)),
         source=findings.SOURCE,
@@ -102,7 +106,8 @@ def refusal_diagnostic(unit: Unit, why: str) -> lsp.Diagnostic:
 
 
 def alert_diagnostic(alert: Alert, unit: Unit, severity: str) -> lsp.Diagnostic:
-    """An analyzer's alert the model has not triaged, as the tool's own diagnostic at the ``witnessSeverity``."""
+    """An analyzer's alert the model has not triaged, as the tool's own diagnostic at the ``witnessSeverity``
+    (``hint`` in code the kconfig does not build, with ``unbuilt: hint``)."""
     cwe = f", CWE-{alert.cwe}" if alert.cwe is not None else ""
     line = alert.line - unit.start_line  # 1-based in the unit
     return lsp.Diagnostic(
@@ -116,10 +121,11 @@ def alert_diagnostic(alert: Alert, unit: Unit, severity: str) -> lsp.Diagnostic:
     )
 
 
-def hover(finding: findings.Finding, unit: Unit, style: HoverStyle) -> lsp.Hover:
-    """The hover of a finding: ``findings.hover_text`` as Markdown or plain text, over its lines."""
+def hover(finding: findings.Finding, unit: Unit, style: HoverStyle, unbuilt: str = "") -> lsp.Hover:
+    """The hover of a finding: ``findings.hover_text`` as Markdown or plain text, over its lines (``unbuilt``: why
+    the kernel configuration does not build it)."""
     kind = lsp.MarkupKind.Markdown if style.markdown else lsp.MarkupKind.PlainText
     return lsp.Hover(
-        contents=lsp.MarkupContent(kind=kind, value=findings.hover_text(finding, unit, style)),
+        contents=lsp.MarkupContent(kind=kind, value=findings.hover_text(finding, unit, style, unbuilt)),
         range=lines(unit, finding.start_line, finding.end_line),
     )

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from lsprotocol import types as lsp
@@ -22,6 +23,7 @@ from k3lsp.core.options import Options
 from k3lsp.core.scope import Changed
 from k3lsp.findings import model as findings
 from k3lsp.findings import pipeline, suppress
+from k3lsp.kbuild.state import Kind, State
 from k3lsp.lsp import convert, diffing
 from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
@@ -32,9 +34,10 @@ from k3lsp.witnesses.alert import Alert
 @dataclass(frozen=True)
 class Shown(pipeline.Reportable):
     """One finding on screen, with its diagnostic: the unit it belongs to is kept at its current position
-    (shifted by edits)."""
+    (shifted by edits). ``unbuilt``: why the kconfig does not build its unit, for the hover (``unbuilt: hint``)."""
 
     diagnostic: lsp.Diagnostic
+    unbuilt: str = ""
 
     def contains(self, position: lsp.Position) -> bool:
         rng = self.diagnostic.range
@@ -127,6 +130,7 @@ class Document:
     silenced: Silenced = field(default_factory=Silenced)  # of the findings for its text, how many were silenced
     alerts: list[Alert] = field(default_factory=list)  # the witnesses' alerts for its current text (file lines)
     changed: Changed | None = None  # scope changed: its lines the work tree changed (k3lsp.core.scope); None: scope all
+    states: dict[str, State] = field(default_factory=dict)  # unit key -> its state under kconfig (none: no kconfig)
     split: tuple[tuple[str, Macros], tuple[Unit, ...]] | None = None  # the last split (text, macros) and its units
 
     def show(self, shown: list[Shown], notices: list[Notice] | None = None) -> None:
@@ -169,40 +173,66 @@ class Document:
         return [s.diagnostic for s in self.shown] + [n.diagnostic for n in self.notices]
 
 
+def unbuilt(unit: Unit, states: Mapping[str, State], view: View) -> str | None:
+    """How the ``unbuilt`` setting treats a unit: None when it shows as any other (built, unknown, no kconfig,
+    ``unbuilt: show``), else why the kconfig does not build it ("" when its findings are hidden)."""
+    state = states.get(unit.key)
+    if state is None or state.kind is not Kind.NOT_BUILT or view.options.unbuilt == "show":
+        return None
+    return state.reason if view.options.unbuilt == "hint" else ""
+
+
 def present(
-    uri: str, text: str, units: Sequence[Unit], results: dict[str, list[dict]], view: View
+    uri: str,
+    text: str,
+    units: Sequence[Unit],
+    results: dict[str, list[dict]],
+    view: View,
+    states: Mapping[str, State] = MappingProxyType({}),
 ) -> tuple[list[Shown], Silenced]:
     """The findings to show for a text (what the findings pipeline reports for the results of its units), and how
-    many it silenced."""
+    many it silenced; in code the kconfig does not build (``states``), as the ``unbuilt`` setting says."""
     lines = text.split("\n")
     shown, silenced = [], Silenced()
     for unit in units:
+        off = unbuilt(unit, states, view)
+        if off == "":  # unbuilt: hide
+            continue
         raws = results.get(unit.key, ())
         screen = pipeline.screened(
             unit, raws, lines, view.options.min_severity, view.baseline, view.options.show_refuted
         )
         for r, why in screen:
             if why is None:
-                diagnostic = convert.diagnostic(r.finding, r.unit, uri, related=view.related_information)
-                shown.append(Shown(r.finding, r.unit, r.fingerprint, diagnostic))
+                hint = off is not None
+                diagnostic = convert.diagnostic(r.finding, r.unit, uri, related=view.related_information, unbuilt=hint)
+                shown.append(Shown(r.finding, r.unit, r.fingerprint, diagnostic, off or ""))
             else:
                 silenced = silenced.plus(why)
     return shown, silenced
 
 
 def alert_notices(
-    text: str, units: Sequence[Unit], results: dict[str, list[dict]], alerts: Sequence[Alert], view: View
+    text: str,
+    units: Sequence[Unit],
+    results: dict[str, list[dict]],
+    alerts: Sequence[Alert],
+    view: View,
+    states: Mapping[str, State] = MappingProxyType({}),
 ) -> tuple[list[Notice], Silenced]:
     """The analyzers' alerts to show as their own (``k3lsp.witnesses.shown``: none a finding stands for), and how
-    many were silenced; they follow edits like the other notes."""
+    many were silenced; they follow edits like the other notes. In code the kconfig does not build (``states``)
+    they are hints, or hidden, as findings are."""
     covered: witnessed.Covered = set()
     for unit in units:
         covered |= witnessed.covered_by(findings.accept(results.get(unit.key, ()), unit), unit)
     out, silenced = [], Silenced()
     for alert, unit, why in witnessed.screened(alerts, units, text.split("\n"), covered, view.baseline):
-        if why is None:
-            out.append(Notice(unit, convert.alert_diagnostic(alert, unit, view.options.witness_severity)))
-        else:
+        off = unbuilt(unit, states, view)
+        if why is None and off != "":
+            severity = "hint" if off is not None else view.options.witness_severity
+            out.append(Notice(unit, convert.alert_diagnostic(alert, unit, severity)))
+        elif why is not None:
             silenced = silenced.plus(why)
     return out, silenced
 

@@ -273,8 +273,8 @@ class Session:
         if text is None:
             return
         split = await self.units(doc, text)
-        shown, silenced = present(doc.uri, text, split, doc.results, self.view())
-        alerted, quiet = alert_notices(text, split, doc.results, doc.alerts, self.view())
+        shown, silenced = present(doc.uri, text, split, doc.results, self.view(), doc.states)
+        alerted, quiet = alert_notices(text, split, doc.results, doc.alerts, self.view(), doc.states)
         doc.silenced = silenced + quiet
         o = self.options
         with_scope = o.scope == scope.CHANGED  # the document's lines the work tree changed since the base, or None
@@ -347,7 +347,7 @@ class Session:
     def hover(self, uri: str, position: lsp.Position) -> lsp.Hover | None:
         doc = self.docs.get(uri)
         hits = doc.at(position) if doc else []
-        return convert.hover(hits[0].finding, hits[0].unit, self.hover_style) if hits else None
+        return convert.hover(hits[0].finding, hits[0].unit, self.hover_style, hits[0].unbuilt) if hits else None
 
     def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         doc = self.docs.get(params.text_document.uri)
@@ -402,6 +402,7 @@ class Session:
         problems said (each once), their alerts shown at once, whatever the daemons' state (the model's triage of
         them comes with its audit)."""
         doc.split = ((ready.text, self.options.kernel_macros), ready.units)
+        doc.states = {u.key: s for u, s in zip(ready.units, ready.states or (), strict=False)}
         if ready.note is not None:
             self.message(f"{doc.relpath}: {ready.note}", lsp.MessageType.Warning)
         for note in ready.notes():

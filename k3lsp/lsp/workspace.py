@@ -20,7 +20,9 @@ pygls runs a command as a step of a generator that lets the CancelledError escap
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from pygls.uris import from_fs_path
 
 from k3lsp.core import service
 from k3lsp.core.options import Options, admitted_files
+from k3lsp.core.reachability import Skipped
 from k3lsp.core.service import AuditService, Event, Job, Prepared, UnitDone
 from k3lsp.findings import suppress
 from k3lsp.lsp import progress
@@ -76,8 +79,12 @@ class Editor(Protocol):
     def open_paths(self) -> set[Path]: ...
 
 
-def ordered_files(root: Path, options: Options, open_paths: set[Path]) -> list[Path]:
-    """The admitted files of the workspace, open ones first, then by modification time, newest first."""
+def ordered_files(
+    root: Path, options: Options, open_paths: set[Path], built: Callable[[Path], int] = lambda _: 0
+) -> list[Path]:
+    """The admitted files of the workspace, open ones first, then (``built``: the kconfig's
+    ``Reachability.file_rank``) the files it builds before those it does not, then by modification time, newest
+    first."""
 
     def mtime(path: Path) -> float:
         try:
@@ -86,7 +93,7 @@ def ordered_files(root: Path, options: Options, open_paths: set[Path]) -> list[P
             return 0.0
 
     files = list(admitted_files(root, root, options))
-    return sorted(files, key=lambda p: (p not in open_paths, -mtime(p)))
+    return sorted(files, key=lambda p: (p not in open_paths, built(p), -mtime(p)))
 
 
 def left_out_note(files: list[Path], root: Path, bound: int) -> str:
@@ -108,6 +115,7 @@ class _Tally:
     files: int = 0
     incomplete: int = 0  # units cut short, over every file
     stop: str | None = None  # why the audit stopped early: no daemon is usable
+    skipped: Skipped | None = None  # with a kconfig: the units it does not build, left out (unbuilt: hide) or not
 
 
 async def audit(editor: Editor) -> WorkspaceReport:
@@ -118,13 +126,15 @@ async def audit(editor: Editor) -> WorkspaceReport:
     if root is None:
         return WorkspaceReport(error="no workspace folder is open")
     opened = editor.open_paths()
-    files = await asyncio.to_thread(ordered_files, root, editor.options, opened)
+    kconfig = editor.options.kconfig
+    built = functools.partial(editor.service.reachability.file_rank, kconfig=kconfig) if kconfig else (lambda _: 0)
+    files = await asyncio.to_thread(ordered_files, root, editor.options, opened, built)
     bound = editor.options.max_workspace_files
     left_out = max(0, len(files) - bound) if bound else 0
     if left_out:
         editor.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
         files = files[:bound]
-    tally = _Tally()
+    tally = _Tally(skipped=Skipped(kconfig, editor.options.only_built()) if kconfig else None)
     work = asyncio.ensure_future(_audit_files(editor, root, files, opened, tally))
     try:
         await work
@@ -150,7 +160,7 @@ async def _audit_files(editor: Editor, root: Path, files: list[Path], opened: se
                 if path in opened:
                     error, incomplete = (await editor.audit_and_wait(_uri(path), priority=Priority.BACKGROUND)).error, 0
                 else:
-                    error, incomplete = await audit_closed(editor, root, path)
+                    error, incomplete = await audit_closed(editor, root, path, tally.skipped)
                 tally.files += 1
                 tally.incomplete += incomplete
                 report(tally.files, f"{tally.files}/{len(files)} files ({path.relative_to(root).as_posix()})")
@@ -158,6 +168,9 @@ async def _audit_files(editor: Editor, root: Path, files: list[Path], opened: se
                     tally.stop = error
 
         await asyncio.gather(*(worker() for _ in range(FILES_AT_ONCE)))
+    said = tally.skipped.said() if tally.skipped is not None else None
+    if said is not None:
+        editor.message(f"k3 workspace audit: {said}", lsp.MessageType.Info)
     if tally.incomplete:
         editor.message(
             f"k3 workspace audit: {tally.incomplete:,} units were cut short (findings there may be missing); not "
@@ -170,9 +183,12 @@ def _uri(path: Path) -> str:
     return from_fs_path(str(path)) or path.as_uri()
 
 
-async def audit_closed(editor: Editor, root: Path, path: Path) -> tuple[str | None, int]:
+async def audit_closed(
+    editor: Editor, root: Path, path: Path, skipped: Skipped | None = None
+) -> tuple[str | None, int]:
     """One file the editor has not opened: (why units were left or it was not audited, if so; units cut short). It
-    becomes a document of the session only with something to show, or when the session had one for it."""
+    becomes a document of the session only with something to show, or when the session had one for it. Its units
+    the kconfig does not build are counted in ``skipped``."""
     uri = _uri(path)
     relpath = path.relative_to(root).as_posix()
     kept = editor.docs.get(uri)
@@ -185,7 +201,10 @@ async def audit_closed(editor: Editor, root: Path, path: Path) -> tuple[str | No
             doc.record(event.result.unit.key, event.result.findings, event.result.refusal)
 
     audited = service.Document(path, root, relpath)
-    outcome = await editor.service.audit([audited], told, Job(Priority.BACKGROUND, baseline=editor.baseline))
+    job = Job(Priority.BACKGROUND, baseline=editor.baseline, only_built=editor.options.only_built())
+    outcome = await editor.service.audit([audited], told, job)
+    if skipped is not None and outcome.skipped is not None:
+        skipped.merge(outcome.skipped)
     file, summary = outcome.files[audited], outcome.summary
     if file.error is not None:
         return file.error, 0

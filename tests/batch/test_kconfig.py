@@ -8,24 +8,19 @@ from __future__ import annotations
 import json
 
 from tests.batch import corpus
+from tests.kbuild import trees
 from tests.support.batch import k3lsp
 from tests.support.daemon import nowhere
 
-FILES = {
-    "Kconfig": "",
-    "Makefile": "core-y := kernel/\nvmlinux-dirs := $(patsubst %/,%,$(core-y))\n",
-    "arch/x86/Makefile": "",
+FILES = trees.layout("kernel/", "# CONFIG_NET is not set\n") | {
     "kernel/Makefile": "obj-y += core.o\nobj-$(CONFIG_NET) += net.o\n",
     "kernel/core.c": "#ifdef CONFIG_DEBUG\nint debug(int a)\n{\n\treturn a;\n}\n#endif\n",
     "kernel/net.c": "int send(int a)\n{\n\treturn a;\n}\n\nint receive(int a)\n{\n\treturn a;\n}\n",
-    ".config": "# Linux/x86 test Kernel Configuration\n# CONFIG_NET is not set\n",
 }
 
 
 def audit(tmp_path, *args: str):
-    for name, text in FILES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    trees.write(tmp_path, FILES)
     return k3lsp("audit", *args, "--endpoint", nowhere(tmp_path), cache=tmp_path / "c", cwd=tmp_path)
 
 
@@ -33,9 +28,9 @@ def test_only_built_skips_what_the_configuration_does_not_build_and_says_why(tmp
     done = audit(tmp_path, "kernel", "--kconfig", ".config", "--only-built", "--json")
     assert done.returncode == 0, done.stderr  # nothing left to send: no daemon needed
     assert (  # the .config named as an absolute path, the files as the report's rows name them (from kernel/)
-        f"k3lsp audit: warning: kconfig {tmp_path / '.config'}: 3 of 3 units not built, skipped (--only-built): 2 in "
-        "net.c (kernel/Makefile:2: `obj-$(CONFIG_NET)` (CONFIG_NET is not set)), 1 in core.c (line 1: "
-        "`#ifdef CONFIG_DEBUG` (CONFIG_DEBUG is not set))"
+        f"k3lsp audit: warning: kconfig {tmp_path / '.config'}: 3 of 3 units not built, skipped (--only-built, "
+        "unbuilt: hide): 2 in net.c (kernel/Makefile:2: `obj-$(CONFIG_NET)` (CONFIG_NET is not set)), 1 in core.c "
+        "(line 1: `#ifdef CONFIG_DEBUG` (CONFIG_DEBUG is not set))"
     ) in done.stderr
     assert json.loads(done.stdout)["stats"]["units"] == 0
 
@@ -56,23 +51,15 @@ def test_a_wrong_kconfig_or_only_built_alone_is_one_clear_error(tmp_path):
     assert "--only-built needs --kconfig" in done.stderr
 
 
-KERNEL_LAYOUT = {  # the batch corpus (tests/batch/corpus.py) made a kernel tree: src/net/ built only with CONFIG_NET
-    "Kconfig": "",
-    "Makefile": "core-y := src/ lib/\nvmlinux-dirs := $(patsubst %/,%,$(core-y))\n",
-    "arch/x86/Makefile": "",
+KERNEL_LAYOUT = trees.layout("src/ lib/", "# CONFIG_NET is not set\n") | {  # the batch corpus made a kernel tree
     "src/Makefile": "obj-y += net/\n",
-    "src/net/Makefile": "obj-$(CONFIG_NET) += parse.o\n",
+    "src/net/Makefile": "obj-$(CONFIG_NET) += parse.o\n",  # src/net/ built only with CONFIG_NET
     "lib/Makefile": "obj-y += util.o\n",
-    ".config": "# Linux/x86 test Kernel Configuration\n# CONFIG_NET is not set\n",
 }
 
 
 def kernel_corpus(tmp_path):
-    root = corpus.tree(tmp_path)
-    for name, text in KERNEL_LAYOUT.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
+    return trees.write(corpus.tree(tmp_path), KERNEL_LAYOUT)
 
 
 def test_each_finding_says_its_units_state_in_json_and_sarif(corpus_daemon, tmp_path):
@@ -99,4 +86,4 @@ def test_only_built_sends_no_unbuilt_unit_and_says_how_many_it_skipped(corpus_da
     report = json.loads(done.stdout)
     assert not any(f["uri"] == "src/net/parse.c" for f in report["findings"])
     assert report["stats"]["audited"] == report["stats"]["units"] == 3  # parse.c's two units never sent
-    assert "2 of 5 units not built, skipped (--only-built): 2 in src/net/parse.c" in done.stderr
+    assert "2 of 5 units not built, skipped (--only-built, unbuilt: hide): 2 in src/net/parse.c" in done.stderr

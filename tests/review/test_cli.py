@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.kbuild import trees
 from tests.review import repos
 from tests.support.batch import k3lsp
 
@@ -95,3 +96,37 @@ def test_the_email_reply_is_plain_text_with_the_comment_under_the_line(daemon, d
 def test_a_bad_revision_is_an_error_not_a_crash(daemon, driver, tmp_path):
     done = review(daemon, driver, "no-such-ref", cache=tmp_path / "c")
     assert done.returncode == 2 and "is not a commit" in done.stderr
+
+
+# A kernel tree around the driver: drv_index built only with CONFIG_DRV_INDEX, which .config leaves unset.
+KERNEL = trees.layout("drivers/", "CONFIG_DRV=y\n# CONFIG_DRV_INDEX is not set\n") | {
+    "drivers/Makefile": "obj-y += drv.o\n"
+}
+
+
+def guarded(text: str) -> str:
+    return text.replace("static int drv_index", "#ifdef CONFIG_DRV_INDEX\nstatic int drv_index").replace(
+        "static int drv_ioctl", "#endif\n\nstatic int drv_ioctl"
+    )
+
+
+def test_only_built_reviews_no_unbuilt_unit_and_says_how_many_it_skipped(daemon, tmp_path):
+    root = repos.repository(tmp_path / "linux", KERNEL | {"drivers/drv.c": guarded(repos.DRIVER_C)})
+    repos.commit(root, {"drivers/drv.c": guarded(repos.DRIVER_PATCHED)}, "drv: copy the whole request")
+    reason = f"line {repos.line_of(guarded(repos.DRIVER_PATCHED), 'CONFIG_DRV_INDEX')}: `#ifdef CONFIG_DRV_INDEX`"
+    seen = review(daemon, root, "HEAD", "--kconfig", ".config", "--json", cache=tmp_path / "c")
+    (patch,) = json.loads(seen.stdout)["patches"]
+    assert sorted(u["unit"] for u in patch["units"]) == ["drv_index", "drv_read"]  # without --only-built: both
+    states = {f["unit"]: (f["kconfig_state"], f["kconfig_reason"]) for f in patch["findings"]}
+    assert states == {
+        "drv_read": ("built-in", ""),
+        "drv_index": ("not built", f"{reason} (CONFIG_DRV_INDEX is not set)"),
+    }
+    done = review(daemon, root, "HEAD", "--kconfig", ".config", "--only-built", "--json", cache=tmp_path / "c2")
+    assert done.returncode == 1, done.stderr
+    (patch,) = json.loads(done.stdout)["patches"]
+    assert [u["unit"] for u in patch["units"]] == ["drv_read"]  # drv_index was never sent
+    assert [f["cwe"] for f in patch["findings"]] == [787]
+    assert f"1 of 2 units not built, skipped (--only-built, unbuilt: hide): 1 in drivers/drv.c ({reason}" in done.stderr
+    bad = review(daemon, root, "HEAD", "--kconfig", "missing.config", cache=tmp_path / "c3")
+    assert bad.returncode == 2 and f"kconfig '{root / 'missing.config'}' cannot be read" in bad.stderr

@@ -25,6 +25,7 @@ from k3lsp.core.service import (
 from k3lsp.units import split as units
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
+from tests.kbuild import trees
 from tests.support import kimi
 from tests.support.fake_daemon import FakeDaemon, FakeScript
 
@@ -153,3 +154,37 @@ async def test_units_the_front_end_split_already_are_not_split_again(fake, tmp_p
         await pool.close()
     assert asked == [SOURCE]  # b.c only
     assert sorted(e.doc.relpath for e in events if isinstance(e, FileDone)) == ["a.c", "b.c"]
+
+
+async def test_with_a_kconfig_built_units_go_first_and_only_built_leaves_the_others_out(fake, tmp_path):
+    """The kconfig setting in the service itself (k3lsp.core.reachability): every unit's state in Prepared and
+    UnitDone, the queue ordered built code first, and Job.only_built counting what it leaves out."""
+    trees.write(tmp_path, trees.layout("kernel/", "CONFIG_ON=y\n") | {"kernel/Makefile": "obj-y += f.o\n"})
+    guarded = "#ifdef CONFIG_OFF\n" + SOURCE.replace("\nint second", "#endif\nint second")
+    path = tmp_path / "kernel" / "f.c"
+    path.write_text(guarded)
+    options = Options(kconfig=".config")
+    pool = Pool(options, ResultCache(tmp_path / "cache.sqlite3"), transport=FakeDaemon.factory(fake.path), slots=1)
+    try:
+        events: list = []
+        outcome = await AuditService(pool).audit([Document.of(path, tmp_path)], events.append)
+        assert [c["unit"] for c in audits(fake)] == ["second", "first"]  # first, not built, waits for the built
+        (prepared,) = [e for e in events if isinstance(e, Prepared)]
+        assert [str(s) for s in prepared.states] == [
+            "not built: line 1: `#ifdef CONFIG_OFF` (CONFIG_OFF is not set)",
+            "built-in",
+        ]
+        assert {e.result.unit.name: e.state.kind.value for e in events if isinstance(e, UnitDone)} == {
+            "first": "not built",
+            "second": "built-in",
+        }
+        assert outcome.skipped is not None and "1 of 2 units not built (audited all the same" in outcome.skipped.said()
+        events.clear()
+        path.write_text(guarded.replace("return 2", "return 3"))  # second changed: not from the cache
+        outcome = await AuditService(pool).audit([Document.of(path, tmp_path)], events.append, Job(only_built=True))
+        assert [c["unit"] for c in audits(fake)] == ["second", "first", "second"]
+        (prepared,) = [e for e in events if isinstance(e, Prepared)]
+        assert [t.unit.name for t in prepared.targets] == ["second"] and [u.name for u in prepared.unbuilt] == ["first"]
+        assert "1 of 2 units not built, skipped" in outcome.skipped.said()
+    finally:
+        await pool.close()
