@@ -1,15 +1,22 @@
 """The kconfig and unbuilt settings through the language server, against a real scripted `k3-backend`, on a small
 kernel tree written by the test (Kconfig, Makefiles, an ``#ifdef``): a finding in code the configuration does not
 build is a hint with the reason in its hover (``hint``), is not shown (``hide``) or shows as any other (``show``);
-a workspace audit with ``unbuilt: hide`` sends no unbuilt unit and says how many it skipped and why."""
+a workspace audit takes built files first, and with ``unbuilt: hide`` sends no unbuilt unit and says how many it
+skipped and why."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import time
 
 import pytest
 from lsprotocol import types as lsp
 
+from k3lsp.core.options import Options
+from k3lsp.core.reachability import Reachability
+from k3lsp.lsp.workspace import ordered_files
 from tests.kbuild import trees
 from tests.lsp import scripted
 from tests.support.lsp import WAIT, editor
@@ -87,3 +94,14 @@ async def test_a_workspace_audit_with_hide_sends_no_unbuilt_unit_and_says_what_i
         "k3 workspace audit: kconfig .config: 1 of 4 units not built, skipped (--only-built, unbuilt: hide): 1 in "
         f"drivers/demo.c ({REASON}); built-in 1, module 0, unknown 2"
     ], infos
+
+
+def test_a_workspace_audit_takes_the_files_the_configuration_builds_first(kernel):
+    (kernel / "drivers/Makefile").write_text("obj-y += demo.o\nobj-$(CONFIG_OFF) += off.o\n")
+    for name, age in (("demo.c", 300), ("off.c", 0), ("other.c", 100)):  # off.c the newest, demo.c the oldest
+        (kernel / "drivers" / name).write_text(scripted.DEMO_C)
+        os.utime(kernel / "drivers" / name, (time.time() - age, time.time() - age))
+    built = functools.partial(Reachability().file_rank, kconfig=".config")
+    files = ordered_files(kernel, Options(), set(), built)
+    assert [p.name for p in files] == ["demo.c", "other.c", "off.c"]  # built, unknown (no rule), not built
+    assert [p.name for p in ordered_files(kernel, Options(), set())] == ["off.c", "other.c", "demo.c"]  # newest first
