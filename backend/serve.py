@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -41,7 +42,7 @@ from backend.launch import LISTENING, READY
 from backend.prompts import PROMPT_VERSION
 from backend.script import Script, ScriptError, load_script
 from backend.settings import add_flags, from_args
-from k3lsp.wire import keys, sanitize
+from k3lsp.wire import ending, keys, sanitize
 from k3lsp.wire.protocol import EFFORTS, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,9 @@ def _reserve_stdio() -> TextIO:
     ``sys.stdout``) is stderr and descriptor 0 is /dev/null, while the ready line goes to the original stdout.
     """
     sys.stdout.flush()
-    ready = os.fdopen(os.dup(1), "w", buffering=1)
+    # Once nobody reads these lines (the launcher is gone), serve ends at the next one, quietly, with 141, as every
+    # command does at a closed stdout (docs/cli.md); the ready line is its last, so nothing was served yet.
+    ready = io.TextIOWrapper(ending.ProtocolStdout(os.dup(1)), line_buffering=True)
     os.dup2(2, 1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

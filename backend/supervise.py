@@ -20,7 +20,8 @@ only hides the reason.
 
 The launcher runs in a session of its own with its standard input a pipe that stays open (with stdin at EOF
 its input loop spins, see hostfiles/README.md). SIGTERM or SIGINT stops the pair (SIGTERM to the launcher's
-process group, SIGKILL after --stop-timeout) and then the supervisor, with exit code 0.
+process group, SIGKILL after --stop-timeout) and then the supervisor, with exit code 0; a stdout nobody reads any
+more (the pair's lines go nowhere) stops them the same way, with 141, as every command ends at a closed stdout.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -42,6 +44,7 @@ from typing import IO
 from backend import exitstatus
 from backend.exitstatus import RANK_FAILURE_EXIT
 from backend.launch import READY
+from k3lsp.wire import ending
 
 COLLATERAL = {RANK_FAILURE_EXIT, -signal.SIGTERM}
 TAIL_LINES = 20
@@ -152,6 +155,7 @@ class Supervisor:
         self.command = command
         self.args = args
         self.stopping = threading.Event()
+        self.stdout_closed = False  # nobody reads the pair's lines: stop it, end with 141 (docs/cli.md)
         self.child: subprocess.Popen | None = None
 
     def loop(self) -> int:
@@ -182,7 +186,7 @@ class Supervisor:
                 break
             backoff = min(backoff * 2, self.args.backoff_max)
         say("stopped")
-        return 0
+        return ending.EXIT_CLOSED_PIPE if self.stdout_closed else 0
 
     def start_once(self) -> Run:
         """Run the command once, passing its output through; how it ended."""
@@ -198,7 +202,9 @@ class Supervisor:
             )
             ready: list[float] = []
             readers = [
-                threading.Thread(target=_pass_stdout, args=(self.child.stdout, ready, run.tail), daemon=True),
+                threading.Thread(
+                    target=_pass_stdout, args=(self.child.stdout, ready, run.tail, self._closed), daemon=True
+                ),
                 threading.Thread(target=_pass_stderr, args=(self.child.stderr, run), daemon=True),
             ]
             for reader in readers:
@@ -218,8 +224,15 @@ class Supervisor:
         return run
 
     def _stop(self, signum: int, _frame) -> None:
+        self._stop_pair(f"{signal.Signals(signum).name}: stopping the pair")
+
+    def _closed(self) -> None:
+        self.stdout_closed = True
+        self._stop_pair("stdout closed: stopping the pair")
+
+    def _stop_pair(self, why: str) -> None:
         self.stopping.set()
-        say(f"{signal.Signals(signum).name}: stopping the pair")
+        say(why)
         threading.Thread(target=self._stop_child, daemon=True).start()
 
     def _stop_child(self) -> None:
@@ -275,10 +288,18 @@ def _with_status_dir(command: list[str], status_dir: str) -> list[str]:
     return command
 
 
-def _pass_stdout(stream: IO[bytes], ready: list[float], tail: collections.deque) -> None:
+def _pass_stdout(stream: IO[bytes], ready: list[float], tail: collections.deque, closed: Callable[[], None]) -> None:
+    """Pass the command's stdout through and keep its last lines; once nobody reads ours, say ``closed`` once and
+    go on reading the command's (it must not block on a full pipe while it stops)."""
+    out: IO[bytes] | None = sys.stdout.buffer
     for raw in stream:
-        sys.stdout.buffer.write(raw)
-        sys.stdout.buffer.flush()
+        try:
+            if out is not None:
+                out.write(raw)
+                out.flush()
+        except BrokenPipeError:
+            out = None
+            closed()
         line = raw.decode(errors="replace")
         tail.append(line)
         if line.startswith(READY) and not ready:

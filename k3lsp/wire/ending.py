@@ -136,11 +136,12 @@ def _stdout_closed() -> bool:
 
 class ProtocolStdout(io.BufferedWriter):
     """The stdout of a program that answers a peer on it (the language server for its editor, ``k3lsp mcp`` for
-    its agent), on file descriptor ``fd``: once nobody reads it, nobody is left to answer, so the process ends at
-    the write that finds no reader, as SIGPIPE ends a C server (clangd), with EXIT_CLOSED_PIPE and no traceback
-    (pygls would log one per message until stdin closed; the MCP SDK's writer failed and its reader went on
-    waiting for the open stdin). Files, threads and daemons need no goodbye: each audited unit is cached as it
-    finishes. The descriptor stays open when this object goes."""
+    its agent) or tells its launcher how far it is (``k3-backend serve``), on file descriptor ``fd``: once nobody
+    reads it, nobody is left to tell, so the process ends at the write that finds no reader, as SIGPIPE ends a C
+    server (clangd), with EXIT_CLOSED_PIPE and no traceback (pygls would log one per message until stdin closed;
+    the MCP SDK's writer failed and its reader went on waiting for the open stdin; serve ended with a traceback
+    and 1). Files, threads and daemons need no goodbye: each audited unit is cached as it finishes. The
+    descriptor stays open when this object goes."""
 
     def __init__(self, fd: int):
         super().__init__(io.FileIO(fd, "wb", closefd=False))

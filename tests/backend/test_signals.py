@@ -241,3 +241,24 @@ def test_a_closed_stdout_ends_the_demo_quietly(tmp_path):
 def test_a_closed_stdout_ends_fidelity_record_quietly(tiny_model, tmp_path):
     """Its one line on stdout is its last ("wrote BASE"): one file is enough to reach it (ten took 26 s)."""
     assert_quiet_on_closed_stdout(fidelity_record(tiny_model, tmp_path, files=1), tmp_path)
+
+
+def test_a_closed_stdout_ends_serve_quietly(tiny_model, tmp_path):
+    """Its lines are its launcher's (the demo, supervise, a shell): once nobody reads them, serve ends at the next
+    one, before it serves anything (the ready line is its last), as every command does; it raised BrokenPipeError
+    with a traceback and exit 1."""
+    private = private_dir()
+    args = ["serve", "--model", str(tiny_model), "--trust-remote-code", "--bind", f"ipc://{private}/d.sock"]
+    try:
+        assert_quiet_on_closed_stdout([*args, "--no-store"], tmp_path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def test_a_closed_stdout_stops_supervise_and_its_pair_quietly(tmp_path):
+    """Its stdout is the pair's: once nobody reads it, supervise stops the pair as a signal does and ends with
+    141 (its reader thread died with a traceback, and the pair ran on unread)."""
+    pair = "import time; print('k3-backend ready on ipc:///nowhere', flush=True); time.sleep(120)"
+    started = time.monotonic()
+    assert_quiet_on_closed_stdout(["supervise", "--", sys.executable, "-c", pair], tmp_path)
+    assert time.monotonic() - started < WAIT / 2  # the pair was stopped, not waited for
