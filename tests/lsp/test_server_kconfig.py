@@ -105,3 +105,17 @@ def test_a_workspace_audit_takes_the_files_the_configuration_builds_first(kernel
     files = ordered_files(kernel, Options(), set(), built)
     assert [p.name for p in files] == ["demo.c", "other.c", "off.c"]  # built, unknown (no rule), not built
     assert [p.name for p in ordered_files(kernel, Options(), set())] == ["off.c", "other.c", "demo.c"]  # newest first
+
+
+async def test_a_kconfig_that_cannot_be_read_is_said_once_and_the_file_shown_as_without_one(fake, kernel, tmp_path):
+    async with editor(kernel, settings={"kconfig": "missing.config"}, fake=fake, cache_dir=tmp_path / "c") as ed:
+        uri = ed.open("drivers/demo.c")
+        for _ in range(2):
+            ed.save(uri)
+            diagnostics = await ed.wait_diagnostics(uri, lambda ds: len(ds) == 2)
+            await ed.wait_for_status(lambda c: c["audited"] + c["cached"] >= 2)
+        await ed.status()  # a round trip: a message the saves caused came before
+        said = [m for m in ed.shown(lsp.MessageType.Warning) if "missing.config" in m]
+    assert said == [f"kconfig '{kernel / 'missing.config'}' cannot be read ([Errno 2] No such file or directory: "
+                    f"'{kernel / 'missing.config'}'): give the path of a .config or a defconfig name"]  # fmt: skip
+    assert severities(diagnostics)[GET_SLOT_LINE] == lsp.DiagnosticSeverity.Warning  # every state unknown
