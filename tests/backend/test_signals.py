@@ -190,6 +190,32 @@ def test_a_signal_while_doctor_checks_ends_it_and_removes_its_checkpoint(tmp_pat
     assert not list(temp.glob("k3-doctor-*"))  # its temporary checkpoint went on the way out
 
 
+def mlx_loaded(proc: subprocess.Popen) -> bool:
+    """Wait (bounded) until the process has mlx mapped (Linux: /proc/PID/maps): make-tiny is building the model."""
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + WAIT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if "libmlx" in maps.read_text():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="sees mlx loaded in /proc")
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_make_tiny_builds_ends_it_leaving_no_checkpoint(tmp_path, sig):
+    proc = start(["make-tiny", "tiny"], tmp_path)
+    with reaped(proc):
+        assert mlx_loaded(proc), proc.communicate(timeout=WAIT)
+        assert proc.poll() is None, "make-tiny ended before the signal"
+        err = ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend make-tiny")
+    # Nothing a demo would take for a whole checkpoint: no config.json, or all of it. (A signal that lands while a
+    # library is imported can be swallowed by the library: then the build ends whole before the status says so.)
+    out = tmp_path / "tiny"
+    assert not (out / "config.json").exists() or (out / "tokenizer.json").exists(), sorted(out.iterdir())
+
+
 def fidelity_record(tiny_model: Path, tmp_path: Path, files: int = 10) -> list[str]:
     """`fidelity record` of the tiny checkpoint on a corpus of ``files`` files: it says each window it runs."""
     corpus = tmp_path / "corpus"
