@@ -71,17 +71,19 @@ def test_a_diff_line_that_looks_like_a_header_is_read_as_the_line_it_is():
     assert marked_lines(first + second) == {Path("/ws/a.c"): [3, 4], Path("/ws/b.c"): [9]}
 
 
+def _unconfined(rule: str, source: Path, folder: Path) -> subprocess.CompletedProcess:
+    """The control: spatch run on ``rule`` as the search runs it, but unconfined, in ``folder``."""
+    (folder / "control.cocci").write_text(rule)
+    argv = [find("coccinelle").executable, "--sp-file", "control.cocci", "--no-includes", "--very-quiet", str(source)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=folder)
+
+
 def test_a_workspace_link_to_a_file_outside_is_not_read(tree, tmp_path):
     outside = tmp_path / "home"
     outside.mkdir()
     (outside / "secret.c").write_text((tree / "drivers/usb/b.c").read_text())
     (tree / "link.c").symlink_to(outside / "secret.c")
-    (tmp_path / "rule.cocci").write_text(DOUBLE_KFREE)
-    spatch = find("coccinelle").executable
-    control = subprocess.run(
-        [spatch, "--sp-file", "rule.cocci", "--no-includes", "--very-quiet", str(tree / "link.c")],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+    control = _unconfined(DOUBLE_KFREE, tree / "link.c", tmp_path)
     assert "kfree" in control.stdout  # unconfined, spatch reads through the link
     scan = search(DOUBLE_KFREE, [tree / "link.c"], tree)
     assert scan.matches == [] and scan.searched == 1
@@ -91,14 +93,24 @@ def test_a_script_that_got_past_the_checks_still_writes_nothing_outside(tree, tm
     marks = tmp_path / "marks"
     marks.mkdir()
     script = f'@r@\nexpression E;\n@@\n*kfree(E);\n\n@script:python@\ne << r.E;\n@@\nopen("{marks}/ran", "w").close()\n'
-    spatch = find("coccinelle").executable
-    (tmp_path / "control.cocci").write_text(script)
-    subprocess.run([spatch, "--sp-file", "control.cocci", str(tree / "fs/c.c")], cwd=tmp_path, timeout=60,
-                   capture_output=True)  # fmt: skip
+    _unconfined(script, tree / "fs/c.c", tmp_path)
     assert (marks / "ran").exists()  # the control: such a rule runs Python when spatch runs it
     (marks / "ran").unlink()
     search(script, [tree / "fs/c.c"], tree)  # confined: only its private directory is writable
     assert not (marks / "ran").exists()
+
+
+def test_an_include_that_got_past_the_checks_still_reads_no_rule_outside(tree, tmp_path):
+    """The checks refuse any ``#``; behind them, the sandbox: a rule that includes one outside the workspace
+    (whose kmalloc line would show it was read) finds only what its own text marks."""
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "canary.cocci").write_text("@canary@\n@@\n* kmalloc(...)\n")
+    including = f'#include "{outside / "canary.cocci"}"\n{DOUBLE_KFREE}'
+    control = _unconfined(including, tree / "fs/c.c", tmp_path)
+    assert "-\tname = kmalloc(8, GFP_KERNEL);" in control.stdout  # unconfined, spatch reads the included rule
+    scan = search(including, [tree / "fs/c.c"], tree)
+    assert ("c.c", 14) not in _found(scan) and scan.errors  # confined, it cannot open it and says so
 
 
 def test_the_workspaces_cocciconfig_is_never_read(tree, tmp_path):
@@ -119,10 +131,7 @@ def test_the_workspaces_cocciconfig_is_never_read(tree, tmp_path):
 @pytest.mark.parametrize("header", ["@script\n:\npython@", "@script/**/:/**/python@"])
 def test_a_script_header_split_over_lines_or_comments_runs_python_and_is_refused(tree, tmp_path, header):
     rule = f'@r@\nexpression E;\n@@\n* kfree(E);\n\n{header}\ne << r.E;\n@@\nprint("K3LSP-" + "RAN")\n'
-    (tmp_path / "split.cocci").write_text(rule)
-    spatch = find("coccinelle").executable
-    control = subprocess.run([spatch, "--sp-file", "split.cocci", "--very-quiet", str(tree / "fs/c.c")],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    control = _unconfined(rule, tree / "fs/c.c", tmp_path)
     assert "K3LSP-RAN" in control.stdout + control.stderr  # spatch reads it as a script rule
     with pytest.raises(RuleRefused, match="a script"):
         check(rule)
