@@ -1,6 +1,6 @@
 """`k3lsp variants` as a process without a model: a rule given with --rule (a saved one, edited) is checked like the
-model's, so a hostile one runs nothing; a good one is searched with and its candidates said to be unaudited when
-no daemon answers; a wrong flag is one sentence. Each exits 2."""
+model's, so a hostile one runs nothing; a good one is searched with, from a file and line or a JSON or SARIF report's
+finding, and its candidates said to be unaudited when no daemon answers; a wrong flag is one sentence. Each exits 2."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from k3lsp.findings.report import Reported
 from tests.support.batch import k3lsp
-from tests.variants.tree import DOUBLE_KFREE, plant
+from tests.variants.tree import DOUBLE_KFREE, plant, reports
 from tests.witnesses.test_adapters import needs
 
 
@@ -51,11 +52,20 @@ def test_a_hostile_rule_given_with_rule_runs_nothing_and_reads_nothing_outside(t
     assert "kmalloc" not in done.stdout + done.stderr  # the canary's rule was never read
 
 
-def test_a_good_rule_is_searched_and_its_candidate_said_unaudited_without_a_daemon(tree, tmp_path):
+DOUBLE_FREE = Reported("ws/drivers/usb/b.c", "drivers/usb/b.c", 14, 2, 14, 11, "high", 415, "c is freed twice",
+                       "kfree(c) again", "b_release", "cd" * 32)  # fmt: skip
+
+
+@pytest.mark.parametrize("start", ["FILE:LINE", "JSON", "SARIF"])
+def test_a_good_rule_is_searched_and_its_candidate_said_unaudited_without_a_daemon(tree, tmp_path, start):
     (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
-    done = _variants(tree, "drivers/usb/b.c:14", "--rule", str(tmp_path / "double.cocci"), "--json")
+    as_json, as_sarif = reports(tree, tmp_path, DOUBLE_FREE)
+    given = {"FILE:LINE": ("drivers/usb/b.c:14",), "JSON": ("--from", str(as_json), "--finding", "1"),
+             "SARIF": ("--from", str(as_sarif), "--finding", "1")}[start]  # fmt: skip
+    done = _variants(tree, *given, "--rule", str(tmp_path / "double.cocci"), "--json")
     assert done.returncode == 2
     body = json.loads(done.stdout)
+    assert (body["origin"]["path"], body["origin"]["line"]) == ("drivers/usb/b.c", 14)
     assert body["spatch"] == {"matches": 2, "searched": 3, "files": 3, "stopped": None, "errors": []}
     (candidate,) = body["candidates"]
     assert (candidate["path"], candidate["line"], candidate["unit"], candidate["verdict"]) == (

@@ -3,17 +3,15 @@ the SARIF report `k3lsp audit` writes, and a file and line; every wrong value is
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from k3lsp.cli.batch import BatchReport, print_json
-from k3lsp.cli.sarif import to_sarif
 from k3lsp.findings.report import Reported
 from k3lsp.variants.origin import OriginError, from_place, from_report
 from tests.variants.tree import plant
+from tests.variants.tree import reports as written
 
 ROW = dict(path="ws/drivers/net/a.c", uri="drivers/net/a.c", line=7, column=2, end_line=7, end_column=14,
            severity="high", cwe=476, title="p is used before its NULL check",
@@ -23,12 +21,7 @@ ROW = dict(path="ws/drivers/net/a.c", uri="drivers/net/a.c", line=7, column=2, e
 @pytest.fixture
 def reports(tmp_path: Path) -> tuple[Path, Path, Path]:
     root = plant(tmp_path.resolve() / "ws")
-    report = BatchReport(root, files=3, units=6, findings=[Reported(**ROW)])
-    out = io.StringIO()
-    print_json(report, out)
-    (tmp_path / "r.json").write_text(out.getvalue())
-    (tmp_path / "r.sarif").write_text(json.dumps(to_sarif(report, 1)))
-    return root, tmp_path / "r.json", tmp_path / "r.sarif"
+    return root, *written(root, tmp_path, Reported(**ROW))
 
 
 def test_the_json_and_the_sarif_report_give_the_same_finding(reports):

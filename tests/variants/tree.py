@@ -1,10 +1,16 @@
 """The planted test tree of the variants tests: kernel-style C with a missing NULL check after ``kmalloc`` and a
 double ``kfree``, each once as the original finding and again as variants elsewhere, beside code that is right;
-and the rules a model writes for them."""
+the rules a model writes for them; and the reports `k3lsp audit` writes of a finding in it (JSON and SARIF)."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
+
+from k3lsp.cli.batch import BatchReport, print_json
+from k3lsp.cli.sarif import to_sarif
+from k3lsp.findings.report import Reported
 
 # drivers/net/a.c: the original finding (line 7: p used unchecked), a variant (line 16), a checked allocation
 A_C = """\
@@ -105,3 +111,13 @@ def plant(root: Path) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+def reports(root: Path, folder: Path, finding: Reported) -> tuple[Path, Path]:
+    """``folder``/r.json and r.sarif: the report of ``finding`` in the tree ``root`` as `k3lsp audit` writes them."""
+    report = BatchReport(root, files=3, units=6, findings=[finding])
+    out = io.StringIO()
+    print_json(report, out)
+    (folder / "r.json").write_text(out.getvalue())
+    (folder / "r.sarif").write_text(json.dumps(to_sarif(report, 1)))
+    return folder / "r.json", folder / "r.sarif"
