@@ -72,6 +72,9 @@ def _moved(item, lines: int):
     return dataclasses.replace(item, unit=unit, diagnostic=diffing.shifted(item.diagnostic, lines))
 
 
+UNBUILT = "unbuilt"  # why a finding is not shown: unbuilt: hide, in code the kconfig does not build
+
+
 @dataclass(frozen=True)
 class Silenced:
     """Findings not shown because someone silenced them: the status says how many, so none goes unnoticed."""
@@ -79,8 +82,11 @@ class Silenced:
     suppressed: int = 0  # by a `k3-audit: ignore` comment in the source
     baselined: int = 0  # by the workspace baseline
     refuted: int = 0  # by the model itself (its refutation turn, or its triage of an analyzer alert)
+    unbuilt: int = 0  # in code the kconfig does not build, with unbuilt: hide
 
     def plus(self, why: str) -> Silenced:
+        if why == UNBUILT:
+            return dataclasses.replace(self, unbuilt=self.unbuilt + 1)
         if why == pipeline.IN_SOURCE:
             return dataclasses.replace(self, suppressed=self.suppressed + 1)
         if why == pipeline.REFUTED:
@@ -88,9 +94,7 @@ class Silenced:
         return dataclasses.replace(self, baselined=self.baselined + 1)
 
     def __add__(self, other: Silenced) -> Silenced:
-        return Silenced(
-            self.suppressed + other.suppressed, self.baselined + other.baselined, self.refuted + other.refuted
-        )
+        return Silenced(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
 
 
 @dataclass(frozen=True)
@@ -196,13 +200,12 @@ def present(
     shown, silenced = [], Silenced()
     for unit in units:
         off = unbuilt(unit, states, view)
-        if off == "":  # unbuilt: hide
-            continue
         raws = results.get(unit.key, ())
         screen = pipeline.screened(
             unit, raws, lines, view.options.min_severity, view.baseline, view.options.show_refuted
         )
         for r, why in screen:
+            why = UNBUILT if why is None and off == "" else why  # unbuilt: hide
             if why is None:
                 hint = off is not None
                 diagnostic = convert.diagnostic(r.finding, r.unit, uri, related=view.related_information, unbuilt=hint)
@@ -229,10 +232,11 @@ def alert_notices(
     out, silenced = [], Silenced()
     for alert, unit, why in witnessed.screened(alerts, units, text.split("\n"), covered, view.baseline):
         off = unbuilt(unit, states, view)
-        if why is None and off != "":
+        why = UNBUILT if why is None and off == "" else why  # unbuilt: hide
+        if why is None:
             severity = "hint" if off is not None else view.options.witness_severity
             out.append(Notice(unit, convert.alert_diagnostic(alert, unit, severity)))
-        elif why is not None:
+        else:
             silenced = silenced.plus(why)
     return out, silenced
 

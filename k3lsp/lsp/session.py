@@ -206,7 +206,8 @@ class Session:
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
 
     def silenced(self) -> dict[str, int]:
-        """How many findings of the open documents are silenced: by comments in the source, by the baseline."""
+        """How many findings of the open documents are silenced: by comments in the source, by the baseline, by
+        the model, hidden in code the kconfig does not build."""
         return asdict(sum((doc.silenced for doc in self.docs.values()), Silenced()))
 
     def _state_changed(self, state: DaemonState) -> None:

@@ -70,6 +70,7 @@ async def test_hide_drops_unbuilt_findings_and_show_leaves_them_as_they_are(daem
     async with editor(kernel, settings=settings, cache_dir=tmp_path / "c") as ed:
         _, diagnostics = await saved(ed, 1)  # on save the unit is audited all the same: hide is display only
         assert severities(diagnostics) == {scripted.COPY_MSG_LINE: lsp.DiagnosticSeverity.Error}
+        assert (await ed.status())["silenced"]["unbuilt"] == 1  # hidden, and the status says how many
     settings["unbuilt"] = "show"
     async with editor(kernel, settings=settings, cache_dir=tmp_path / "c2") as ed:
         _, diagnostics = await saved(ed, 2)

@@ -119,7 +119,7 @@ async def test_the_editor_shows_the_finding_behind_a_string_and_counts_the_silen
         status = await ed.status()
     assert [d.code for d in shown] == ["CWE-134"]  # not hidden by the string on its line
     assert ed.status_notes[-1]["suppressed"] == 1 and ed.status_notes[-1]["baselined"] == 1
-    assert status["silenced"] == {"suppressed": 1, "baselined": 1, "refuted": 0}
+    assert status["silenced"] == {"suppressed": 1, "baselined": 1, "refuted": 0, "unbuilt": 0}
 
 
 # --- the CLI and SARIF -------------------------------------------------------------------------------------
