@@ -12,9 +12,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3lsp.wire import supplied
+
 _SET = re.compile(r"^(CONFIG_\w+)=(.*)$")
 _UNSET = re.compile(r"^# (CONFIG_\w+) is not set$", re.MULTILINE)
 _ARCH = re.compile(r"^# Linux/(\w+) ", re.MULTILINE)  # the first line kconfig writes: "# Linux/x86 4.19.0 Kernel ..."
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a flag names it: /dev/zero or a FIFO there is refused (a .config: ~200 KB)
 ALLNO = ("allnoconfig", "tinyconfig")  # the configurations made from no defconfig file (k3lsp.kbuild.defconfig)
 
 
@@ -63,7 +66,7 @@ def parse(text: str) -> Config:
 def load(path: Path) -> Config:
     """The ``.config`` at ``path``; a file that is missing or not text is one clear error."""
     try:
-        text = path.read_text()
+        text = supplied.read(path, MAX_CONFIG_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(
             f"kconfig {str(path)!r} cannot be read ({error}): give the path of a .config or a defconfig name"

@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3lsp.wire import supplied
+
+MAX_MAKEFILE_BYTES = 4 * 1024 * 1024  # Linux's largest Makefile is some 70 KB
 MAX_DEPTH = 64  # nested expansions, includes and calls, at most: a Makefile that recurses further is unsure
 _ASSIGN = re.compile(r"(::=|:=|\+=|\?=|!=|=)")
 _CONDITIONAL = re.compile(r"^(ifeq|ifneq|ifdef|ifndef)\b\s*(.*)$")
@@ -374,9 +377,10 @@ class Reader:
         """Evaluates the Makefile at ``path`` (a path inside the evaluation's root, or absolute)."""
         full = path if path.is_absolute() else self.ev.root / path
         try:
-            text = full.read_text(errors="replace")
+            # the tree's own file, a regular one: not through a link out of it (a Makefile outside said what was built)
+            text = supplied.read(full, MAX_MAKEFILE_BYTES, self.ev.root).decode("utf-8", "replace")
         except OSError as error:
-            self.ev.unsure.append(f"{path}: {error.strerror}")
+            self.ev.unsure.append(f"{path}: {error.strerror or error}")
             return
         shown = str(full.relative_to(self.ev.root)) if full.is_relative_to(self.ev.root) else str(full)
         stack: list[_Branch] = []

@@ -28,6 +28,7 @@ from k3lsp.findings import suppress
 from k3lsp.wire import keys, supplied
 from k3lsp.witnesses import flags
 from tests.eval import castle_data
+from tests.kbuild import trees
 from tests.review import repos
 from tests.support import kimi
 from tests.support.batch import k3lsp_env
@@ -241,3 +242,36 @@ async def test_the_language_server_with_a_fifo_baseline_answers_and_says_why(pro
         assert (await ed.command("k3lsp.auditFile", uri))["findings"] == 1
         said = await ed.wait_for(lambda: [m for m in ed.shown(lsp.MessageType.Error) if "baseline" in m])
     assert "it is a FIFO (named pipe), not a regular file; refused" in said[0]
+
+
+KERNEL = trees.layout("kernel/", "CONFIG_NET=y\n") | {"kernel/core.c": SOURCE}
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("how", ["dev zero", "fifo"])
+def test_a_kconfig_flag_naming_dev_zero_or_a_fifo_is_refused_in_words(tmp_path, how):
+    """`--kconfig` names a .config: read as every file a flag names is (it read /dev/zero until MemoryError and
+    blocked on a FIFO)."""
+    trees.write(tmp_path, KERNEL | {"kernel/Makefile": "obj-y += core.o\n"})
+    named = "/dev/zero" if how == "dev zero" else str(fifo(tmp_path / "pipe.config"))
+    done = bounded_k3lsp("audit", "kernel", "--kconfig", named, "--only-built", cwd=tmp_path)
+    kind = "a character device" if how == "dev zero" else "a FIFO (named pipe)"
+    assert f"kconfig '{named}' cannot be read (it is {kind}, not a regular file" in done.stderr, done.stderr
+    assert "MemoryError" not in done.stderr and done.returncode == 2
+
+
+def test_a_kernel_trees_makefile_linked_out_of_the_tree_is_not_read(tmp_path):
+    """A hostile tree's kernel/Makefile as a link to a Makefile outside the tree that says core.c is not built:
+    `k3lsp audit --kconfig --only-built` skipped core.c on the word of a file the tree does not hold. Now it is
+    not read, and what it would decide is unknown, so audited. (A Makefile that is a device or a FIFO was never
+    read: kbuild's walk takes regular files only, and the reader now checks the file it opened too.)"""
+    trees.write(tmp_path / "tree", KERNEL)
+    (tmp_path / "outside.mk").write_text("obj-$(CONFIG_NOPE) += core.o\n")
+    (tmp_path / "tree" / "kernel" / "Makefile").symlink_to(tmp_path / "outside.mk")
+    done = bounded_k3lsp("audit", "kernel", "--kconfig", ".config", "--only-built", cwd=tmp_path / "tree")
+    assert "not built" not in done.stderr, done.stderr  # core.c is not skipped on the outside file's word
+    assert "1 of 1 units not audited: no daemon left" in done.stderr, done.stderr  # it was sent
