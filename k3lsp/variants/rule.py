@@ -54,6 +54,11 @@ def extract(answer: str) -> str:
     raise RuleRefused("the answer holds no rule: write the semantic patch alone in a ```cocci block")
 
 
+def refusal(line: str) -> str | None:
+    """What one line of a rule could do that refuses it (a construct of :data:`FORBIDDEN`), or None."""
+    return next((what for what, pattern in FORBIDDEN if pattern.search(line)), None)
+
+
 def check(rule: str) -> str:
     """``rule`` if spatch may run it (nothing in it runs code, reads a file or sets options, and it marks what
     it finds with ``*`` or ``-`` lines); raises RuleRefused saying which line is refused and why."""
@@ -62,9 +67,9 @@ def check(rule: str) -> str:
     if "\0" in rule:
         raise RuleRefused("the rule holds a NUL character")
     for number, line in enumerate(rule.splitlines(), 1):
-        for what, pattern in FORBIDDEN:
-            if pattern.search(line):
-                raise RuleRefused(f"line {number} of the rule ({line.strip()[:80]!r}): {what}; write a rule without it")
+        what = refusal(line)
+        if what is not None:
+            raise RuleRefused(f"line {number} of the rule ({line.strip()[:80]!r}): {what}; write a rule without it")
     if not _MARKED.search(rule):
         raise RuleRefused("the rule marks no line with * (or -), so spatch would report nothing: mark the lines")
     return rule

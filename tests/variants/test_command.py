@@ -11,7 +11,7 @@ import pytest
 
 from k3lsp.findings.report import Reported
 from tests.support.batch import k3lsp
-from tests.variants.tree import DOUBLE_KFREE, plant, reports
+from tests.variants.tree import B_C, DOUBLE_KFREE, plant, reports
 from tests.witnesses.test_adapters import needs
 
 
@@ -77,6 +77,22 @@ def test_a_good_rule_is_searched_and_its_candidate_said_unaudited_without_a_daem
     assert "is not reachable" in candidate["reason"] and body["stats"]["failed"] == 1
     assert "1 candidates not audited" in done.stderr
     assert Path(body["rule"]).read_text().endswith(DOUBLE_KFREE)
+
+
+def test_the_saved_rule_reruns_as_it_was_even_for_a_file_named_with_a_refused_word(tree, tmp_path):
+    """The saved rule names the finding it came from; a file such as tools/perf/builtin-script.c must not make the
+    saved rule one the checks refuse when it is given back with --rule."""
+    (tree / "tools/perf").mkdir(parents=True)
+    (tree / "tools/perf/builtin-script.c").write_text(B_C)
+    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
+    first = json.loads(_variants(tree, "tools/perf/builtin-script.c:14", "--rule", str(tmp_path / "double.cocci"),
+                                 "--json").stdout)  # fmt: skip
+    saved = first["rule"]
+    assert saved is not None and Path(saved).read_text().endswith(DOUBLE_KFREE)
+    again = _variants(tree, "tools/perf/builtin-script.c:14", "--rule", saved, "--json")
+    assert "refused" not in again.stderr, again.stderr
+    body = json.loads(again.stdout)
+    assert body["spatch"] == first["spatch"] and body["candidates"] == first["candidates"] != []
 
 
 def test_wrong_flags_are_each_one_sentence(tree):
