@@ -339,7 +339,8 @@ def test_a_file_changed_then_deleted_in_one_mail_stays_changed_as_git_leaves_it(
     assert {u.name for f in plan.files.values() for u in f.touched()} == {"drv_read", "drv_index"} and not plan.notes
 
 
-LINE = st.text(st.sampled_from("ab{};\t " + SEPARATORS), max_size=5)
+# a line of a file may look like diff syntax once prefixed ("-- ", "++", "-@@", " \\ "): git counts a hunk's lines
+LINE = st.text(st.sampled_from("ab{};\t -+@\\" + SEPARATORS), max_size=5)
 
 
 @st.composite
