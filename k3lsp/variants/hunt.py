@@ -34,7 +34,7 @@ from k3lsp.units.split import Unit
 from k3lsp.variants import asking, spatch
 from k3lsp.variants.origin import Origin
 from k3lsp.variants.rule import RuleRefused, check, extract, refusal
-from k3lsp.wire.protocol import Priority
+from k3lsp.wire.protocol import MAX_RULE_CHARS, Priority
 from k3lsp.witnesses.alert import Alert
 
 TOOL = "variants"  # the alerts' tool: what marks a finding as a variant's verdict
@@ -156,14 +156,16 @@ async def take_rule(rule: str, origin: Origin, hunt: Hunt, settings: Settings) -
 def save_rule(origin: Origin, rule: str) -> Path:
     """The rule in the workspace's ``.k3lsp/variants/``, named after the finding, with where it came from when
     that can be said in a comment the checks take: the saved rule is given back with ``--rule``, checked again,
-    and a file such as ``tools/perf/builtin-script.c`` (or a name holding a newline) would have it refused."""
+    and a file such as ``tools/perf/builtin-script.c`` (or a name holding a newline) would have it refused, as
+    would a comment that takes a rule at the bound past it (that rule is saved alone)."""
     folder = origin.root / RULES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{origin.fingerprint[:32]}.cocci"
     head = f"// k3lsp variants of the finding {origin.fingerprint[:32]} at {origin.rel}:{origin.line}"
     if len(head.splitlines()) != 1 or refusal(head) is not None:
         head = f"// k3lsp variants of the finding {origin.fingerprint[:32]}, line {origin.line} of its file"
-    path.write_text(head + "\n" + rule, encoding="utf-8")
+    text = f"{head}\n{rule}"
+    path.write_text(text if len(text) <= MAX_RULE_CHARS else rule, encoding="utf-8")
     return path
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from k3lsp.findings.report import Reported
+from k3lsp.wire.protocol import MAX_RULE_CHARS
 from tests.support.batch import k3lsp
 from tests.variants.tree import B_C, DOUBLE_KFREE, plant, reports
 from tests.witnesses.test_adapters import needs
@@ -79,17 +80,25 @@ def test_a_good_rule_is_searched_and_its_candidate_said_unaudited_without_a_daem
     assert Path(body["rule"]).read_text().endswith(DOUBLE_KFREE)
 
 
-def test_the_saved_rule_reruns_as_it_was_even_for_a_file_named_with_a_refused_word(tree, tmp_path):
-    """The saved rule names the finding it came from; a file such as tools/perf/builtin-script.c must not make the
-    saved rule one the checks refuse when it is given back with --rule."""
-    (tree / "tools/perf").mkdir(parents=True)
-    (tree / "tools/perf/builtin-script.c").write_text(B_C)
-    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
-    first = json.loads(_variants(tree, "tools/perf/builtin-script.c:14", "--rule", str(tmp_path / "double.cocci"),
-                                 "--json").stdout)  # fmt: skip
+LONGEST = DOUBLE_KFREE + "// a long rule\n" * ((MAX_RULE_CHARS - len(DOUBLE_KFREE)) // 15)  # at the bound
+
+
+@pytest.mark.parametrize(
+    ("rel", "rule"),
+    [("tools/perf/builtin-script.c", DOUBLE_KFREE), ("drivers/usb/b2.c", LONGEST)],
+    ids=["name", "long"],
+)
+def test_the_saved_rule_reruns_as_it_was(tree, tmp_path, rel, rule):
+    """The saved rule says in a comment which finding it came from; given back with --rule it is checked again,
+    so neither a file such as tools/perf/builtin-script.c (a word the checks refuse) nor the comment's length on a
+    rule at the bound may make it one the checks refuse."""
+    (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tree / rel).write_text(B_C)
+    (tmp_path / "double.cocci").write_text(rule)
+    first = json.loads(_variants(tree, f"{rel}:14", "--rule", str(tmp_path / "double.cocci"), "--json").stdout)
     saved = first["rule"]
-    assert saved is not None and Path(saved).read_text().endswith(DOUBLE_KFREE)
-    again = _variants(tree, "tools/perf/builtin-script.c:14", "--rule", saved, "--json")
+    assert saved is not None and Path(saved).read_text().endswith(rule)
+    again = _variants(tree, f"{rel}:14", "--rule", saved, "--json")
     assert "refused" not in again.stderr, again.stderr
     body = json.loads(again.stdout)
     assert body["spatch"] == first["spatch"] and body["candidates"] == first["candidates"] != []
