@@ -241,6 +241,20 @@ def test_a_signal_mid_fidelity_record_ends_it(tiny_model, tmp_path, sig):
     assert_ended_by(sig, proc, err, "k3-backend fidelity")
 
 
+@pytest.fixture(scope="module")
+def base(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BASE of the tiny checkpoint on one corpus file, recorded once for the compare test."""
+    tmp = tmp_path_factory.mktemp("base")
+    args = [sys.executable, "-m", "backend.cli", *fidelity_record(tiny_model, tmp, files=1)]
+    done = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return tmp / "base"
+
+
+def fidelity_compare(tiny_model: Path, base: Path) -> list[str]:
+    return ["fidelity", "compare", "--model", str(tiny_model), "--trust-remote-code", "--base", str(base)]
+
+
 # --- a closed stdout -----------------------------------------------------------------------------------------
 
 
@@ -288,3 +302,8 @@ def test_a_closed_stdout_stops_supervise_and_its_pair_quietly(tmp_path):
     started = time.monotonic()
     assert_quiet_on_closed_stdout(["supervise", "--", sys.executable, "-c", pair], tmp_path)
     assert time.monotonic() - started < WAIT / 2  # the pair was stopped, not waited for
+
+
+def test_a_closed_stdout_ends_fidelity_compare_quietly(tiny_model, base, tmp_path):
+    """Its tables are its one write to stdout, at the end."""
+    assert_quiet_on_closed_stdout(fidelity_compare(tiny_model, base), tmp_path)
