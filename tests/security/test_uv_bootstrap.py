@@ -84,6 +84,7 @@ def test_a_forged_uv_wheel_is_refused(tmp_path):
     assert not marker.exists(), done.stdout + done.stderr
     installed = tmp_path / "checkout" / ".cache" / "uv-bootstrap" / "bin" / "uv"
     assert not installed.exists() or str(marker) not in installed.read_text(errors="replace"), "the forgery is in"
+    assert f"./uv: uv is not on PATH; installing uv {VERSION} into" in done.stderr  # the phase, said first (issue 39)
     assert done.returncode == 1 and "could not create a virtual environment with uv" in done.stderr, done.stderr
     assert "hash" in done.stderr.lower(), done.stderr  # pip says why: the wheel's hash is not a pinned one
 
@@ -104,3 +105,4 @@ def test_the_bootstrap_installs_the_pinned_uv_in_a_fresh_home(tmp_path):
     done = _bootstrap(tmp_path, {})
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"uv {VERSION}"), done.stdout
+    assert f"./uv: uv {VERSION} installed; uv now sets up the project's environment" in done.stderr  # what comes next
