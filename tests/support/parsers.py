@@ -47,6 +47,17 @@ def every(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
                 yield from every(sub)
 
 
+def names(parser: argparse.ArgumentParser) -> set[str]:
+    """Every subcommand and every long option of the command, which its completion script must name."""
+    found = set()
+    for p in every(parser):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.update(action.choices)
+            found.update(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
 def shown_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     """An option's help as ``--help`` prints it (placeholders filled, whitespace as one space)."""
     return " ".join(parser._get_formatter()._expand_help(action).split())
