@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,8 +100,9 @@ class Skipped:
         for path, (count, reason) in other.unbuilt.items():
             self.unbuilt[path] = (self.unbuilt.get(path, (0, reason))[0] + count, reason)
 
-    def add(self, relpath: str, states: list[State]) -> None:
-        """The states of the units one document picked (left out or not)."""
+    def add(self, relpath: str, states: Iterable[State | None]) -> None:
+        """The states of the units one document picked (left out or not); None, a unit with none, is skipped."""
+        states = [s for s in states if s is not None]
         self.kinds.update(s.kind for s in states)
         dropped = [s for s in states if s.kind is Kind.NOT_BUILT]
         if dropped:

@@ -306,9 +306,7 @@ class _Audit:
                 continue
             self.prepared[doc] = ready
             if self.skipped is not None and ready.states is not None:
-                self.skipped.add(
-                    doc.relpath, [ready.state(u) for u in (*(t.unit for t in ready.targets), *ready.unbuilt)]
-                )
+                self.skipped.add(doc.relpath, map(ready.state, (*(t.unit for t in ready.targets), *ready.unbuilt)))
             await self.tell(ready)
             self.files[doc].units = len(ready.targets)
             self.pending[doc] = len(ready.targets)
