@@ -16,7 +16,9 @@ folded into the unit's findings (``k3lsp.core.verdicts``): confirmed, refuted, o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,15 +159,29 @@ def save_rule(origin: Origin, rule: str) -> Path:
     """The rule in the workspace's ``.k3lsp/variants/``, named after the finding, with where it came from when
     that can be said in a comment the checks take: the saved rule is given back with ``--rule``, checked again,
     and a file such as ``tools/perf/builtin-script.c`` (or a name holding a newline) would have it refused, as
-    would a comment that takes a rule at the bound past it (that rule is saved alone)."""
+    would a comment that takes a rule at the bound past it (that rule is saved alone).
+
+    The folder and the file may be the repository's: a ``.k3lsp`` that links outside is refused (OSError), and
+    the file is a new one renamed into place, so a link there (to ``~/.bashrc``) is replaced, never written
+    through."""
     folder = origin.root / RULES_DIR
+    if not folder.resolve().is_relative_to(origin.root.resolve()):
+        raise OSError("it leads outside the workspace")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{origin.fingerprint[:32]}.cocci"
     head = f"// k3lsp variants of the finding {origin.fingerprint[:32]} at {origin.rel}:{origin.line}"
     if len(head.splitlines()) != 1 or refusal(head) is not None:
         head = f"// k3lsp variants of the finding {origin.fingerprint[:32]}, line {origin.line} of its file"
     text = f"{head}\n{rule}"
-    path.write_text(text if len(text) <= MAX_RULE_CHARS else rule, encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=".k3lsp-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text if len(text) <= MAX_RULE_CHARS else rule)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

@@ -5,6 +5,7 @@ finding, and its candidates said to be unaudited when no daemon answers; a wrong
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,29 @@ def test_a_rule_that_cannot_be_saved_is_said_and_the_search_goes_on(tree, tmp_pa
     body = json.loads(done.stdout)
     assert body["rule"] is None and body["rule_text"] == DOUBLE_KFREE and body["spatch"]["matches"] == 2
     assert f"the rule could not be saved in {tree / '.k3lsp/variants'}" in done.stderr
+
+
+def test_a_link_the_repository_put_where_the_rule_is_saved_writes_nothing_outside(tree, tmp_path):
+    """A cloned tree may hold .k3lsp/variants/<fingerprint>.cocci as a link to a file of the user's (~/.bashrc), or
+    .k3lsp as a link to a folder outside: the rule is written over neither, nor anywhere outside the workspace."""
+    (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
+    search = ("drivers/usb/b.c:14", "--rule", str(tmp_path / "double.cocci"), "--json")
+    saved = Path(json.loads(_variants(tree, *search).stdout)["rule"])
+    victim = tmp_path / "bashrc"
+    victim.write_text("alias ls='ls -F'\n")
+    saved.unlink()
+    saved.symlink_to(victim)
+    body = json.loads(_variants(tree, *search).stdout)
+    assert victim.read_text() == "alias ls='ls -F'\n"
+    assert body["rule"] == str(saved) and not saved.is_symlink() and saved.read_text().endswith(DOUBLE_KFREE)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(tree / ".k3lsp")
+    (tree / ".k3lsp").symlink_to(outside)
+    done = _variants(tree, *search)
+    body = json.loads(done.stdout)
+    assert list(outside.iterdir()) == [] and body["rule"] is None and body["spatch"]["matches"] == 2
+    assert f"the rule could not be saved in {tree / '.k3lsp/variants'}: it leads outside the workspace" in done.stderr
 
 
 def test_the_bounds_given_as_flags_stop_the_workspace_search_and_are_said(tree, tmp_path):
