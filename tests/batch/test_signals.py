@@ -217,11 +217,11 @@ def test_a_signal_while_keys_init_writes_ends_it(tmp_path, sig, program, name):
     assert_ended_by(sig, proc, err.decode(), f"{prog}: interrupted by")
 
 
-def language_server(tmp_path: Path, *, reading: bool = True) -> subprocess.Popen:
-    """`k3lsp` on stdio as an editor starts it, sent ``initialize``; with ``reading`` False, the editor has
-    already stopped reading the server's answers."""
+def on_stdio(tmp_path: Path, args: list[str], sent: bytes, *, reading: bool) -> subprocess.Popen:
+    """`k3lsp ARGS` on stdio as its peer starts it, sent ``sent`` (stdin stays open: it ends by itself); with
+    ``reading`` False, the peer has already stopped reading its answers."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "k3lsp.cli"],
+        [sys.executable, "-m", "k3lsp.cli", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -230,10 +230,15 @@ def language_server(tmp_path: Path, *, reading: bool = True) -> subprocess.Popen
     )
     if not reading:
         proc.stdout.close()
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
-    proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    proc.stdin.flush()  # stdin stays open: the server ends by itself
+    proc.stdin.write(sent)
+    proc.stdin.flush()
     return proc
+
+
+def language_server(tmp_path: Path, *, reading: bool = True) -> subprocess.Popen:
+    """`k3lsp` as an editor starts it, sent ``initialize``."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
+    return on_stdio(tmp_path, [], b"Content-Length: %d\r\n\r\n%s" % (len(body), body), reading=reading)
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
@@ -246,19 +251,9 @@ def test_a_signal_ends_the_language_server(tmp_path, sig):
 
 
 def mcp_server(tmp_path: Path, endpoint: str, *, reading: bool = True) -> subprocess.Popen:
-    """`k3lsp mcp` on stdio as a coding agent starts it, sent ``initialize`` and a call of audit_file on a file of
-    two units; with ``reading`` False, the agent has already stopped reading the server's answers."""
+    """`k3lsp mcp` as a coding agent starts it, sent ``initialize`` and a call of audit_file on a file of two
+    units."""
     (tmp_path / "two.c").write_text(TWO)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "k3lsp.cli", "mcp", "--root", str(tmp_path), "--endpoint", endpoint],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-        env=k3lsp_env(tmp_path / "cache"),
-    )
-    if not reading:
-        proc.stdout.close()
     agent = {"name": "test", "version": "1"}
     messages = [
         {"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -266,9 +261,8 @@ def mcp_server(tmp_path: Path, endpoint: str, *, reading: bool = True) -> subpro
         {"method": "notifications/initialized"},
         {"id": 2, "method": "tools/call", "params": {"name": "audit_file", "arguments": {"path": "two.c"}}},
     ]  # fmt: skip
-    proc.stdin.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages))
-    proc.stdin.flush()  # stdin stays open: the server ends by itself
-    return proc
+    sent = b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages)
+    return on_stdio(tmp_path, ["mcp", "--root", str(tmp_path), "--endpoint", endpoint], sent, reading=reading)
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
