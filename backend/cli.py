@@ -16,6 +16,7 @@ from k3lsp.wire import commandline, ending
 class Command(NamedTuple):
     module: str  # imported only when chosen
     summary: str  # the one-line help
+    mlx: bool = True  # runs mlx: mlx.core is imported first, with signals deferred (_main)
 
 
 COMMANDS = {
@@ -23,11 +24,12 @@ COMMANDS = {
     "serve": Command("backend.serve", "serve a kimi_k3 model to editors over ZeroMQ"),
     "demo": Command("backend.demo", "build a tiny model, serve it, audit C files through k3lsp, stop"),
     "fidelity": Command("backend.fidelity.cli", "the model card's fidelity tables for your build and traces"),
-    "keys": Command("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory"),
+    "keys": Command("backend.keys", "create the daemon's CurveZMQ key pair and allow-list directory", mlx=False),
     "doctor": Command("backend.doctor", "check the ranks, the link and the memory before serving"),
     "supervise": Command(
         "backend.supervise",
         "run the pair (its mlx.launch command), restart it after failures, give up on repeated ones",
+        mlx=False,
     ),
 }
 
@@ -57,6 +59,9 @@ def _main(argv: list[str], name: str | None) -> int:
     """``name``: the subcommand, which parsing requires (``args.command`` may be a subcommand's own argument:
     supervise's command line)."""
     args = build_parser(argv).parse_args(argv)
+    if COMMANDS[name].mlx:
+        with ending.deferred():  # a Ctrl-C while nanobind initialises mlx.core was swallowed there: raised after
+            importlib.import_module("mlx.core")
     module = importlib.import_module(COMMANDS[name].module)
     try:
         return module.run(args)

@@ -108,6 +108,22 @@ def remembered() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """For code that swallows whatever is raised inside it (nanobind runs the initialisation of mlx.core's module
+    so: a KeyboardInterrupt raised there was lost, and the command ran on to exit 0): SIGINT and SIGTERM are only
+    noted during the block, and the first is raised again once it is done, to the handlers of before."""
+    pending: list[int] = []
+    before = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum)) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
 def interrupting() -> int:
     """The signal behind the KeyboardInterrupt being handled: the first one remembered, else SIGINT (Python's own
     handler raised it)."""

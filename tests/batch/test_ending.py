@@ -35,3 +35,38 @@ def test_a_signal_inside_exec_still_ends_the_command_with_128_plus_the_signal(tm
     )
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert done.stderr.splitlines() == ["interrupted: interrupted by SIGTERM"]
+
+
+# A SIGINT that lands in code which swallows every exception, as nanobind does while mlx.core's module initialises
+# (`import mlx.core`): the KeyboardInterrupt was lost and the command ran on to exit 0. k3-backend imports mlx.core
+# under ending.deferred, so the signal is raised once the import is done.
+SWALLOWED = """
+import os, signal, sys, time
+from k3lsp.wire import ending
+
+def command():
+    with ending.deferred():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        except BaseException:
+            pass
+    time.sleep(30)  # the work after the import, which the signal must stop
+    return 0
+
+sys.exit(ending.run("swallowed", command))
+"""
+
+
+def test_a_signal_that_lands_where_exceptions_are_swallowed_still_ends_the_command(tmp_path):
+    (tmp_path / "swallowed.py").write_text(SWALLOWED)
+    done = subprocess.run(
+        [sys.executable, "-m", "swallowed"],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert done.returncode == 128 + signal.SIGINT, done.stderr
+    assert done.stderr.splitlines() == ["swallowed: interrupted by SIGINT"]
