@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str], name: str | None) -> int:
     """``name``: the subcommand, which parsing requires (``args.command`` may be a subcommand's own argument:
     supervise's command line)."""
-    args = build_parser(argv).parse_args(argv)
-    if COMMANDS[name].mlx:
+    if name is not None and COMMANDS[name].mlx:  # before the parser, which imports the subcommand's module
         with ending.deferred():  # a Ctrl-C while nanobind initialises mlx.core was swallowed there: raised after
             importlib.import_module("mlx.core")
+    args = build_parser(argv).parse_args(argv)
     module = importlib.import_module(COMMANDS[name].module)
     try:
         return module.run(args)

@@ -255,6 +255,17 @@ def fidelity_compare(tiny_model: Path, base: Path) -> list[str]:
     return ["fidelity", "compare", "--model", str(tiny_model), "--trust-remote-code", "--base", str(base)]
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="sees mlx loaded in /proc")
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_fidelity_compare_runs_ends_it(tiny_model, base, tmp_path, sig):
+    proc = start(fidelity_compare(tiny_model, base), tmp_path)
+    with reaped(proc):
+        assert mlx_loaded(proc), proc.communicate(timeout=WAIT)
+        assert proc.poll() is None, "compare ended before the signal"
+        err = ended_by(sig, proc, lambda: None)
+    assert_ended_by(sig, proc, err, "k3-backend fidelity")
+
+
 # --- a closed stdout -----------------------------------------------------------------------------------------
 
 
