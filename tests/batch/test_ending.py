@@ -23,16 +23,16 @@ sys.exit(ending.run("interrupted", command))
 """
 
 
+def ended(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess:
+    """``source`` run as the module ``name`` (bounded: the commands here sleep for longer when a signal is lost)."""
+    (tmp_path / f"{name}.py").write_text(source)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", name], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=20)  # fmt: skip
+
+
 def test_a_signal_inside_exec_still_ends_the_command_with_128_plus_the_signal(tmp_path):
-    (tmp_path / "interrupted.py").write_text(INTERRUPTED_IN_EXEC)
-    done = subprocess.run(
-        [sys.executable, "-m", "interrupted"],
-        cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = ended(tmp_path, "interrupted", INTERRUPTED_IN_EXEC)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert done.stderr.splitlines() == ["interrupted: interrupted by SIGTERM"]
 
@@ -59,14 +59,6 @@ sys.exit(ending.run("swallowed", command))
 
 
 def test_a_signal_that_lands_where_exceptions_are_swallowed_still_ends_the_command(tmp_path):
-    (tmp_path / "swallowed.py").write_text(SWALLOWED)
-    done = subprocess.run(
-        [sys.executable, "-m", "swallowed"],
-        cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
+    done = ended(tmp_path, "swallowed", SWALLOWED)
     assert done.returncode == 128 + signal.SIGINT, done.stderr
     assert done.stderr.splitlines() == ["swallowed: interrupted by SIGINT"]
