@@ -23,7 +23,7 @@ test("contributed defaults start the server as documented", () => {
   assert.deepEqual(config.serverCommand(defaults), { command: "k3lsp", args: [] });
   // "" and [] defaults mean "the server's default" and are not sent; the others are the server's own defaults.
   const sent = config.serverSettings(defaults);
-  for (const blank of ["endpoint", "serverKey", "clientKey", "baseRef", "witnesses"]) {
+  for (const blank of ["endpoint", "serverKey", "clientKey", "baseRef", "witnesses", "kconfig"]) {
     assert.equal(sent[blank], undefined, blank);
   }
   assert.equal(sent.trigger, "save");
@@ -39,7 +39,7 @@ test("every server key of the manifest is sent when set, none dropped (the keys 
   const view = { get: (key) => set[key], inspect: (key) => ({ globalValue: set[key] }) };
   assert.deepEqual(config.serverSettings(view), set);
   for (const key of ["witnesses", "refute", "refuteFrom", "showRefuted", "scope", "baseRef", "kernelMacros",
-    "witnessSeverity", "maxWorkspaceFiles"]) {
+    "witnessSeverity", "maxWorkspaceFiles", "kconfig", "unbuilt"]) {
     assert.ok(config.SYNCHRONIZED_SETTINGS.includes(`k3lsp.${key}`), key);
   }
 });

@@ -98,6 +98,8 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.showRefuted",
       "k3lsp.scope",
       "k3lsp.baseRef",
+      "k3lsp.kconfig",
+      "k3lsp.unbuilt",
     ],
   });
 });
