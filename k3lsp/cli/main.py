@@ -128,7 +128,7 @@ def _settings(args: argparse.Namespace):
         "refute": getattr(args, "refute", None),
         "refuteFrom": getattr(args, "refute_from", None),
         "showRefuted": getattr(args, "show_refuted", None),
-        "kconfig": _kconfig(kconfig) if (kconfig := getattr(args, "kconfig", None)) else None,  # variants has none
+        "kconfig": _kconfig(kconfig) if (kconfig := getattr(args, "kconfig", None)) else None,  # castle, variants: none
         "unbuilt": "hide" if getattr(args, "only_built", False) else None,
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
@@ -327,15 +327,20 @@ def _add_audit_flags(parser: argparse.ArgumentParser, effort: str | None = None,
     _add_settings_flags(parser, effort, effort_help)
 
 
-def _add_settings_flags(parser: argparse.ArgumentParser, effort: str | None = None, effort_help: str = "") -> None:
+def _add_settings_flags(
+    parser: argparse.ArgumentParser, effort: str | None = None, effort_help: str = "", kconfig: bool = True
+) -> None:
     """The flags of every command whose units go to daemons through the audit service (``audit``, ``review``,
-    ``mcp``, ``eval``): which daemons, how long the model thinks, the editor's settings, the keys."""
+    ``mcp``, ``eval``): which daemons, how long the model thinks, the editor's settings, the keys. ``kconfig``
+    False leaves out :func:`_add_kconfig_flags` where the code is no kernel tree (CASTLE's cases): a flag there
+    would be accepted and do nothing."""
     parser.add_argument(
         "--endpoint", action="append", help=ENDPOINT_HELP + "; repeat it to spread the units over several"
     )
     _add_effort_flag(parser, effort, effort_help or EFFORT_HELP)
     _add_finding_flags(parser)
-    _add_kconfig_flags(parser)
+    if kconfig:
+        _add_kconfig_flags(parser)
     _add_key_flags(parser)
 
 
@@ -438,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     fixes = modes.add_parser("fixes", help="did the review of each commit a Fixes: tag names catch its bug?")
     eval_command.add_arguments(castle, fixes)
     for mode in (castle, fixes):
-        _add_settings_flags(mode)
+        _add_settings_flags(mode, kconfig=mode is fixes)  # fixes reviews a kernel's commits; CASTLE's cases are none
         mode.set_defaults(run=_eval)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for talking to a daemon on another machine")

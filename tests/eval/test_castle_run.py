@@ -140,6 +140,17 @@ def test_a_bad_dataset_or_matrix_is_refused_with_a_clear_error(oracle, tmp_path)
     assert done.returncode == 2 and "--matrix effort: values are off, low, high, max, not medium" in done.stderr
 
 
+def test_castle_refuses_the_kconfig_flags_it_could_not_honour_and_fixes_takes_them(tmp_path):
+    """CASTLE's cases are no kernel tree: --only-built and --kconfig were accepted there and did nothing (issue 42);
+    `eval fixes` reviews a kernel's commits and honours them. No daemon: both end at the command line's checks."""
+    dataset = data.write(tmp_path / "castle.json", data.dataset())
+    for flags in (["--only-built"], ["--kconfig", ".config"]):
+        done = k3lsp("eval", "castle", str(dataset), *flags, cache=tmp_path / "c", cwd=tmp_path)
+        assert done.returncode == 2 and f"unrecognized arguments: {' '.join(flags)}" in done.stderr, done.stderr
+    done = k3lsp("eval", "fixes", "--repo", str(tmp_path), "--only-built", cache=tmp_path / "c", cwd=tmp_path)
+    assert done.returncode == 2 and "--only-built needs --kconfig" in done.stderr, done.stderr
+
+
 @pytest.fixture(scope="module")
 def slow(tiny_model):
     with serving(tiny_model, script=corpus.SLOW_SCRIPT) as d:
