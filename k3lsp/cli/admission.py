@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,10 +53,13 @@ def audit_root(paths: Sequence[Path]) -> Path:
     return Path(os.path.commonpath(dirs))
 
 
-def admit(paths: Sequence[Path], root: Path, options: Options) -> Admitted:
+def admit(
+    paths: Sequence[Path], root: Path, options: Options, sent: Callable[[Source], Sequence[units.Unit]] | None = None
+) -> Admitted:
     """Named files as given (any extension, any size: the user asked for them), directories walked with the
     include/exclude globs and maxFileBytes (the files over it counted in a warning); each file read and split, a
-    binary one skipped."""
+    binary one skipped. ``sent``: the units of a file the run will send (default all; ``--only-built``: the built
+    ones), which are what a cost estimate counts."""
     out = Admitted()
     files: list[Path] = []
     empty: list[str] = []  # directories that admit no file
@@ -81,7 +84,7 @@ def admit(paths: Sequence[Path], root: Path, options: Options) -> Admitted:
     named = {p.resolve() for p in paths if p.is_file()}
     for source in out.sources:
         if source.path in named and (size := source.path.stat().st_size) > options.max_file_bytes:
-            out.warnings.append(_oversized(source, size, options))
+            out.warnings.append(_oversized(source, size, options, source.units if sent is None else sent(source)))
     _say_what_is_left(out, empty)
     return out
 
@@ -126,10 +129,12 @@ def read_sources(
     return sources, errors, warnings
 
 
-def _oversized(source: Source, size: int, options: Options) -> str:
+def _oversized(source: Source, size: int, options: Options, sent: Sequence[units.Unit]) -> str:
+    left = len(source.units) - len(sent)
     return (
         f"{shown(source.path)}: {size:,} bytes, over maxFileBytes ({options.max_file_bytes:,}) that a directory walk "
-        f"admits (generated code?): audited because it is named, {cost(source.units)}"
+        f"admits (generated code?): audited because it is named, {cost(sent)}"
+        + (f"; {left:,} more not built, skipped (--only-built)" if left else "")
     )
 
 

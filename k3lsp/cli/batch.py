@@ -95,13 +95,13 @@ async def audit_paths(
     cache_said: list[str] = []  # an unusable K3LSP_CACHE_DIR or size: a warning of the report, not a log line
     cache = cache or ResultCache(on_problem=cache_said.append)
     root = audit_root(paths)
-    admitted = admit(paths, root, options)
     if endpoints:
         first, *others = dict.fromkeys(endpoints)
         options = replace(options, endpoint=first, other_endpoints=tuple(others))
     pool = Pool(options, cache, client_name="k3lsp-audit", slots=jobs)  # no connection before the first unit
     audits = service.AuditService(pool)
     problem = audits.reachability.problem(root, options.kconfig) if options.kconfig else None
+    admitted = admit(paths, root, options, _built(audits, options) if problem is None else None)
     if problem is not None:
         admitted.errors.append(problem)
         admitted.sources = []
@@ -122,6 +122,14 @@ async def audit_paths(
     for rows in (report.findings, report.silenced):
         rows.sort(key=lambda r: (r.path, r.line, r.cwe))
     return report
+
+
+def _built(audits: service.AuditService, options: Options) -> Callable[[Source], Sequence[units.Unit]] | None:
+    """With ``--only-built``, the units of a file the run sends, for admission's cost estimate (None: all)."""
+    kconfig = options.kconfig
+    if kconfig is None or not options.only_built():
+        return None
+    return lambda s: audits.reachability.built(s.path, "\n".join(s.lines), s.units, kconfig)
 
 
 async def _run(

@@ -74,6 +74,15 @@ class Reachability:
         """The state of each unit of a file's text, by its first line. Raises ConfigError."""
         return tuple(self.reach(path, kconfig).units(path, text, [u.start_line + 1 for u in units]))
 
+    def built(self, path: Path, text: str, units: tuple[Unit, ...], kconfig: str) -> tuple[Unit, ...]:
+        """The units a job that audits only built code sends: all but those not built (unknown ones are sent), and
+        all of them where the kconfig cannot tell, as the service sends them."""
+        try:
+            states = self.states(path, text, units, kconfig)
+        except ConfigError:
+            return units
+        return tuple(u for u, s in zip(units, states, strict=True) if s.kind is not Kind.NOT_BUILT)
+
 
 def _stamp(path: Path) -> tuple[int, int] | None:
     """When a ``.config`` was last written, and its size: read again when either moves."""

@@ -51,6 +51,23 @@ def test_a_wrong_kconfig_or_only_built_alone_is_one_clear_error(tmp_path):
     assert "--only-built needs --kconfig" in done.stderr
 
 
+def test_only_builts_cost_estimate_counts_only_the_units_it_will_send(tmp_path):
+    """A named file over maxFileBytes is announced with what it costs; with --only-built its unbuilt units are
+    skipped, so the estimate counted them too (20,002 units for 2 sent) before."""
+    unbuilt = "".join(f"int gen_{i}(int a)\n{{\n\treturn a * {i} + {i * 7} - {i * 13} + {i * 17} - 1;\n}}\n"
+                      for i in range(20_000))  # fmt: skip
+    built = "int kept(int a)\n{\n\treturn a;\n}\n\nint also(int a)\n{\n\treturn a;\n}\n"
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "kernel" / "gen.c").write_text(built + "#ifdef CONFIG_DEBUG\n" + unbuilt + "#endif\n")
+    done = audit(tmp_path, "kernel/gen.c", "--kconfig", ".config", "--only-built")
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("k3lsp audit: warning: kernel/gen.c: ") and "over maxFileBytes" in first, done.stderr
+    assert "audited because it is named, 2 units, about " in first, first
+    assert first.endswith("; 20,000 more not built, skipped (--only-built)"), first
+    done = audit(tmp_path, "kernel/gen.c", "--kconfig", ".config")  # without --only-built every unit is sent
+    assert "audited because it is named, 20,002 units, about " in done.stderr.splitlines()[0], done.stderr
+
+
 KERNEL_LAYOUT = trees.layout("src/ lib/", "# CONFIG_NET is not set\n") | {  # the batch corpus made a kernel tree
     "src/Makefile": "obj-y += net/\n",
     "src/net/Makefile": "obj-$(CONFIG_NET) += parse.o\n",  # src/net/ built only with CONFIG_NET
