@@ -128,7 +128,7 @@ def _settings(args: argparse.Namespace):
         "refute": getattr(args, "refute", None),
         "refuteFrom": getattr(args, "refute_from", None),
         "showRefuted": getattr(args, "show_refuted", None),
-        "kconfig": _kconfig(kconfig) if (kconfig := getattr(args, "kconfig", None)) else None,  # castle, variants: none
+        "kconfig": _kconfig(kconfig) if (kconfig := getattr(args, "kconfig", None)) else None,  # castle has none
         "unbuilt": "hide" if getattr(args, "only_built", False) else None,
     }
     opts, errors = options.parse({k: v for k, v in settings.items() if v is not None})
@@ -427,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     variant_arguments(variants)
     variants.add_argument("--endpoint", action="append", help=ENDPOINT_HELP + "; repeatable")
     _add_effort_flag(variants, "high", "how long the model thinks on the rule and each candidate (default high)")
+    _add_kconfig_flags(variants)
     _add_key_flags(variants)
     variants.set_defaults(run=_variants)
 

@@ -30,8 +30,11 @@ from k3lsp.core.client import DaemonError
 from k3lsp.core.connection import DaemonUnavailable
 from k3lsp.core.options import admitted_files
 from k3lsp.core.pool import Pool
+from k3lsp.core.reachability import Reachability
 from k3lsp.findings import pipeline, suppress
 from k3lsp.findings.report import Reported
+from k3lsp.kbuild.config import ConfigError
+from k3lsp.kbuild.state import Kind
 from k3lsp.units.split import Unit
 from k3lsp.variants import asking, spatch
 from k3lsp.variants.origin import Origin
@@ -185,14 +188,21 @@ def save_rule(origin: Origin, rule: str) -> Path:
     return path
 
 
-def workspace_files(pool: Pool, root: Path) -> list[Path]:
+def workspace_files(pool: Pool, root: Path) -> tuple[list[Path], int]:
     """The workspace's C sources the settings admit (headers are searched where a source includes them: never,
-    spatch runs with --no-includes), inside it (no link out), in a stable order."""
+    spatch runs with --no-includes), inside it (no link out), in a stable order; with ``unbuilt: hide``
+    (``--only-built``) only those kbuild builds under the ``kconfig`` setting (issue 43: a variant in code the
+    user's kernel never compiles is noise to them), and how many were left out. Raises ConfigError."""
     out = []
     for path in admitted_files(root, root, pool.options):
         if path.suffix == ".c" and os.path.realpath(path).startswith(f"{root}{os.sep}"):
             out.append(path)
-    return out
+    kconfig = pool.options.kconfig
+    if kconfig is None or not pool.options.only_built():
+        return out, 0
+    reach = Reachability().reach(root, kconfig)
+    built = [p for p in out if reach.reading.file(p).kind is not Kind.NOT_BUILT]
+    return built, len(out) - len(built)
 
 
 def candidates(origin: Origin, scan: spatch.Scan, sources: dict[Path, Source]) -> list[Candidate]:
@@ -307,8 +317,12 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
         out.rule_path = save_rule(origin, out.rule)
     except OSError as exc:  # a read-only tree: the search goes on, the rule is in the report
         out.errors.append(f"the rule could not be saved in {origin.root / RULES_DIR}: {exc.strerror or exc}")
-    files = workspace_files(pool, origin.root)
-    say(f"spatch over {len(files):,} C files")
+    try:
+        files, unbuilt = workspace_files(pool, origin.root)
+    except ConfigError as exc:
+        out.errors.append(str(exc))
+        return out
+    say(f"spatch over {len(files):,} C files" + (f" ({unbuilt:,} not built, skipped: --only-built)" if unbuilt else ""))
     out.scan = await asyncio.to_thread(spatch.search, out.rule, files, origin.root, settings.bounds)
     matched = sorted({m.path for m in out.scan.matches} | {origin.path})
     read, unread, _ = read_sources(matched, origin.root, pool.options.kernel_macros)
