@@ -188,7 +188,7 @@ def save_rule(origin: Origin, rule: str) -> Path:
     return path
 
 
-def workspace_files(pool: Pool, root: Path) -> tuple[list[Path], int]:
+def workspace_files(pool: Pool, root: Path, reach: Reachability) -> tuple[list[Path], int]:
     """The workspace's C sources the settings admit (headers are searched where a source includes them: never,
     spatch runs with --no-includes), inside it (no link out), in a stable order; with ``unbuilt: hide``
     (``--only-built``) only those kbuild builds under the ``kconfig`` setting (issue 43: a variant in code the
@@ -200,9 +200,20 @@ def workspace_files(pool: Pool, root: Path) -> tuple[list[Path], int]:
     kconfig = pool.options.kconfig
     if kconfig is None or not pool.options.only_built():
         return out, 0
-    reach = Reachability().reach(root, kconfig)
-    built = [p for p in out if reach.reading.file(p).kind is not Kind.NOT_BUILT]
+    reading = reach.reach(root, kconfig).reading
+    built = [p for p in out if reading.file(p).kind is not Kind.NOT_BUILT]
     return built, len(out) - len(built)
+
+
+def built_only(found: list[Candidate], sources: dict[Path, Source], kconfig: str, reach: Reachability,
+               say: Say) -> list[Candidate]:  # fmt: skip
+    """The candidates in code the kconfig builds (``--only-built``): one in a unit it does not build (an ``#ifdef``
+    in a built file) is not sent to the model, and the skipped ones are counted in a step."""
+    built = {s.rel: set(reach.built(s.path, "\n".join(s.lines), s.units, kconfig)) for s in sources.values()}
+    kept = [c for c in found if c.unit in built[c.rel]]
+    if len(kept) < len(found):
+        say(f"{len(found) - len(kept)} candidates in code the configuration does not build, skipped (--only-built)")
+    return kept
 
 
 def candidates(origin: Origin, scan: spatch.Scan, sources: dict[Path, Source]) -> list[Candidate]:
@@ -317,8 +328,9 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
         out.rule_path = save_rule(origin, out.rule)
     except OSError as exc:  # a read-only tree: the search goes on, the rule is in the report
         out.errors.append(f"the rule could not be saved in {origin.root / RULES_DIR}: {exc.strerror or exc}")
+    reach = Reachability()  # the kconfig read once for the files and the candidates
     try:
-        files, unbuilt = workspace_files(pool, origin.root)
+        files, unbuilt = workspace_files(pool, origin.root, reach)
     except ConfigError as exc:
         out.errors.append(str(exc))
         return out
@@ -329,6 +341,8 @@ async def hunt(pool: Pool, origin: Origin, settings: Settings = Settings(), say:
     out.errors += unread
     sources = {s.path: s for s in read}
     out.candidates = candidates(origin, out.scan, sources)
+    if (kconfig := pool.options.kconfig) and pool.options.only_built():
+        out.candidates = built_only(out.candidates, sources, kconfig, reach, say)
     if out.candidates:
         say(f"the model triages {len(out.candidates)} candidates")
         await triage(pool, origin, out, sources)

@@ -14,7 +14,7 @@ from k3lsp.findings.report import Reported
 from k3lsp.wire.protocol import MAX_RULE_CHARS
 from tests.kbuild import trees
 from tests.support.batch import k3lsp
-from tests.variants.tree import B_C, DOUBLE_KFREE, plant, reports
+from tests.variants.tree import B_C, C_C, DOUBLE_KFREE, plant, reports
 from tests.witnesses.test_adapters import needs
 
 
@@ -161,7 +161,8 @@ def test_the_bounds_given_as_flags_stop_the_workspace_search_and_are_said(tree, 
 
 KBUILD = trees.layout("drivers/ fs/", "# CONFIG_FS_C is not set\n") | {
     "drivers/Makefile": "obj-y += net/ usb/\n",
-    "drivers/net/Makefile": "obj-y += a.o\n",
+    "drivers/net/Makefile": "obj-y += a.o d.o\n",
+    "drivers/net/d.c": "#ifdef CONFIG_D_OLD\n" + C_C.split("void c_reset")[0].replace("c_drop", "d_drop") + "#endif\n",
     "drivers/usb/Makefile": "obj-y += b.o\n",
     "fs/Makefile": "obj-$(CONFIG_FS_C) += c.o\n",  # fs/c.c, where the double kfree's variant is, is not built
 }
@@ -169,16 +170,19 @@ KBUILD = trees.layout("drivers/ fs/", "# CONFIG_FS_C is not set\n") | {
 
 def test_only_built_searches_only_the_files_the_configuration_builds(tree, tmp_path):
     """Issue 43: the search runs over the files the user's kernel builds once Kconfig reachability exists. With
-    --only-built the variant planted in fs/c.c, which the .config does not build, is neither searched nor sent."""
+    --only-built the variant planted in fs/c.c, which the .config does not build, is not searched, and the one in
+    drivers/net/d.c under an #ifdef it does not set is not sent; with --kconfig alone both are."""
     trees.write(tree, KBUILD)
     (tmp_path / "double.cocci").write_text(DOUBLE_KFREE)
     search = ("drivers/usb/b.c:14", "--rule", str(tmp_path / "double.cocci"), "--json")
     everything = json.loads(_variants(tree, *search, "--kconfig", ".config").stdout)
-    assert everything["spatch"]["files"] == 3 and [c["path"] for c in everything["candidates"]] == ["fs/c.c"]
+    assert everything["spatch"]["files"] == 4
+    assert sorted(c["path"] for c in everything["candidates"]) == ["drivers/net/d.c", "fs/c.c"], everything
     done = _variants(tree, *search, "--kconfig", ".config", "--only-built")
     body = json.loads(done.stdout)
-    assert body["spatch"]["files"] == 2 and body["spatch"]["matches"] == 1 and body["candidates"] == [], body
-    assert "spatch over 2 C files (1 not built, skipped: --only-built)" in done.stderr, done.stderr
+    assert body["spatch"]["files"] == 3 and body["spatch"]["matches"] == 2 and body["candidates"] == [], body
+    assert "spatch over 3 C files (1 not built, skipped: --only-built)" in done.stderr, done.stderr
+    assert "1 candidates in code the configuration does not build, skipped (--only-built)" in done.stderr
 
 
 def test_without_spatch_it_says_so_before_asking_the_model(tree):
