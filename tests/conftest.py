@@ -41,6 +41,7 @@ settings.register_profile(
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores this process may run on. A third of a worker's time is spent
     waiting on the processes its tests start (daemons, language servers, editors): on 2 cores, tests/lsp took 228 s
