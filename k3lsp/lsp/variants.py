@@ -5,8 +5,9 @@ The search starts from the finding as shown (its file on disk, its lines), in th
 as progress. Each confirmed variant becomes a diagnostic in its file (source ``k3-audit variants``, the model's
 finding, related information pointing at the original), published beside that file's own diagnostics (a client
 that pulls diagnostics keeps pushed ones apart, so they are published alone there): they stay until that file's
-next audit publishes its findings again. The command answers with the rule's path and the
-counts, and the counts are said in a message.
+next audit publishes its findings again. The command answers with the rule's path, the
+counts and how far spatch searched (with ``unbuilt: hide`` only the files the ``kconfig`` builds), and the counts
+are said in a message.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ async def find(session: Session, uri: str, fingerprint: str) -> dict | None:
     session.message(f"Variants of {f.title}: {said}{problems}", kind)
     rule = None if found.rule_path is None else str(found.rule_path)
     variants = [{"uri": u, "line": r.line, "title": r.title} for u, r in shown_at]
-    return {"rule": rule, **counts, "errors": found.errors, "variants": variants}
+    spatch = None if found.scan is None else found.scan.summary()  # the progress may not show every step
+    return {"rule": rule, **counts, "errors": found.errors, "variants": variants, "spatch": spatch}
 
 
 def _publish(session: Session, shown: list[tuple[str, lsp.Diagnostic]]) -> None:

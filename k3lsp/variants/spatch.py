@@ -72,6 +72,11 @@ class Scan:
     stopped: str | None = None
     errors: list[str] = field(default_factory=list)  # spatch's failures on a chunk (the search goes on)
 
+    def summary(self) -> dict:
+        """How far the search went, as the reports say it (`k3lsp variants --json`, the editor's answer)."""
+        return {"matches": len(self.matches), "searched": self.searched, "files": self.total,
+                "stopped": self.stopped, "errors": self.errors}  # fmt: skip
+
 
 def executable() -> str:
     """spatch's path; raises SpatchUnavailable when it is missing or cannot be confined here."""

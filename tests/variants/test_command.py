@@ -14,7 +14,7 @@ from k3lsp.findings.report import Reported
 from k3lsp.wire.protocol import MAX_RULE_CHARS
 from tests.kbuild import trees
 from tests.support.batch import k3lsp
-from tests.variants.tree import B_C, C_C, DOUBLE_KFREE, plant, reports
+from tests.variants.tree import B_C, DOUBLE_KFREE, KBUILD, plant, reports
 from tests.witnesses.test_adapters import needs
 
 
@@ -157,15 +157,6 @@ def test_the_bounds_given_as_flags_stop_the_workspace_search_and_are_said(tree, 
     assert "spatch: 0 matched lines in 0 of 3 C files; stopped at the time bound: 0.01 s, 0 of 3 files" in timed.stdout
     capped = _variants(tree, "drivers/usb/b.c:14", *rule, "--max-matches", "1", "--json")
     assert json.loads(capped.stdout)["spatch"]["stopped"] == "the match bound: 1 matches, 3 of 3 files"
-
-
-KBUILD = trees.layout("drivers/ fs/", "# CONFIG_FS_C is not set\n") | {
-    "drivers/Makefile": "obj-y += net/ usb/\n",
-    "drivers/net/Makefile": "obj-y += a.o d.o\n",
-    "drivers/net/d.c": "#ifdef CONFIG_D_OLD\n" + C_C.split("void c_reset")[0].replace("c_drop", "d_drop") + "#endif\n",
-    "drivers/usb/Makefile": "obj-y += b.o\n",
-    "fs/Makefile": "obj-$(CONFIG_FS_C) += c.o\n",  # fs/c.c, where the double kfree's variant is, is not built
-}
 
 
 def test_only_built_searches_only_the_files_the_configuration_builds(tree, tmp_path):

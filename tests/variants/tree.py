@@ -11,6 +11,7 @@ from pathlib import Path
 from k3lsp.cli.batch import BatchReport, print_json
 from k3lsp.cli.sarif import to_sarif
 from k3lsp.findings.report import Reported
+from tests.kbuild import trees
 
 # drivers/net/a.c: the original finding (line 7: p used unchecked), a variant (line 16), a checked allocation
 A_C = """\
@@ -103,6 +104,16 @@ kfree(E);
 ... when != E = E2
 * kfree(E);
 """
+
+# the tree made a kernel tree whose .config builds drivers/ (d.c's double kfree only under an #ifdef it does not
+# set) and not fs/c.c, where the double kfree's variant is (issue 43)
+KBUILD = trees.layout("drivers/ fs/", "# CONFIG_FS_C is not set\n") | {
+    "drivers/Makefile": "obj-y += net/ usb/\n",
+    "drivers/net/Makefile": "obj-y += a.o d.o\n",
+    "drivers/net/d.c": "#ifdef CONFIG_D_OLD\n" + C_C.split("void c_reset")[0].replace("c_drop", "d_drop") + "#endif\n",
+    "drivers/usb/Makefile": "obj-y += b.o\n",
+    "fs/Makefile": "obj-$(CONFIG_FS_C) += c.o\n",
+}
 
 
 def plant(root: Path) -> Path:
