@@ -197,10 +197,9 @@ def workspace_files(pool: Pool, root: Path, reach: Reachability) -> tuple[list[P
     for path in admitted_files(root, root, pool.options):
         if path.suffix == ".c" and os.path.realpath(path).startswith(f"{root}{os.sep}"):
             out.append(path)
-    kconfig = pool.options.kconfig
-    if kconfig is None or not pool.options.only_built():
+    if not pool.options.only_built():
         return out, 0
-    reading = reach.reach(root, kconfig).reading
+    reading = reach.reach(root, pool.options.kconfig).reading
     built = [p for p in out if reading.file(p).kind is not Kind.NOT_BUILT]
     return built, len(out) - len(built)
 
