@@ -126,10 +126,9 @@ async def audit_paths(
 
 def _built(audits: service.AuditService, options: Options) -> Callable[[Source], Sequence[units.Unit]] | None:
     """With ``--only-built``, the units of a file the run sends, for admission's cost estimate (None: all)."""
-    kconfig = options.kconfig
-    if kconfig is None or not options.only_built():
+    if not options.only_built():
         return None
-    return lambda s: audits.reachability.built(s.path, "\n".join(s.lines), s.units, kconfig)
+    return lambda s: audits.reachability.built(s.path, "\n".join(s.lines), s.units, options.kconfig)
 
 
 async def _run(
