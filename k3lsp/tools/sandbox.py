@@ -39,7 +39,9 @@ SEARCH_SECONDS = (
 GREP_SECONDS = SEARCH_SECONDS + 3.0  # the pure-Python search's child is killed here (one line can backtrack forever)
 TOOL_SECONDS = GREP_SECONDS + 2.0  # the tool answerer's bound on any tool call: answered with a refusal after this
 
+INDEX_LINES = MAX_RESULT_LINES + MAX_PLACES  # lines a search from the occurrence index reads (some are definitions)
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+_WORD_PATTERN = re.compile(r"\\b([A-Za-z_][A-Za-z0-9_]{0,254})\\b")
 
 
 class _Output:
@@ -197,12 +199,27 @@ def references(
 ) -> tuple[search.Search, list[search.Hit], list[symbols.Tag | None], symbols.Status]:
     """What ``find_references`` answers from: the search, the uses (its definitions left out), the function each
     use is in (None: outside every function the index knows) and the index's status. ``real``: only under it."""
-    found = search.search(root, symbol, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS, word=True, sources=True)
     index = symbols.index_for(root)
     index.refresh()
+    found = _word_search(root, index, symbol, real, sources=True)
     defined = {(t.path, t.line) for t in index.definitions(symbol)}
     uses = [hit for hit in found.hits if (hit.path, hit.line) not in defined]
     return found, uses, [index.enclosing(hit.path, hit.line) for hit in uses], index.status()
+
+
+def _word_search(
+    root: str | os.PathLike[str], index: symbols.SymbolIndex, word: str, real: Path | None, *, sources: bool
+) -> search.Search:
+    """A whole-word search: from the occurrence index once it is whole (the files that hold the word, read
+    until the answer is full), else with ripgrep over every file."""
+    if not index.words_ready():
+        return search.search(
+            root, word, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS, word=True, sources=sources
+        )
+    base = Path(root).resolve()
+    under = None if real is None or real == base else real.relative_to(base).as_posix()
+    paths = index.files_with(word, under, sources=sources)
+    return search.indexed(base, paths, word, SEARCH_SECONDS, INDEX_LINES)
 
 
 def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) -> str:
@@ -211,7 +228,13 @@ def grep(root: str | os.PathLike[str], pattern: str, path: str | None = None) ->
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ToolError(f"pattern must be 1..{MAX_PATTERN_CHARS} characters")
     real, where = _under(root, path)
-    found = search.search(root, pattern, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS)
+    word = _WORD_PATTERN.fullmatch(pattern)
+    if word is not None:  # `\bname\b`: a whole word, which the occurrence index answers
+        index = symbols.index_for(root)
+        index.refresh()
+        found = _word_search(root, index, word.group(1), real, sources=False)
+    else:
+        found = search.search(root, pattern, real, seconds=SEARCH_SECONDS, kill_after=GREP_SECONDS)
     more = "+" if found.stopped else ""
     out = _Output()
     out.add(

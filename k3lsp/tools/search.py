@@ -28,10 +28,11 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k3lsp.tools import confine
+from k3lsp.tools import confine, occurrences
 from k3lsp.tools.confine import ToolError
 from k3lsp.wire import isolated
 
@@ -57,9 +58,13 @@ class Search:
     stopped: str = ""  # "" (complete), "deadline" or "limit" (MAX_HITS lines)
     engine: str = ""
     mode: str = "regex"
+    holding: int | None = None  # a search from the occurrence index: how many files the index says hold the word
+    unread: list[str] = field(default_factory=list)  # of those, the ones not read (the answer was full first)
 
     def coverage(self, deadline: float) -> str:
         """What the search covered, in words the model can act on."""
+        if self.holding is not None:
+            return self._indexed(deadline)
         if self.stopped == "deadline":
             return (
                 f"stopped at the {deadline:g} s deadline before the search was complete, so more may match: "
@@ -68,6 +73,20 @@ class Search:
         if self.stopped == "limit":
             return f"stopped after {MAX_HITS:,} matching lines: narrow the pattern or the path"
         return f"searched {counted(self.files or 0, 'file')} in {self.seconds:.1f} s"
+
+    def _indexed(self, deadline: float) -> str:
+        """What a search from the occurrence index read, and exactly which files it left out."""
+        holding = counted(self.holding or 0, "file")
+        if not self.unread:
+            return f"read the {holding} it names in {self.seconds:.2f} s"
+        why = f"the {deadline:g} s deadline" if self.stopped == "deadline" else "enough lines to show"
+        folders = Counter(path.split("/", 1)[0] + ("/" if "/" in path else "") for path in self.unread)
+        where = ", ".join(f"{name} {n:,}" for name, n in folders.most_common(8))
+        return (
+            f"read {self.files or 0:,} of the {holding} it names, in path order, and stopped at {why}: "
+            f"{counted(len(self.unread), 'file')} not read ({where}{', …' if len(folders) > 8 else ''}), "
+            f"from {self.unread[0]} on: narrow with path"
+        )
 
 
 def counted(count: int, noun: str, more: str = "") -> str:
@@ -191,6 +210,29 @@ def _run_ripgrep(command: list[str], base: Path, seconds: float) -> Search:
     return found
 
 
+def indexed(base: Path, paths: list[str], word: str, seconds: float, enough: int) -> Search:
+    """The lines that hold ``word`` as a whole word in ``paths`` (the files the occurrence index names, sorted),
+    each file read through the sandbox, until ``enough`` lines are in or ``seconds`` have passed; the files not
+    read are listed (``Search.unread``)."""
+    started = time.monotonic()
+    found = Search(engine="the occurrence index", mode="whole word", holding=len(paths), files=0)
+    secrets = confine.Secrets()
+    for n, rel in enumerate(paths):
+        if len(found.hits) >= enough or time.monotonic() - started > seconds:
+            found.stopped = "limit" if len(found.hits) >= enough else "deadline"
+            found.unread = paths[n:]
+            break
+        found.files = n + 1
+        try:
+            data = confine.read_bytes(confine.resolve(base, rel, secrets), rel)
+        except ToolError:
+            continue
+        found.hits += [Hit(rel, line, text.rstrip("\r")) for line, text in occurrences.lines_with(data, word)]
+    del found.hits[MAX_HITS:]
+    found.seconds = time.monotonic() - started
+    return found
+
+
 def _read_line(line: bytes, found: Search) -> None:
     """One line of ripgrep's output: a hit (``path NUL number:text``) or one of the closing stats."""
     path, nul, rest = line.partition(b"\0")
@@ -283,16 +325,16 @@ def walk(base: Path, target: str, globs: tuple[str, ...] | None) -> list[str]:
     return out
 
 
-def source_files(root: str | os.PathLike[str], seconds: float) -> dict[str, os.stat_result]:
-    """The workspace's C and C++ sources that the sandbox shows, with their status: what the symbol index
+def listed(root: str | os.PathLike[str], seconds: float) -> dict[str, os.stat_result]:
+    """Every file of the workspace the sandbox shows and a search reads, with its status: what the index
     covers (ripgrep's listing, so .gitignore rules hold there too)."""
     base = Path(root).resolve()
     rg = ripgrep()
     if rg is None:
-        rels = walk(base, ".", SOURCE_GLOBS)
+        rels = walk(base, ".", None)
     else:
         command = [rg, "--no-config", "--files", "--null", "--max-filesize", str(confine.MAX_FILE_BYTES)]
-        command += [*exclusions(base), *source_types(), "--", "."]
+        command += [*exclusions(base), "--", "."]
         env = {k: v for k, v in os.environ.items() if not k.startswith("RIPGREP")}
         out = subprocess.run(command, cwd=base, capture_output=True, timeout=seconds, env=env, stdin=subprocess.DEVNULL)
         rels = [name.removeprefix("./") for raw in out.stdout.split(b"\0") if (name := _utf8(raw))]

@@ -1,20 +1,10 @@
-"""The workspace's symbol index: where each function, macro, type and global is defined, for `find_definition`
-and for naming the callers `find_references` finds.
+"""The workspace's index: where each function, macro, type and global is defined, for `find_definition` and for
+naming the callers `find_references` finds, and which files hold each word, for `find_references` and `grep`.
 
 One sqlite file per workspace beside the result cache (``<cache dir>/index/``, 0700/0600 like the cache: the
-index tells which code is on the machine), so it outlives the editor. It is built off the LSP event loop, in a
-thread of its own that runs the indexer as a child process, batch by batch, and updated incrementally: each
-refresh lists the sources (``search.source_files``: ripgrep's listing, the sandbox's rules applied) and
-re-indexes only the files whose mtime or size changed, forgets deleted ones, and commits batch by batch, so a
-lookup while it runs sees what is done and says how much that is.
-
-The indexer is, in order:
-- the workspace's own ``tags`` file (what ``make tags`` writes), for the files it lists that have not changed
-  since it was written, read defensively by ``k3lsp.tools.tagsfile`` (its ex commands are never run);
-- universal-ctags (``ctags``, Debian/Homebrew `universal-ctags`) for every other file, run with
-  ``--options=NONE`` (no option file from the workspace or home, no CTAGS variable), the file names on stdin
-  each prefixed with ``./`` (a name starting with ``-`` would be read as an option), JSON output;
-- without ctags, the project's own splitter (``units.parse``) in a child process, with the same output.
+index tells which code is on the machine), so it outlives the editor. This module only reads it: it is built and
+refreshed by ``k3lsp.tools.build`` in a child process (one at a time, from a thread that waits for it), which
+commits batch by batch, so a lookup while it runs sees what is done and says how much that is.
 
 A lookup never waits longer than the tool's deadline: while the first build runs it answers from the files
 indexed so far and says so. ``warm`` starts the build early (``answers.ToolAnswerer.prepare`` calls it when the
@@ -24,57 +14,27 @@ pool starts a unit, once per refresh period); ``SymbolIndex.ready`` lets a corou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import shutil
+import re
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3lsp.tools import confine, ranking, search, tagsfile
-from k3lsp.units import split as units
+from k3lsp.tools import build, confine, occurrences, ranking, search
 from k3lsp.wire import cache, isolated
 
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 30.0  # a lookup starts a refresh when the last one ended longer ago than this
-BATCH_FILES = 500  # files per indexer run: the unit of progress and of commit
-BATCH_SECONDS = 300.0  # an indexer run that takes longer is killed and its files left unindexed
-LIST_SECONDS = 120.0
-SCHEMA_VERSION = 1
-DEFINITIONS = ("function", "macro", "struct", "union", "enum", "typedef", "variable", "enumerator", "class")
-DECLARATIONS = ("prototype", "externvar")  # shown after the definitions
-KINDS = frozenset(DEFINITIONS + DECLARATIONS + ("namespace", "type", "global"))  # "type", "global": the splitter's
-CTAGS_ARGS = (
-    "--options=NONE",  # must come first: no ./.ctags.d, ~/.ctags.d or CTAGS variable
-    "-f",
-    "-",
-    "--output-format=json",
-    "--kinds-C=+px-m",
-    "--kinds-C++=+px-m",
-    "--fields=+neK-P",  # line and end numbers, long kinds; no search pattern (nothing to run, nothing to leak)
-    "--extras=-q",
-    "-L",
-    "-",
-)
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL)"
-    " WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS tags (name TEXT NOT NULL, path TEXT NOT NULL, line INTEGER NOT NULL,"
-    " end_line INTEGER, kind TEXT NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS tags_by_name ON tags (name)",
-    "CREATE INDEX IF NOT EXISTS tags_by_place ON tags (path, line)",
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-)
+BUILD_SECONDS = 4 * 3600.0  # a build that takes longer is killed (Linux: a few minutes on 2 busy cores)
+DEFINITIONS, DECLARATIONS = build.DEFINITIONS, build.DECLARATIONS
+_TAG_SQL = "SELECT name, path, line, end_line, kind FROM tags JOIN files ON files.id = tags.file"
 
 
 @dataclass(frozen=True)
@@ -141,10 +101,9 @@ class SymbolIndex:
         self.root = Path(root).resolve()
         self.path = index_dir() / (hashlib.sha256(str(self.root).encode()).hexdigest()[:32] + ".sqlite3")
         self._lock = threading.Lock()
-        self._conn = self._open()
+        self._conn, self._memory = self._open()
         self._thread: threading.Thread | None = None
         self._built = threading.Event()
-        self._total: int | None = None
         self._ended = 0.0  # monotonic time the last refresh ended
         self.error = ""
 
@@ -174,229 +133,130 @@ class SymbolIndex:
 
     def _refresh(self) -> None:
         try:
-            self._update()
+            done = build.update(self._conn, self.root) if self._memory else self._build()
+            log.info("symbol index of %s: %s", self.root, done)
             self.error = ""
         except Exception as e:  # the index is a help: its failure is logged and said, never raised
             log.exception("symbol index of %s: refresh failed", self.root)
             self.error = f"{e.__class__.__name__}: {e}"
         finally:
-            self._total = None
             self._ended = time.monotonic()
             self._built.set()
 
-    def _update(self) -> None:
-        listing = search.source_files(self.root, LIST_SECONDS)
-        known = dict(self._query("SELECT path, mtime_ns, size FROM files", map_row=lambda r: (r[0], (r[1], r[2]))))
-        stamps = {rel: (info.st_mtime_ns, info.st_size) for rel, info in listing.items()}
-        gone = [rel for rel in known if rel not in stamps]
-        todo = sorted(rel for rel, stamp in stamps.items() if known.get(rel) != stamp)
-        self._total = len(stamps)
-        self._forget(gone)
-        if not known:
-            todo = self._seed(todo, listing)
-        indexer = Indexer.pick()
-        for start in range(0, len(todo), BATCH_FILES):
-            batch = todo[start : start + BATCH_FILES]
-            self._store(batch, stamps, indexer.run(self.root, batch))
-        self._set_meta(updated=str(time.time()), **({"indexer": indexer.name} if todo else {}))
-        log.info("symbol index of %s: %d files, %d re-indexed, %d gone", self.root, len(stamps), len(todo), len(gone))
-
-    def _seed(self, todo: list[str], listing: dict[str, os.stat_result]) -> list[str]:
-        """A first build takes what the workspace's own tags file says about the files unchanged since it was
-        written; returns the files still to index."""
-        seed = tagsfile.read(self.root, listing)
-        if seed is None:
-            return todo
-        by_file: dict[str, list[Tag]] = {rel: [] for rel in seed.files}
-        for row in seed.tags:
-            by_file[row[1]].append(Tag(*row))
-        stamps = {rel: (listing[rel].st_mtime_ns, listing[rel].st_size) for rel in by_file}
-        self._store(sorted(by_file), stamps, (tag for tags in by_file.values() for tag in tags))
-        self._set_meta(seeded=f"{len(by_file)} files from the workspace's tags file")
-        return [rel for rel in todo if rel not in by_file]
+    def _build(self) -> str:
+        """The refresh in its child process (``k3lsp.tools.build``); what it did."""
+        command = isolated.python_command("k3lsp.tools.build", str(self.root), str(self.path))
+        try:
+            child = subprocess.run(command, capture_output=True, timeout=BUILD_SECONDS, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the index build took over {BUILD_SECONDS:g} s and was stopped") from None
+        for line in child.stderr.decode("utf-8", "replace").splitlines()[-20:]:
+            log.warning("index build: %s", line)
+        if child.returncode != 0:
+            raise RuntimeError(child.stderr.decode("utf-8", "replace").strip().rsplit("\n", 1)[-1][-300:])
+        return child.stdout.decode("utf-8", "replace").strip()
 
     # --- the store ----------------------------------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> tuple[sqlite3.Connection, bool]:
+        """The index file (the child builds it), or an index in memory that this process builds."""
         try:
             cache.make_private(self.path)
-            conn = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            if conn.execute("PRAGMA user_version").fetchone()[0] not in (0, SCHEMA_VERSION):
-                for table in ("files", "tags", "meta"):
-                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+            return build.connect(self.path), False
         except (sqlite3.Error, OSError) as e:  # an index is worth having in memory too
             log.warning("symbol index %s cannot be used (%s): indexing in memory for this process", self.path, e)
-            conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        return conn
+            return build.connect(":memory:"), True
 
     def _query(self, sql: str, params: tuple = (), map_row=None) -> list:
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [map_row(r) for r in rows] if map_row else rows
 
-    def _forget(self, paths: list[str]) -> None:
-        with self._lock, self._transaction():
-            for rel in paths:
-                self._conn.execute("DELETE FROM tags WHERE path=?", (rel,))
-                self._conn.execute("DELETE FROM files WHERE path=?", (rel,))
-
-    def _store(self, batch: list[str], stamps: dict[str, tuple[int, int]], tags: Iterable[Tag]) -> None:
-        wanted = set(batch)
-        rows = [(t.name, t.path, t.line, t.end, t.kind) for t in tags if t.path in wanted]
-        with self._lock, self._transaction():
-            for rel in batch:
-                self._conn.execute("DELETE FROM tags WHERE path=?", (rel,))
-                self._conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?)", (rel, *stamps[rel]))
-            self._conn.executemany("INSERT INTO tags VALUES (?, ?, ?, ?, ?)", rows)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-
-    def _set_meta(self, **values: str) -> None:
-        with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
-
     def _meta(self, key: str) -> str:
-        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
-        return rows[0][0] if rows else ""
+        with self._lock:
+            return build.meta(self._conn, key)
 
     # --- lookups ------------------------------------------------------------------------------------------
 
     def status(self) -> Status:
         updated = self._meta("updated")
-        files = self._query("SELECT count(*) FROM files")[0][0]
+        files = self._query("SELECT count(*) FROM files WHERE source=1")[0][0]
         indexer = self._meta("indexer")
         seeded = self._meta("seeded")
         indexer = f"{indexer}; {seeded}" if seeded else indexer
         building = self._thread is not None and self._thread.is_alive()
-        return Status(files, self._total, building, float(updated) if updated else None, indexer, self.error)
+        listed = self._meta("listed")
+        total = int(listed) if building and listed else None
+        return Status(files, total, building, float(updated) if updated else None, indexer, self.error)
+
+    def words_ready(self) -> bool:
+        """Whether the occurrence index is whole: a build has ended and no chunk waits for a refresh."""
+        return bool(self._meta("updated")) and self._meta("dirty") in ("", "[]")
 
     def definitions(self, name: str, under: str | None = None, caller: ranking.Caller | None = None) -> list[Tag]:
         """Where ``name`` is defined, under a workspace-relative folder or file if given, in ``ranking``'s
         order (definitions first, real bodies before stubs and macros, near the ``caller`` first)."""
-        sql = "SELECT name, path, line, end_line, kind FROM tags WHERE name=?"
+        sql = _TAG_SQL + " WHERE name=?"
         params: tuple = (name,)
         if under is not None:
             sql += " AND (path=? OR substr(path, 1, ?)=?)"
             params += (under, len(under) + 1, under + "/")
-        tags = self._query(sql, params, map_row=lambda r: Tag(*r))
+        tags = self._query(sql, params, map_row=lambda r: Tag(r[0], r[1], r[2], r[3], build.KINDS[r[4]]))
+        tags += self._dense_macros(name, under)
         return ranking.ordered(tags, caller)
+
+    def _dense_macros(self, name: str, under: str | None) -> list[Tag]:
+        """The macros named ``name`` in the files whose macros the index does not keep (``build.DENSE_MACROS``),
+        found by reading the files that hold the word."""
+        define = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_])", re.M)
+        found = []
+        for path in self.files_with(name, under, dense=True):
+            try:
+                data = confine.read_bytes(confine.resolve(self.root, path), path)
+            except confine.ToolError:
+                continue
+            for match in define.finditer(data):
+                line = data.count(b"\n", 0, match.start()) + 1
+                found.append(Tag(name, path, line, _macro_end(data, match.start(), line), "macro"))
+        return found
+
+    def files_with(self, word: str, under: str | None = None, *, sources: bool = False, dense: bool = False):
+        """The files (workspace-relative, sorted) under ``under`` that may hold ``word``, from the occurrence
+        index: only C and C++ files if ``sources``, only those whose macros the index does not keep if ``dense``."""
+        sql = "SELECT path FROM files WHERE id IN (SELECT value FROM json_each(?))"
+        sql += (" AND source=1" if sources else "") + (" AND dense=1" if dense else "")
+        with self._lock:
+            ids = occurrences.files_with(self._conn, word)
+            paths = [row[0] for row in self._conn.execute(sql, (json.dumps(ids),))]
+        if under is not None:
+            paths = [p for p in paths if p == under or p.startswith(under + "/")]
+        return sorted(paths)
 
     def enclosing(self, path: str, line: int) -> Tag | None:
         """The function whose definition holds ``line`` of ``path`` (the nearest one above it when the indexer
         gave no end line)."""
         rows = self._query(
-            "SELECT name, path, line, end_line, kind FROM tags WHERE path=? AND kind='function' AND line<=?"
-            " ORDER BY line DESC LIMIT 1",
+            "SELECT name, line, end_line FROM tags WHERE file=(SELECT id FROM files WHERE path=?)"
+            f" AND kind={build.FUNCTION} AND line<=? ORDER BY line DESC LIMIT 1",
             (path, line),
-            map_row=lambda r: Tag(*r),
         )
-        return rows[0] if rows and (rows[0].end is None or rows[0].end >= line) else None
+        if not rows or (rows[0][2] is not None and rows[0][2] < line):
+            return None
+        return Tag(rows[0][0], path, rows[0][1], rows[0][2], "function")
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
 
-# --- indexers --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Indexer:
-    """A child process that reads file names and writes one JSON tag per line, in universal-ctags' shape."""
-
-    name: str
-    command: tuple[str, ...]
-    prefix: str  # put before each name (ctags reads a line starting with "-" as an option)
-
-    @staticmethod
-    def pick() -> Indexer:
-        ctags = shutil.which("ctags")
-        if ctags is not None and "Universal Ctags" in _version(ctags):
-            return Indexer(_version(ctags), (ctags, *CTAGS_ARGS), "./")
-        return Indexer.splitter()
-
-    @staticmethod
-    def splitter() -> Indexer:
-        return Indexer("the k3lsp splitter (universal-ctags not found)", tuple(isolated.python_command(__name__)), "")
-
-    def run(self, root: Path, batch: list[str]) -> list[Tag]:
-        names = "".join(f"{self.prefix}{rel}\n" for rel in batch)
-        try:
-            child = subprocess.run(
-                self.command,
-                cwd=root,
-                input=names.encode(),
-                capture_output=True,
-                timeout=BATCH_SECONDS,
-                env={k: v for k, v in os.environ.items() if k not in ("CTAGS", "ETAGS")},
-            )
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "symbol index of %s: %s took over %g s on %d files; skipped", root, self.name, BATCH_SECONDS, len(batch)
-            )
-            return []
-        if child.returncode != 0:
-            log.warning(
-                "symbol index of %s: %s failed: %s", root, self.name, child.stderr.decode(errors="replace")[-300:]
-            )
-        return list(_tags(child.stdout.split(b"\n")))
-
-
-def _version(ctags: str) -> str:
-    try:
-        out = subprocess.run([ctags, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.split(",", 1)[0].strip()
-
-
-def _tags(lines: Iterable[bytes]) -> Iterator[Tag]:
-    """Tags from JSON lines; anything that is not a well-formed tag of a kind we keep is skipped."""
-    for line in lines:
-        try:
-            tag = json.loads(line)
-            name, path, number, kind = tag["name"], tag["path"], tag["line"], tag["kind"]
-            end = tag.get("end")
-        except (ValueError, KeyError, TypeError):
-            continue
-        valid = isinstance(name, str) and isinstance(path, str) and isinstance(number, int) and number > 0
-        if valid and kind in KINDS and (end is None or (isinstance(end, int) and end >= number)):
-            yield Tag(name, path.removeprefix("./"), number, end, kind)
-
-
-def _split_child() -> None:
-    """The splitter as an indexer (in a child process): file names on stdin, JSON tags on stdout."""
-    root = Path.cwd().resolve()
-    vetter = confine.Vetter(root)
-    for rel in sys.stdin.read().split("\n"):
-        if not rel or vetter.vet(rel) is None:
-            continue
-        try:
-            parsed = units.parse(confine.read_bytes(root / rel, rel))
-        except (confine.ToolError, OSError):
-            continue
-        found = [
-            (u.name, u.start_line, u.end_line, "function") for u in parsed.units if u.kind in ("function", "macro_body")
-        ]
-        for item in parsed.items:
-            if item.kind in ("macro", "type", "global", "prototype"):
-                found += [(name, item.start_line, item.end_line, item.kind) for name in item.names]
-        for name, start, end, kind in found:
-            tag = {"name": name, "path": rel, "line": start + 1, "end": end + 1, "kind": kind}
-            sys.stdout.write(json.dumps(tag) + "\n")
+def _macro_end(data: bytes, start: int, line: int) -> int:
+    """The last line of the #define at ``start`` (its lines joined by a backslash at their end)."""
+    end = line
+    eol = data.find(b"\n", start)
+    while eol > 0 and data[:eol].rstrip(b"\r").endswith(b"\\"):
+        end += 1
+        eol = data.find(b"\n", eol + 1)
+    return end
 
 
 # --- one index per workspace -----------------------------------------------------------------------------
@@ -426,7 +286,3 @@ def warm(root: str | os.PathLike[str]) -> None:
         index.refresh()
     else:
         threading.Thread(target=lambda: index_for(base).refresh(), name="k3lsp-index-open", daemon=True).start()
-
-
-if __name__ == "__main__":
-    _split_child()

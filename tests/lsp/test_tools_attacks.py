@@ -142,7 +142,9 @@ def test_a_tags_file_older_than_a_source_does_not_speak_for_it(hostile):
 
 def test_without_ctags_the_splitter_indexes_and_the_answer_says_so(tmp_path, monkeypatch, examples):
     monkeypatch.setenv("K3LSP_CACHE_DIR", str(tmp_path / "k3cache"))
-    monkeypatch.setattr(symbols.Indexer, "pick", staticmethod(symbols.Indexer.splitter))
+    no_ctags = tmp_path / "bin"  # a PATH without ctags (the index is built in a child process, which reads it)
+    no_ctags.mkdir()
+    monkeypatch.setenv("PATH", str(no_ctags))
     root = tmp_path / "ws"
     shutil.copytree(examples, root)
     built(root)
