@@ -44,7 +44,7 @@ BATCH_FILES = 500  # files per indexer run: the unit of progress and of commit
 BATCH_SECONDS = 300.0  # an indexer run that takes longer is killed and its files left unindexed
 LIST_SECONDS = 120.0
 DENSE_MACROS = 500
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFINITIONS = ("function", "macro", "struct", "union", "enum", "typedef", "variable", "enumerator", "class")
 DECLARATIONS = ("prototype", "externvar")  # shown after the definitions
 KINDS = DEFINITIONS + DECLARATIONS + ("namespace", "type", "global")  # "type", "global": the splitter's
@@ -155,6 +155,8 @@ def update(conn: sqlite3.Connection, root: Path) -> str:
         _store(conn, batch, stamps, ids, indexer.run(root, batch), old)
     _words(conn, root, dirty, ids, stamps)
     set_meta(conn, updated=str(time.time()), **({"indexer": indexer.name} if code else {}))
+    if todo or gone:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log back into the file: the index's size is its file
     return f"{sources} files, {sum(map(source, todo))} re-indexed, {len(gone)} gone"
 
 

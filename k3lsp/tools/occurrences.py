@@ -7,34 +7,35 @@ the few files that hold the word, and only those are read. It must stay small (L
 - files are numbered (``files.id`` of the symbol index) and cut into chunks of ``CHUNK`` consecutive ids; a
   chunk is the unit of (re)building, so a changed file costs the re-reading of its chunk, never a full build;
 - a word's 64-bit BLAKE2 hash picks one of ``BUCKETS`` buckets (its low bits) and is kept as 32 more bits;
-- one row per (chunk, bucket): the words' 32-bit hashes, sorted, then where each word's file list ends, then the
-  lists, each file as its 16-bit place in the chunk (``array`` in little-endian order).
+- one blob per chunk (``encode_chunk``), cut into the buckets' sections: the words' 32-bit hashes, sorted, how
+  many files each is in, then each one's files as 16-bit places in the chunk, or as a bitmap for a common word.
+  (One sqlite row per bucket and chunk took over 110 MiB on Linux: a row too big for its B-tree page spills
+  into whole pages of its own.)
 
-A lookup reads one bucket's row in each chunk (one seek each), finds the hash by bisection and decodes one list
-per chunk. Two words that share 44 bits of hash (about one pair among Linux's words) only make a file be read
-that does not hold the word: the reader checks every line it shows with a whole-word search.
+A lookup reads one bucket's section of each chunk's blob (``blobopen``: a few hundred bytes each), finds the hash
+by bisection and decodes one list per chunk. Two words that share 44 bits of hash (about one pair among Linux's
+words) only make a file be read that does not hold the word: the reader checks every line it shows with a
+whole-word search.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import re
 import sqlite3
 import sys
 from array import array
 from collections.abc import Iterable
 
-CHUNK = 512  # files per chunk (a place in it fits 16 bits)
+CHUNK = 2048  # files per chunk (a place in it fits 16 bits)
 BUCKETS = 4096
+BITMAP = CHUNK // 8  # a word in more than BITMAP // 2 files of a chunk is kept as a bitmap of its files
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _LITTLE = sys.byteorder == "little"
+_HEADER = 4 * (BUCKETS + 1)
 
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS postings (chunk INTEGER NOT NULL, bucket INTEGER NOT NULL, data BLOB NOT NULL,"
-    " PRIMARY KEY (chunk, bucket)) WITHOUT ROWID",
-)
+SCHEMA = ("CREATE TABLE IF NOT EXISTS postings (chunk INTEGER PRIMARY KEY, data BLOB NOT NULL)",)
 
 
 def words(data: bytes) -> set[bytes]:
@@ -62,55 +63,73 @@ def _bytes(values: array) -> bytes:
     return values.tobytes()
 
 
-def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> dict[int, bytes]:
-    """The rows of one chunk: ``files`` are (place in the chunk, its words), in any order."""
-    buckets: dict[int, dict[int, list[int]]] = {}
+def _size(count: int) -> int:
+    """Bytes of a file list of ``count`` files: 16-bit places, or a bitmap once that is smaller."""
+    return BITMAP if 2 * count > BITMAP else 2 * count
+
+
+def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> bytes:
+    """One chunk's blob: ``files`` are (place in the chunk, its words), in any order. The blob is BUCKETS + 1
+    offsets (32-bit), then one section a bucket: its word count n, n hashes (32-bit, sorted), n file counts
+    (16-bit), then each word's file list (``_size``)."""
+    buckets: list[dict[int, list[int]]] = [{} for _ in range(BUCKETS)]
     for place, found in files:
         for word in found:
             bucket, kept = _hash(word)
-            buckets.setdefault(bucket, {}).setdefault(kept, []).append(place)
-    rows = {}
-    for bucket, lists in buckets.items():
+            buckets[bucket].setdefault(kept, []).append(place)
+    offsets, sections, at = _array("I"), [], _HEADER
+    for lists in buckets:
+        offsets.append(at)
         hashes = sorted(lists)
-        ends, places = _array("I"), _array("H")
+        counts = array("H", (len(lists[kept]) for kept in hashes))
+        parts = [len(hashes).to_bytes(4, "little"), _bytes(array("I", hashes)), _bytes(counts)]
         for kept in hashes:
-            places.extend(sorted(set(lists[kept])))
-            ends.append(len(places))
-        rows[bucket] = len(hashes).to_bytes(4, "little") + _bytes(array("I", hashes)) + _bytes(ends) + _bytes(places)
-    return rows
+            places = sorted(lists[kept])
+            if 2 * len(places) > BITMAP:
+                parts.append(sum(1 << p for p in places).to_bytes(BITMAP, "little"))
+            else:
+                parts.append(_bytes(array("H", places)))
+        section = b"".join(parts)
+        sections.append(section)
+        at += len(section)
+    offsets.append(at)
+    return _bytes(offsets) + b"".join(sections)
 
 
-def _decode(data: bytes, kept: int) -> array:
-    """The places of the word whose kept hash is ``kept`` in one row (empty when it is not there)."""
-    count = int.from_bytes(data[:4], "little")
-    hashes = _array("I", data[4 : 4 + 4 * count])
+def _decode(section: bytes, kept: int) -> list[int]:
+    """The places of the word whose kept hash is ``kept`` in one bucket's section (none when it is not there)."""
+    count = int.from_bytes(section[:4], "little")
+    hashes = _array("I", section[4 : 4 + 4 * count])
     i = bisect.bisect_left(hashes, kept)
     if i == count or hashes[i] != kept:
-        return _array("H")
-    ends = _array("I", data[4 + 4 * count : 4 + 8 * count])
-    start = ends[i - 1] if i else 0
-    base = 4 + 8 * count
-    return _array("H", data[base + 2 * start : base + 2 * ends[i]])
+        return []
+    counts = _array("H", section[4 + 4 * count : 4 + 6 * count])
+    start = 4 + 6 * count + sum(_size(n) for n in counts[:i])
+    data = section[start : start + _size(counts[i])]
+    if len(data) == BITMAP and 2 * counts[i] > BITMAP:
+        bits = int.from_bytes(data, "little")
+        return [p for p in range(CHUNK) if bits >> p & 1]
+    return list(_array("H", data))
 
 
 def write_chunk(conn: sqlite3.Connection, chunk: int, files: Iterable[tuple[int, set[bytes]]]) -> None:
-    """Replace one chunk's rows (``files``: (file id, its words), every id in the chunk). In the caller's
+    """Replace one chunk's blob (``files``: (file id, its words), every id in the chunk). In the caller's
     transaction."""
-    rows = encode_chunk((file_id - chunk * CHUNK, found) for file_id, found in files)
-    conn.execute("DELETE FROM postings WHERE chunk=?", (chunk,))
-    conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", ((chunk, b, data) for b, data in rows.items()))
+    data = encode_chunk((file_id - chunk * CHUNK, found) for file_id, found in files)
+    conn.execute("INSERT OR REPLACE INTO postings VALUES (?, ?)", (chunk, data))
 
 
 def files_with(conn: sqlite3.Connection, word: str) -> list[int]:
     """The ids of the files that hold ``word`` (and, rarely, of files holding a word of the same hash)."""
     bucket, kept = _hash(word.encode())
     found: list[int] = []
-    (last,) = conn.execute("SELECT max(chunk) FROM postings").fetchone()
-    chunks = json.dumps(list(range((last or 0) + 1)))
-    sql = "SELECT chunk, data FROM postings WHERE chunk IN (SELECT value FROM json_each(?)) AND bucket=? ORDER BY chunk"
-    for chunk, data in conn.execute(sql, (chunks, bucket)):
-        base = chunk * CHUNK
-        found.extend(base + place for place in _decode(data, kept))
+    for (chunk,) in conn.execute("SELECT chunk FROM postings ORDER BY chunk").fetchall():
+        with conn.blobopen("postings", "data", chunk, readonly=True) as blob:
+            blob.seek(4 * bucket)
+            start, end = _array("I", blob.read(8))
+            blob.seek(start)
+            section = blob.read(end - start)
+        found.extend(chunk * CHUNK + place for place in _decode(section, kept))
     return found
 
 
