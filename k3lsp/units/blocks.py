@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from k3lsp.units import kernelc
-from k3lsp.units.kernelc import TooDeep, directives, is_container
+from k3lsp.units.kernelc import TooDeep, is_container
 
 NEWLINE = b"\n"
 _TOKENS = re.compile(rb"[{};]")
@@ -90,14 +90,15 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
     A block whose header kernelc rewrote from ``SYSCALL_DEFINEn`` is a macro body; one whose header begins
     with an attribute kernelc blanked (``__init`` / ``int f(void)``) begins there."""
     text, cpp, syscalls, attributes = normalised.text, normalised.cpp, normalised.syscalls, normalised.attributes
-    lines = directives(text)
+    lines = normalised.directives
     spans = [(s, e) for s, e, _ in lines]
+    ends = [e for _, e in spans]
     cut = None if cpp else _COLUMN_ZERO_END.search(text)  # the first column-0 function end after a block's `{`
     blocks: list[Block] = []
     containers: list[str] = []  # the classes open around this point ("" for other containers)
     recent: list[int] = []  # where the `;`-ended items since the last block began (K&R parameter declarations)
     item = 0  # where the current top-level item began
-    flat = bytes(_without_directives(text, spans, 0, len(text)))  # parentheses are counted in this (C only)
+    flat = bytes(_without_directives(text, spans, 0, len(text)))  # braces and parentheses are counted in this
     call = 0  # where the current item began if a `;` inside parentheses does not end it
     paren = 0  # parentheses open since `call`: TRACE_EVENT(x, ..., TP_fast_assign(a; for_each_pipe(d, p) {
     d = 0  # the next directive that may hold a token
@@ -138,7 +139,8 @@ def top_level(normalised: kernelc.Normalised) -> list[Block]:
             if not cpp and cut is not None and cut.start() < p:  # the next one (blocks only move forward)
                 cut = _COLUMN_ZERO_END.search(text, p)
             # `}` / `int next(void)` / `{` at column 0 inside: the block ended there, whatever its braces say
-            close, d = _close(text, spans, p - 1, d, len(text) - 1 if cut is None else cut.start() + 1)
+            close = _close(flat, p - 1, len(text) - 1 if cut is None else cut.start() + 1)
+            d = max(d, bisect.bisect_right(ends, close))  # the directives inside are passed
             block = _block(text, spans, item, p - 1, close, cpp, _scope(containers), recent)
             k = bisect.bisect_left(syscalls, block.start)
             if k < len(syscalls) and syscalls[k] < block.open:
@@ -175,25 +177,20 @@ def _call(text: bytes, start: int, opened: int, end: int) -> Block:
     return Block(start + lead, opened, end, "macro_body", f"{called}({arg.group().decode()})" if arg else called)
 
 
-def _close(text: bytes, spans: list[tuple[int, int]], opened: int, d: int, limit: int) -> tuple[int, int]:
+def _close(flat: bytes, opened: int, limit: int) -> int:
     """The `}` that closes the block opened at `opened` (``limit`` if none does before it: the file's last byte,
-    or a column-0 function end), and the next directive after it (or one before). Only braces count inside."""
-    depth = 0
-    for m in _BRACES.finditer(text, opened, limit + 1):
-        q = m.start()
-        while d < len(spans) and spans[d][1] <= q:
-            d += 1
-        if d < len(spans) and spans[d][0] <= q:
-            continue  # a brace in a #define
-        if text[q] == 0x7B:
-            depth += 1
-            if depth > kernelc.MAX_NESTING:
-                raise TooDeep
-        else:
-            depth -= 1
-            if not depth:
-                return q, d
-    return limit, d
+    or a column-0 function end). ``flat`` is the text without its directive lines: a brace in a #define does not
+    count. One step per `}` (a find and a count, in C), the `{` before it counted at once."""
+    depth, at = 0, opened
+    while (q := flat.find(b"}", at, limit + 1)) >= 0:
+        depth += flat.count(b"{", at, q)  # the deepest point since the last `}`
+        if depth > kernelc.MAX_NESTING:
+            raise TooDeep
+        depth -= 1
+        if not depth:
+            return q
+        at = q + 1
+    return limit
 
 
 def _declares(declarations: bytes, parameters: bytes) -> bool:

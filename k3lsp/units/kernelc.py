@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -351,6 +352,7 @@ class _Rules:
     exact: dict[bytes, tuple[str, bool]]  # name -> (kind, takes arguments)
     globs: tuple[tuple[re.Pattern[bytes], str, bool], ...]
     seen: dict[bytes, tuple[str, bool] | None]  # memo of every identifier looked up (a file has ~10k distinct)
+    hits: dict[bytes, tuple[str, bool]]  # the names of ``seen`` that are in the table
 
     @classmethod
     def build(cls, macros: Macros) -> _Rules:
@@ -365,7 +367,7 @@ class _Rules:
                 else:
                     exact.setdefault(name.encode(), hit)
         compiled = tuple((re.compile("|".join(g).encode()), *hit) for hit, g in globs.items())
-        return cls(exact, compiled, {})
+        return cls(exact, compiled, {}, {})
 
     def lookup(self, name: bytes) -> tuple[str, bool] | None:
         if name in self.seen:
@@ -375,6 +377,19 @@ class _Rules:
             found = next(((kind, args) for rx, kind, args in self.globs if rx.match(name)), None)
         if len(self.seen) < 200_000:
             self.seen[name] = found
+            if found is not None:
+                self.hits[name] = found
+        return found
+
+    def found_in(self, names: set[bytes]) -> dict[bytes, tuple[str, bool]]:
+        """The names of a file that are in the table: the memo answers the names seen before with set
+        operations (in C: ``set.difference`` of a dict tests each name, never walks the dict), and only the new
+        ones are looked up one by one."""
+        found = {name: self.hits[name] for name in names.intersection(self.hits)}  # the table's few hits
+        for name in names.difference(self.seen):
+            hit = self.lookup(name)
+            if hit is not None:
+                found[name] = hit
         return found
 
 
@@ -383,7 +398,7 @@ DEFAULT_MACROS = Macros()
 
 # --- the passes -------------------------------------------------------------------------------------------
 
-_BLANK = bytes(b if b == 0x0A else 0x20 for b in range(256))  # every byte but newline -> space
+BLANK = bytes(b if b == 0x0A else 0x20 for b in range(256))  # every byte but newline -> space
 _LITERALS = re.compile(
     rb"/\*.*?\*/|//(?:[^\n\\]|\\.)*|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'",
     re.S,
@@ -420,27 +435,30 @@ class Normalised:
     syscalls: tuple[int, ...] = ()
     attributes: tuple[int, ...] = ()
 
+    @functools.cached_property
+    def directives(self) -> list[tuple[int, int, bytes]]:
+        """The text's preprocessor lines (:func:`directives`), read once for the steps that all need them."""
+        return directives(self.text)
+
 
 def normalise(data: bytes, macros: Macros = DEFAULT_MACROS) -> Normalised:
     """The text tree-sitter and the splitter read: same length, same line breaks, kernel idioms made plain C."""
-    out = bytearray(data)
-    for m in _LITERALS.finditer(data):
-        s, e = m.span()
-        if data[s] in b"\"'":
-            s, e = s + 1, e - 1  # keep the quotes: it stays a string (an `extern "C"` stays linkage)
-        out[s:e] = out[s:e].translate(_BLANK)
-        n = data.find(b"\n", s, e)
-        while n > s:
-            # A comment over several lines continues a #define it is in (comments go before directives are
-            # read): a backslash at each of its line ends keeps that so (elsewhere it is only whitespace).
-            if out[n - 1] == 0x20:
-                out[n - 1] = 0x5C
-            n = data.find(b"\n", n + 1, e)
+    out = bytearray(_LITERALS.sub(_blank_literal, data))
     cpp = cxx.is_cpp(bytes(out), data)
     _directives(out, cpp)
     attributes = _macros(out, macros._rules)
     syscalls = _syscalls(out)
     return Normalised(bytes(out), cpp, syscalls, attributes)
+
+
+def _blank_literal(m: re.Match[bytes]) -> bytes:
+    """A comment or literal as spaces (newlines kept; a string or character keeps its quotes: it stays a string, an
+    ``extern "C"`` stays linkage). A comment over several lines continues a #define it is in (comments go before
+    directives are read): a backslash at each of its line ends keeps that so (elsewhere it is only whitespace)."""
+    found = m.group()
+    if found[0] in b"\"'":
+        return found[:1] + found[1:-1].translate(BLANK).replace(b" \n", b"\\\n") + found[-1:]
+    return found.translate(BLANK).replace(b" \n", b"\\\n")
 
 
 def is_container(header: bytes, cpp: bool) -> bool:
@@ -542,7 +560,7 @@ def _directives(out: bytearray, cpp: bool) -> None:
         elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
             blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
     for s, e in blank:
-        out[s:e] = out[s:e].translate(_BLANK)
+        out[s:e] = out[s:e].translate(BLANK)
 
 
 def _condition(text: bytes, s: int, e: int) -> tuple[bytes, bool] | None:
@@ -605,7 +623,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
     The file's distinct identifiers are looked up once (findall and a set, in C); only the names that hit
     are searched for again, so a file without table macros costs one findall."""
     text = bytes(out)
-    hits = {name: hit for name in set(_IDENT.findall(text)) if (hit := rules.lookup(name)) is not None}
+    hits = rules.found_in(set(_IDENT.findall(text)))
     attributes: list[int] = []
     if not hits:
         return ()
@@ -623,7 +641,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         end = arguments_end(text, e) if args else e
         if kind != "loops":
             end = e if end is None else end
-            out[s:end] = out[s:end].translate(_BLANK)
+            out[s:end] = out[s:end].translate(BLANK)
             if kind == "attributes":
                 attributes.append(s)
             continue
@@ -635,7 +653,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         room = (end if line_end < 0 else line_end) - s
         head = b"while(1)" if room >= 8 else b"if(1)" if room >= 5 else None
         if head is not None:
-            out[s:end] = out[s:end].translate(_BLANK)
+            out[s:end] = out[s:end].translate(BLANK)
             out[s : s + len(head)] = head
     return tuple(attributes)
 
@@ -672,7 +690,9 @@ def _syscalls(out: bytearray) -> tuple[int, ...]:
     of type and name read as parameters), ``SYSCALL_DEFINE0(sync)`` -> ``long sys_sync(void)``: a function
     definition to tree-sitter, under the kernel's own name. Returns where each rewritten header starts."""
     text = bytes(out)
-    starts = []
+    starts: list[int] = []
+    if b"SYSCALL_DEFINE" not in text:  # most files: one memchr-speed scan instead of a regex at every line start
+        return ()
     for m in _SYSCALL_HEAD.finditer(text):
         compat, arity, name, after = m.groups()
         new = b"long " + (b"compat_sys_" if compat else b"sys_") + name + (b"(void)" if arity == b"0" else b"(")

@@ -46,7 +46,7 @@ def with_templates(normalised: kernelc.Normalised, found: list[Block]) -> tuple[
     taken = [(b.start, b.close) for b in found]
     made: list[Block] = []
     macros: dict[bytes, None] = {}
-    for s, e, word in kernelc.directives(text):
+    for s, e, word in normalised.directives:
         if word == b"define" and text.find(b"{", s, e) >= 0:
             block, macro = _template(text, s, e, normalised.cpp)
             if block is not None and not _within(taken, block.start):
@@ -55,7 +55,7 @@ def with_templates(normalised: kernelc.Normalised, found: list[Block]) -> tuple[
     if not made:
         return found, []
     merged = sorted(found + made, key=lambda b: b.start)
-    return merged, _expansions(text, merged, list(macros))
+    return merged, _expansions(text, normalised.directives, merged, list(macros))
 
 
 def macro_name(unit_text: bytes) -> str | None:
@@ -91,10 +91,12 @@ def _as_written(text: bytes, s: int, body: bytearray, block: Block) -> str:
     return _PASTE.sub(b"##", text[start:end]).decode("utf-8", "replace")
 
 
-def _expansions(text: bytes, merged: list[Block], macros: list[bytes]) -> list[Expansion]:
+def _expansions(
+    text: bytes, directives: list[tuple[int, int, bytes]], merged: list[Block], macros: list[bytes]
+) -> list[Expansion]:
     """The calls of the template macros that start a line outside every block and directive."""
     taken = [(b.start, b.close) for b in merged]
-    spans = [(s, e) for s, e, _ in kernelc.directives(text)]
+    spans = [(s, e) for s, e, _ in directives]
     pattern = re.compile(rb"(?m)^[ \t]*(" + b"|".join(re.escape(m) for m in macros) + rb")[ \t]*\(")
     out = []
     for m in pattern.finditer(text):

@@ -84,6 +84,39 @@ def test_a_long_file_after_while_each_thread_is_not_swallowed():
     assert all(u.line_count == 4 for u in split[2:])
 
 
+INCLUDED_BODY = """// SPDX-License-Identifier: GPL-2.0
+/*
+ * Generic data width independent code which is included by the wrappers.
+ */
+{
+\tstruct rs_codec *rs = rsc->codec;
+\tint i, count = 0;
+
+\tif (rs->nroots == 0)
+\t\treturn -1;
+#ifdef CONFIG_K3_DEBUG
+\tfor (i = 0; i < rs->nn; i++) {
+\t\tcount++;
+\t}
+#endif
+\tdo {
+\t\ti--;
+\t} while (i);
+\treturn count;
+}
+"""
+
+
+def test_a_file_that_is_a_function_body_included_elsewhere_is_one_unit():
+    """lib/reed_solomon/decode_rs.c is the body of decode_rs8 and decode_rs16: reed_solomon.c `#include`s it between
+    their braces. No header names it and ctags sees no function there, only its locals; the splitter reads a text,
+    not its path, so the body is one stray block, ``block@LINE``, whatever loops and #if groups it holds, and its
+    locals are not context (a unit named after the file would need the path, which a split does not have)."""
+    assert_whole(INCLUDED_BODY, [("block@5", 5, 20)])
+    (unit,) = units.split(INCLUDED_BODY)
+    assert unit.kind == "block" and "rs_codec" not in unit.context
+
+
 def test_a_function_template_in_a_define_is_one_unit_at_its_definition_with_its_expansions_as_context():
     """The #define is the unit (its parameters say what the pasted names become); the lines that expand it
     show what it is expanded to; a #define of a statement, an initialiser or an unbalanced brace is not one."""
