@@ -20,9 +20,12 @@ TREE is a directory; the files are those a workspace audit visits with the defau
     one unit; ctags' tag at a line expanding one (`show_in_reg(in)`, stretched over what follows) is excluded;
   - `units_over_several_functions = N` (target 0): units that hold more whole ctags functions than their
     name says (one function swallowed the next; ctags' tags of loop macros do not count);
-  - split time for the whole tree and for its largest file, beside tree-sitter's bare parse of the same
-    bytes in the same run (`ratio split_over_parse = X`: what the normalisation, the brace scan and the
-    context cost on top of the parse).
+  - split time for the whole tree, through the splitter the language server uses (k3lsp.units.splitting:
+    a worker process per core, a few files in flight each): wall time, and CPU time of the workers and of
+    this process (which reads the files and receives the units); beside it tree-sitter's bare parse of the
+    same bytes, in as many processes (`ratio split_over_parse = X`: split CPU over parse CPU, what the
+    normalisation, the brace scan and the context cost on top of the parse); the largest file's split in
+    this process.
 - **language server** (`server`): hover p99 on an open file while a workspace audit of the whole tree runs on
   the fake daemon of the logic tests, beside the same hover idle in the same run (`ratio
   hover_p99_busy_over_idle = X`), the audit's time and its diagnostic refreshes.
@@ -52,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -74,7 +78,7 @@ from tree_sitter import Parser  # noqa: E402
 
 from k3lsp.core import options  # noqa: E402
 from k3lsp.tools import sandbox, search, symbols  # noqa: E402
-from k3lsp.units import kernelc, templates  # noqa: E402
+from k3lsp.units import kernelc, splitting, templates  # noqa: E402
 from k3lsp.units import split as units  # noqa: E402
 from tests.support import kernel_idioms  # noqa: E402  # the kernel idioms, their functions known in advance
 
@@ -117,9 +121,8 @@ class FileResult:
 
     path: Path
     size: int
-    split_s: float
-    parse_s: float
-    split: list[units.Unit]
+    parse_s: float  # tree-sitter's bare parse, CPU
+    split: tuple[units.Unit, ...]
     cpp: bool
     tags: list[Tag] = field(default_factory=list)
 
@@ -176,27 +179,38 @@ def quick_tree(root: Path) -> Path:
 
 def splitter(tree: Path, files: list[Path], list_misses: int) -> None:
     """Split every file; measure coverage of ctags' function extents, names, and time."""
-    results = [split_one(path) for path in files]
-    total_split = sum(r.split_s for r in results)
+    datas = [path.read_bytes() for path in files]
+    load = os.getloadavg()[0]
+    split, split_wall, split_cpu, own_cpu = split_all(datas)
+    with multiprocessing.Pool(splitting.WORKERS) as pool:
+        t0 = time.perf_counter()
+        parsed = pool.map(bare_parse, datas, chunksize=16)
+        parse_wall = time.perf_counter() - t0
+    results = [
+        FileResult(path, len(data), parse_s, found, cpp)
+        for path, data, found, (parse_s, cpp) in zip(files, datas, split, parsed, strict=True)
+    ]
     total_parse = sum(r.parse_s for r in results)
-    largest = max(results, key=lambda r: r.size, default=None)
     print(
         f"split: {len(results)} files, {sum(r.size for r in results) / 1e6:.1f} MB, "
-        f"{sum(len(r.split) for r in results)} units in {total_split:.2f} s "
-        f"(tree-sitter's bare parse of the same bytes: {total_parse:.2f} s); "
+        f"{sum(len(r.split) for r in results)} units in {split_wall:.1f} s wall, {split_cpu:.1f} s CPU in "
+        f"{splitting.WORKERS} splitter processes + {own_cpu:.1f} s here (load {load:.1f} at the start) "
+        f"(tree-sitter's bare parse of the same bytes: {total_parse:.1f} s CPU, {parse_wall:.1f} s wall); "
         f"{sum(r.cpp for r in results)} files read as C++, "
         f"{sum(bool(units.fallback_note(r.split)) for r in results)} in line windows"
     )
     made = [u for r in results for u in r.split if u.kind == templates.KIND]
     held = sum(len(merged(u.name)) for u in made)
     print(f"macro templates: {len(made)} units holding {held} functions written in a #define")
+    largest = max(results, key=lambda r: r.size, default=None)
     if largest is not None:
+        split_s, parse_s, _ = timed(datas[results.index(largest)])
         print(
             f"largest file: {largest.path.relative_to(tree)} ({largest.size / 1e6:.2f} MB): split in "
-            f"{largest.split_s * 1000:.0f} ms, bare parse {largest.parse_s * 1000:.0f} ms"
+            f"{split_s * 1000:.0f} ms, bare parse {parse_s * 1000:.0f} ms"
         )
     if total_parse:
-        print(f"ratio split_over_parse = {total_split / total_parse:.2f}")
+        print(f"ratio split_over_parse = {split_cpu / total_parse:.2f}")
     megabyte()
     ctags = shutil.which("ctags")
     if ctags is None or b"Universal Ctags" not in subprocess.run([ctags, "--version"], capture_output=True).stdout:
@@ -224,8 +238,8 @@ def megabyte() -> None:
     print(f"ratio split_1mb_over_parse = {split_s / parse_s:.2f}")
 
 
-def timed(source: str) -> tuple[float, float, int]:
-    data = source.encode()
+def timed(source: str | bytes) -> tuple[float, float, int]:
+    data = source.encode() if isinstance(source, str) else source
     t0 = time.process_time()
     n = len(units.parse(data).units)
     t1 = time.process_time()
@@ -233,16 +247,39 @@ def timed(source: str) -> tuple[float, float, int]:
     return t1 - t0, time.process_time() - t1, n
 
 
-def split_one(path: Path) -> FileResult:
-    data = path.read_bytes()
-    t0 = time.process_time()  # CPU time: other work shares the cores
-    split = units.parse(data).units
-    t1 = time.process_time()
+def split_all(datas: list[bytes]) -> tuple[list[tuple[units.Unit, ...]], float, float, float]:
+    """Every file's units from the language server's splitter, a few files in flight per worker: (units, wall s,
+    the workers' CPU s, this process's CPU s). CPU time, as well as wall: other work shares the cores."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = time.process_time()
+    t0 = time.perf_counter()
+
+    async def run() -> list[tuple[units.Unit, ...]]:
+        splitter = splitting.Splitter()
+        gate = asyncio.Semaphore(2 * splitting.WORKERS)
+
+        async def one(data: bytes) -> tuple[units.Unit, ...]:
+            async with gate:
+                return await splitter.split(data, kernelc.DEFAULT_MACROS)
+
+        try:
+            return await asyncio.gather(*(one(data) for data in datas))
+        finally:
+            splitter.close(wait=True)  # exited: their CPU time is counted as this process's children's
+
+    split = asyncio.run(run())
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return split, wall, cpu, time.process_time() - own
+
+
+def bare_parse(data: bytes) -> tuple[float, bool]:
+    """tree-sitter's parse of a file's bytes as they are, in the language k3lsp reads it in: (CPU s, C++)."""
     cpp = kernelc.normalise(data).cpp
-    t2 = time.process_time()
+    t0 = time.process_time()
     Parser(units.CPP_LANGUAGE if cpp else units.C_LANGUAGE).parse(data)
-    t3 = time.process_time()
-    return FileResult(path, len(data), t1 - t0, t3 - t2, split, cpp)
+    return time.process_time() - t0, cpp
 
 
 def read_tags(ctags: str, tree: Path, results: list[FileResult]) -> None:

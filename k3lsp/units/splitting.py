@@ -1,10 +1,16 @@
-"""Splitting files into units away from the language server's event loop, in a process of its own.
+"""Splitting files into units away from the language server's event loop, in processes of their own.
 
 tree-sitter's parse holds the GIL for the whole parse (a 0.7 MB kernel file: about 120 ms on one core), so a
 thread would still stop hovers and diagnostics for that long; a child process does not, and a file that
-crashed the parser would take only the child with it. One worker is enough: files are split one at a time,
-and the worker's own ``units.split`` cache answers a text it has just split. The worker starts on the first
-split (spawned: no copy of the server's threads and sockets), and a new one replaces a worker that died.
+crashed the parser would take only the child with it. There is one worker per core, each a process of its own
+(spawned: no copy of the server's threads and sockets); a new one replaces a worker that died. A split goes to
+the worker with the fewest splits in flight, the first one when all are idle: the editor's splits, one at a
+time, all go to the first worker, whose ``units.split`` cache answers a text it has just split, while a
+workspace audit (or ``bench/kernel_scale.py``), with several files in flight, keeps every core busy (Linux's
+45,838 files: a single worker was the whole tree's bottleneck). The first worker is started by ``start``, which
+the language server calls as it starts: spawning it and importing the parsers there takes half a second, which
+the first file opened waited for when the worker started on the first split; the others start on the first
+split that finds the workers before them busy.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -21,28 +28,45 @@ from k3lsp.units.split import Unit
 
 log = logging.getLogger(__name__)
 
+WORKERS = os.cpu_count() or 1
+
 
 class Splitter:
-    """``await split(text, macros)``: the units of a text, computed in the worker process."""
+    """``await split(text, macros)``: the units of a text, computed in a worker process."""
 
-    def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
+    def __init__(self, workers: int = WORKERS) -> None:
+        self._pools: list[ProcessPoolExecutor | None] = [None] * max(1, workers)
+        self._busy = [0] * len(self._pools)  # splits in flight, per worker
 
-    def _worker(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
+    def _worker(self, k: int) -> ProcessPoolExecutor:
+        pool = self._pools[k]
+        if pool is None:
+            pool = self._pools[k] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        return pool
 
-    async def split(self, text: str, macros: Macros) -> tuple[Unit, ...]:
+    def start(self, macros: Macros) -> None:
+        """Start the first worker now, its parsers loaded (an empty text split), without waiting for it."""
+        self._worker(0).submit(units.split, "", macros)
+
+    async def split(self, text: str | bytes, macros: Macros) -> tuple[Unit, ...]:
+        k = min(range(len(self._busy)), key=self._busy.__getitem__)  # the first of the least busy
+        self._busy[k] += 1
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._worker(), units.split, text, macros)
-        except BrokenProcessPool:  # the worker died (killed, or a parser crash): one more try in a new one
-            log.warning("the splitter process died; starting a new one")
-            self._pool = None
-            return await loop.run_in_executor(self._worker(), units.split, text, macros)
+            pool = self._worker(k)
+            try:
+                return await loop.run_in_executor(pool, units.split, text, macros)
+            except BrokenProcessPool:  # the worker died (killed, or a parser crash): one more try in a new one
+                log.warning("a splitter process died; starting a new one")
+                if self._pools[k] is pool:  # not replaced yet by another split that was in flight on it
+                    self._pools[k] = None
+                return await loop.run_in_executor(self._worker(k), units.split, text, macros)
+        finally:
+            self._busy[k] -= 1
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+    def close(self, wait: bool = False) -> None:
+        """Stop the workers; ``wait``: until they have exited (their CPU time is then the caller's children's)."""
+        for k, pool in enumerate(self._pools):
+            if pool is not None:
+                pool.shutdown(wait=wait, cancel_futures=True)
+                self._pools[k] = None
