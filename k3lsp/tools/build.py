@@ -44,7 +44,7 @@ BATCH_FILES = 500  # files per indexer run: the unit of progress and of commit
 BATCH_SECONDS = 300.0  # an indexer run that takes longer is killed and its files left unindexed
 LIST_SECONDS = 120.0
 DENSE_MACROS = 500
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFINITIONS = ("function", "macro", "struct", "union", "enum", "typedef", "variable", "enumerator", "class")
 DECLARATIONS = ("prototype", "externvar")  # shown after the definitions
 KINDS = DEFINITIONS + DECLARATIONS + ("namespace", "type", "global")  # "type", "global": the splitter's
@@ -67,8 +67,9 @@ SCHEMA = (
     # dense: 1 for a source whose macros are not in tags (DENSE_MACROS)
     "CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, mtime_ns INTEGER NOT NULL,"
     " size INTEGER NOT NULL, source INTEGER NOT NULL, dense INTEGER NOT NULL DEFAULT 0)",
+    # span: the last line less the first (mostly 0 or small, which sqlite stores in no byte or one)
     "CREATE TABLE IF NOT EXISTS tags (name TEXT NOT NULL, file INTEGER NOT NULL, line INTEGER NOT NULL,"
-    " end_line INTEGER, kind INTEGER NOT NULL, PRIMARY KEY (name, file, line, kind)) WITHOUT ROWID",
+    " span INTEGER, kind INTEGER NOT NULL, PRIMARY KEY (name, file, line, kind)) WITHOUT ROWID",
     f"CREATE INDEX IF NOT EXISTS functions_by_place ON tags (file, line) WHERE kind={FUNCTION}",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     *occurrences.SCHEMA,
@@ -155,6 +156,8 @@ def update(conn: sqlite3.Connection, root: Path) -> str:
         _store(conn, batch, stamps, ids, indexer.run(root, batch), old)
     _words(conn, root, dirty, ids, stamps)
     set_meta(conn, updated=str(time.time()), **({"indexer": indexer.name} if code else {}))
+    if len(todo) + len(gone) > len(stamps) // 10:  # pages left part-filled by inserts in name order: packed
+        conn.execute("VACUUM")
     if todo or gone:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log back into the file: the index's size is its file
     return f"{sources} files, {sum(map(source, todo))} re-indexed, {len(gone)} gone"
@@ -197,7 +200,7 @@ def _store(
             conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, 1, ?)", (file_id, rel, *stamps[rel], dense))
             conn.executemany(
                 "INSERT OR IGNORE INTO tags VALUES (?, ?, ?, ?, ?)",
-                ((name, file_id, line, end, KIND_CODES[kind]) for name, _, line, end, kind in kept),
+                ((n, file_id, line, None if end is None else end - line, KIND_CODES[k]) for n, _, line, end, k in kept),
             )
 
 

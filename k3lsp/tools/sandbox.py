@@ -204,7 +204,7 @@ def references(
     found = _word_search(root, index, symbol, real, sources=True)
     defined = {(t.path, t.line) for t in index.definitions(symbol)}
     uses = [hit for hit in found.hits if (hit.path, hit.line) not in defined]
-    return found, uses, [index.enclosing(hit.path, hit.line) for hit in uses], index.status()
+    return found, uses, index.enclosing([(hit.path, hit.line) for hit in uses]), index.status()
 
 
 def _word_search(

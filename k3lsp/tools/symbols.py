@@ -14,6 +14,7 @@ pool starts a unit, once per refresh period); ``SymbolIndex.ready`` lets a corou
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import json
 import logging
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 30.0  # a lookup starts a refresh when the last one ended longer ago than this
 BUILD_SECONDS = 4 * 3600.0  # a build that takes longer is killed (Linux: a few minutes on 2 busy cores)
 DEFINITIONS, DECLARATIONS = build.DEFINITIONS, build.DECLARATIONS
-_TAG_SQL = "SELECT name, path, line, end_line, kind FROM tags JOIN files ON files.id = tags.file"
+_TAG_SQL = "SELECT name, path, line, line + span, kind FROM tags JOIN files ON files.id = tags.file"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class SymbolIndex:
         self._thread: threading.Thread | None = None
         self._built = threading.Event()
         self._ended = 0.0  # monotonic time the last refresh ended
+        self._dense_files: tuple[str, dict[int, str]] = ("", {})
         self.error = ""
 
     # --- building -----------------------------------------------------------------------------------------
@@ -210,7 +212,11 @@ class SymbolIndex:
         found by reading the files that hold the word."""
         define = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_])", re.M)
         found = []
-        for path in self.files_with(name, under, dense=True):
+        dense = self._dense()
+        with self._lock:
+            ids = occurrences.files_with(self._conn, name) if dense else []
+        paths = sorted(dense[i] for i in ids if i in dense)
+        for path in [p for p in paths if under is None or p == under or p.startswith(under + "/")]:
             try:
                 data = confine.read_bytes(confine.resolve(self.root, path), path)
             except confine.ToolError:
@@ -220,11 +226,18 @@ class SymbolIndex:
                 found.append(Tag(name, path, line, _macro_end(data, match.start(), line), "macro"))
         return found
 
-    def files_with(self, word: str, under: str | None = None, *, sources: bool = False, dense: bool = False):
+    def _dense(self) -> dict[int, str]:
+        """The files whose macros the index leaves out, by id (read again after each build)."""
+        updated = self._meta("updated")
+        if self._dense_files[0] != updated:
+            self._dense_files = (updated, dict(self._query("SELECT id, path FROM files WHERE dense=1")))
+        return self._dense_files[1]
+
+    def files_with(self, word: str, under: str | None = None, *, sources: bool = False) -> list[str]:
         """The files (workspace-relative, sorted) under ``under`` that may hold ``word``, from the occurrence
-        index: only C and C++ files if ``sources``, only those whose macros the index does not keep if ``dense``."""
+        index: only C and C++ files if ``sources``."""
         sql = "SELECT path FROM files WHERE id IN (SELECT value FROM json_each(?))"
-        sql += (" AND source=1" if sources else "") + (" AND dense=1" if dense else "")
+        sql += " AND source=1" if sources else ""
         with self._lock:
             ids = occurrences.files_with(self._conn, word)
             paths = [row[0] for row in self._conn.execute(sql, (json.dumps(ids),))]
@@ -232,17 +245,23 @@ class SymbolIndex:
             paths = [p for p in paths if p == under or p.startswith(under + "/")]
         return sorted(paths)
 
-    def enclosing(self, path: str, line: int) -> Tag | None:
-        """The function whose definition holds ``line`` of ``path`` (the nearest one above it when the indexer
-        gave no end line)."""
-        rows = self._query(
-            "SELECT name, line, end_line FROM tags WHERE file=(SELECT id FROM files WHERE path=?)"
-            f" AND kind={build.FUNCTION} AND line<=? ORDER BY line DESC LIMIT 1",
-            (path, line),
-        )
-        if not rows or (rows[0][2] is not None and rows[0][2] < line):
-            return None
-        return Tag(rows[0][0], path, rows[0][1], rows[0][2], "function")
+    def enclosing(self, places: list[tuple[str, int]]) -> list[Tag | None]:
+        """For each (path, line), the function whose definition holds it (the nearest one above it when the
+        indexer gave no end line), or None; one query a file."""
+        functions: dict[str, list[tuple[int, int | None, str]]] = {}
+        for path in dict.fromkeys(path for path, _ in places):
+            functions[path] = self._query(
+                "SELECT line, line + span, name FROM tags WHERE file=(SELECT id FROM files WHERE path=?)"
+                f" AND kind={build.FUNCTION} ORDER BY line",
+                (path,),
+            )
+        out: list[Tag | None] = []
+        for path, line in places:
+            rows = functions[path]
+            i = bisect.bisect_right(rows, (line, float("inf"))) - 1
+            start, end, name = rows[i] if i >= 0 else (0, None, "")
+            out.append(Tag(name, path, start, end, "function") if i >= 0 and (end is None or end >= line) else None)
+        return out
 
     def close(self) -> None:
         with self._lock:
