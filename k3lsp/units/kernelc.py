@@ -398,7 +398,7 @@ DEFAULT_MACROS = Macros()
 
 # --- the passes -------------------------------------------------------------------------------------------
 
-BLANK = bytes(b if b == 0x0A else 0x20 for b in range(256))  # every byte but newline -> space
+_BLANK = bytes(b if b == 0x0A else 0x20 for b in range(256))  # every byte but newline -> space
 _LITERALS = re.compile(
     rb"/\*.*?\*/|//(?:[^\n\\]|\\.)*|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'",
     re.S,
@@ -457,8 +457,8 @@ def _blank_literal(m: re.Match[bytes]) -> bytes:
     directives are read): a backslash at each of its line ends keeps that so (elsewhere it is only whitespace)."""
     found = m.group()
     if found[0] in b"\"'":
-        return found[:1] + found[1:-1].translate(BLANK).replace(b" \n", b"\\\n") + found[-1:]
-    return found.translate(BLANK).replace(b" \n", b"\\\n")
+        return found[:1] + found[1:-1].translate(_BLANK).replace(b" \n", b"\\\n") + found[-1:]
+    return found.translate(_BLANK).replace(b" \n", b"\\\n")
 
 
 def is_container(header: bytes, cpp: bool) -> bool:
@@ -560,7 +560,7 @@ def _directives(out: bytearray, cpp: bool) -> None:
         elif depth > 0 and word not in _CONDITIONAL_NEXT and word != b"endif":
             blank.append((s, e))  # #define, #pragma, #include... inside a body or a parameter list
     for s, e in blank:
-        out[s:e] = out[s:e].translate(BLANK)
+        out[s:e] = out[s:e].translate(_BLANK)
 
 
 def _condition(text: bytes, s: int, e: int) -> tuple[bytes, bool] | None:
@@ -641,7 +641,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         end = arguments_end(text, e) if args else e
         if kind != "loops":
             end = e if end is None else end
-            out[s:end] = out[s:end].translate(BLANK)
+            out[s:end] = out[s:end].translate(_BLANK)
             if kind == "attributes":
                 attributes.append(s)
             continue
@@ -653,7 +653,7 @@ def _macros(out: bytearray, rules: _Rules) -> tuple[int, ...]:
         room = (end if line_end < 0 else line_end) - s
         head = b"while(1)" if room >= 8 else b"if(1)" if room >= 5 else None
         if head is not None:
-            out[s:end] = out[s:end].translate(BLANK)
+            out[s:end] = out[s:end].translate(_BLANK)
             out[s : s + len(head)] = head
     return tuple(attributes)
 

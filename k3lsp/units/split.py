@@ -13,7 +13,7 @@ after its function. Kernel code is written in macros tree-sitter-c does not know
    (``SYSCALL_DEFINE3(read, ...)`` is ``sys_read``; a stray block is ``block@LINE``), and the ``#define``s
    that hold functions (``templates``: one unit each, ``show_##reg``, with the lines expanding it as context);
 3. tree-sitter (C, or C++ for a file that ``cxx.is_cpp`` says is C++) reads the rest: the declarations
-   that are context (the function bodies blanked: they are never context, and are most of the bytes).
+   that are context (the function bodies skipped: they are never context, and are most of the bytes).
 
 Units and context are always cut from the original bytes: the normalised text only decides where things
 are. Units that share a line are merged ("a+b"), so units never overlap.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import tree_sitter_c
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Point, Range
 
 from k3lsp.units import blocks, kernelc, templates
 from k3lsp.units.kernelc import DEFAULT_MACROS, Macros
@@ -208,7 +208,9 @@ def _parse(data: bytes, macros: Macros) -> ParsedFile:
         normalised, [b for b in blocks.top_level(normalised) if b.kind != "data"]
     )
     spans = _merge(list(_spans(found, data)))
-    tree = Parser(CPP_LANGUAGE if normalised.cpp else C_LANGUAGE).parse(_bodies_blanked(normalised.text, found))
+    parser = Parser(CPP_LANGUAGE if normalised.cpp else C_LANGUAGE)
+    parser.included_ranges = _outside_bodies(normalised.text, found)
+    tree = parser.parse(normalised.text)
     items = _context(tree.root_node, data, [(b.start, b.close + 1) for b in found], normalised.cpp)
     items += _signatures(spans, items, data)
     lines = data.split(b"\n")
@@ -259,16 +261,23 @@ def _merge(spans: list[_Span]) -> list[_Span]:
 _BODY_KINDS = frozenset({"function", "macro_body", "block"})
 
 
-def _bodies_blanked(text: bytes, found: list[blocks.Block]) -> bytes:
-    """The text tree-sitter parses: what is between the braces of each function block blanked (newlines kept).
-    Only the file-level declarations are read from the parse (the blocks come from ``blocks``), so the bodies,
-    most of a kernel file's bytes, need not be parsed: the whole Linux tree's parse took a third of its split.
-    A template's ``#define`` and a macro call around a block (``TRACE_EVENT(...)``) are left whole."""
-    out = bytearray(text)
+def _outside_bodies(text: bytes, found: list[blocks.Block]) -> list[Range]:
+    """What tree-sitter parses: all but what is between the braces of each function block, whose lexer skips
+    the rest (the positions it reports are the text's). Only the file-level declarations are read from the
+    parse (the blocks come from ``blocks``), so the bodies, most of a kernel file's bytes, need not be parsed:
+    the whole Linux tree's parse took a third of its split. A template's ``#define`` and a macro call around a
+    block (``TRACE_EVENT(...)``) are parsed whole."""
+    bounds = [0]
     for b in found:
         if b.kind in _BODY_KINDS and text[b.open] == 0x7B and text[b.close] == 0x7D:
-            out[b.open + 1 : b.close] = out[b.open + 1 : b.close].translate(kernelc.BLANK)
-    return bytes(out)
+            bounds += [b.open + 1, b.close]
+    bounds.append(len(text))
+    points, row, at = [], 0, 0
+    for b in bounds:  # rows counted once, in order: linear in the file
+        row += text.count(b"\n", at, b)
+        at = b
+        points.append(Point(row, b - text.rfind(b"\n", 0, b) - 1))
+    return [Range(points[i], points[i + 1], bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
 
 
 def _signatures(spans: list[_Span], items: list[ContextItem], data: bytes) -> list[ContextItem]:
