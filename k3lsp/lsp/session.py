@@ -36,6 +36,8 @@ from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.lsp import actions, convert, progress, workspace
 from k3lsp.lsp.documents import Document, FileReport, Silenced, View, alert_notices, notices, present
+from k3lsp.lsp.splits import SplitStore
+from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
 from k3lsp.units.splitting import Splitter
 from k3lsp.wire import sanitize
@@ -118,7 +120,8 @@ class Session:
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = Splitter()
-        self.service = AuditService(self.pool, split=self._splitter.split)
+        self.splits = SplitStore.beside(self.cache.path)
+        self.service = AuditService(self.pool, split=self._split)
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -135,11 +138,15 @@ class Session:
         self._initial = self.options
 
     async def initialized(self) -> None:
+        self.spawn(asyncio.to_thread(self.splits.open), "opening the split store")
         await self.pool.reconfigure(self.options)
         await self.refresh_settings()
         self._tell_settings()  # without a read (no workspace/configuration, or it failed) the initial problems
         self.load_baseline()
         self._ready.set()
+        # The splitter's process now, not at the first file opened (half a second to start and load its parsers);
+        # once the settings are read: starting it before slowed that read, which every first audit waits for.
+        self._splitter.start(self.options.kernel_macros)
         self._state_changed(self.pool.state)  # the client learns the state now, not at the first audit
 
     async def ready(self) -> None:
@@ -265,8 +272,22 @@ class Session:
         the GIL)."""
         asked = (text, self.options.kernel_macros)
         if doc.split is None or doc.split[0] != asked:
-            doc.split = (asked, await self._splitter.split(*asked))
+            doc.split = (asked, await self._split(*asked))
         return doc.split[1]
+
+    def keep_split(self, doc: Document) -> None:
+        """Keep a document's split for its next opening (``k3lsp.lsp.splits``): one the editor opened, or one a
+        workspace audit found something to show in. In a thread, once its findings are shown (encoding a 0.9 MB
+        file's units takes tens of milliseconds)."""
+        if doc.split is not None:
+            (text, macros), split = doc.split
+            self.spawn(asyncio.to_thread(self.splits.put, text, macros, split), f"keeping the split of {doc.relpath}")
+
+    async def _split(self, text: str, macros: Macros) -> tuple[Unit, ...]:
+        """A text's units: as kept from an earlier split of the same text (``k3lsp.lsp.splits``: no wait for the
+        splitter), else from the splitter."""
+        kept = await asyncio.to_thread(self.splits.get, text, macros)
+        return kept if kept is not None else await self._splitter.split(text, macros)
 
     async def republish(self, doc: Document) -> None:
         """Derive what is shown from the stored results for the document's current text, and send it."""
@@ -389,6 +410,7 @@ class Session:
         outcome = await self.service.audit([self.audited(doc)], told, Job(baseline=self.baseline, cached_only=True))
         if not any(f.error for f in outcome.files.values()):
             await self.republish(doc)
+            self.keep_split(doc)
         if not self._closing:
             await self.pool.reach()
 
@@ -486,6 +508,7 @@ class Session:
         if line is None and summary.complete:
             doc.keep_results_for(split)
         await self.republish(doc)
+        self.keep_split(doc)
         if summary.incomplete:
             names = ", ".join(f"{r.unit.name} ({r.cut_short})" for r in summary.incomplete)
             self.message(
@@ -558,6 +581,7 @@ class Session:
         out["silenced"] = self.silenced()
         out["diagnostics"] = "pull" if self.pull else "push"
         out["cache"] = self.cache.stats()
+        out["splits"] = self.splits.stats()
         out["witnesses"] = witness_status(self.options.witnesses)
         out["settings"] = options.effective(self.options)  # what the editor's settings became, by key
         out["scope"] = self.scope_note()
@@ -572,3 +596,4 @@ class Session:
         await tasks.cancel(*self._tasks)
         await self.pool.close()
         self._splitter.close()
+        self.splits.close()

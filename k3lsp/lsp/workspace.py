@@ -74,6 +74,8 @@ class Editor(Protocol):
 
     async def republish(self, doc: Document) -> None: ...
 
+    def keep_split(self, doc: Document) -> None: ...
+
     async def audit_and_wait(self, uri: str, *, priority: Priority = Priority.INTERACTIVE) -> FileReport: ...
 
     def open_paths(self) -> set[Path]: ...
@@ -211,4 +213,5 @@ async def audit_closed(
     if kept is not None or any(doc.results.values()) or doc.refusals or doc.alerts:
         editor.docs[uri] = doc
         await editor.republish(doc)
+        editor.keep_split(doc)  # opened next, its findings show without waiting for the splitter
     return (summary.unavailable if summary.left else None), file.incomplete
