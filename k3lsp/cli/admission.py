@@ -162,11 +162,18 @@ def _say_what_is_left(out: Admitted, empty: list[str]) -> None:
 
 def cost(audited: Sequence[units.Unit]) -> str:
     """``49,207 units, about 1,394,021 tokens of code: about 1.3 h of prefill at ~300 tokens/s (...)``."""
-    tokens = sum(len(u.text) for u in audited) / CHARS_PER_TOKEN
+    return estimate(f"{len(audited):,} units", sum(len(u.text) for u in audited))
+
+
+def estimate(counted: str, chars: float, measured: float | None = None) -> str:
+    """What ``chars`` characters of units cost in prefill: at ``measured`` tokens/s (a daemon's own prefill rate,
+    the editor's workspace audit), else at the stated PREFILL_TOKENS_PER_S."""
+    tokens = chars / CHARS_PER_TOKEN
+    rate = measured or PREFILL_TOKENS_PER_S
+    said = f"{rate:,.0f} tokens/s, the daemon's measured rate" if measured else f"~{rate} tokens/s"
     return (
-        f"{len(audited):,} units, about {tokens:,.0f} tokens of code: about "
-        f"{_duration(tokens / PREFILL_TOKENS_PER_S)} of prefill at ~{PREFILL_TOKENS_PER_S} tokens/s (units in the "
-        "result cache cost nothing)"
+        f"{counted}, about {tokens:,.0f} tokens of code: about {_duration(tokens / rate)} of prefill at {said} "
+        "(units in the result cache cost nothing)"
     )
 
 
@@ -175,7 +182,9 @@ def _duration(seconds: float) -> str:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} days"
 
 
 def _files(n: int) -> str:

@@ -58,6 +58,7 @@ class Options:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     thinking_effort: str = "auto"
     max_workspace_files: int = 0  # a workspace audit's bound on files (open, then newest first); 0: every file
+    ask_above_units: int = 2_000  # a workspace audit estimated at more units asks which code first; 0: never asks
     kernel_macros: Macros = DEFAULT_MACROS  # what the splitter normalises: the built-in table plus kernelMacros
     witnesses: tuple[str, ...] = ()  # analyzers run on save whose alerts are shown and triaged (docs/witnesses.md)
     witness_severity: str = "warning"  # the diagnostic severity of an alert the model has not triaged
@@ -270,6 +271,9 @@ SETTINGS = (
             "for explanations, high for workspace audits.", THINKING_EFFORTS),
     Setting("maxWorkspaceFiles", "count", "A workspace audit's bound on files (open ones first, then the most "
             "recently changed); 0 audits every file."),
+    Setting("askAboveUnits", "count", "A workspace audit estimated at more units than this says what it will cost "
+            "and asks which code to audit first (changed code, built code, the open file's folder, everything); 0 "
+            "never asks."),
     Setting("kernelMacros", "macros", 'Kernel macros the C splitter should know, added to its built-in table: '
             '{"loops": [...], "attributes": [...], "statements": [...]} of names, * globs or name().'),
     Setting("witnesses", "names", "Static analyzers run on each save whose alerts show at once and are triaged "

@@ -127,8 +127,8 @@ def create(transport: TransportFactory = DaemonClient) -> LanguageServer:
         return asdict(await session.audit_and_wait(uri))
 
     @server.command("k3lsp.auditWorkspace")
-    async def audit_workspace(ls: LanguageServer) -> dict:
-        return asdict(await workspace.audit(session))
+    async def audit_workspace(ls: LanguageServer, *scope: str) -> dict:  # no argument: asked when large
+        return asdict(await workspace.audit(session, scope[0] if scope else None))
 
     @server.command("k3lsp.status")
     async def status(ls: LanguageServer) -> dict:

@@ -104,6 +104,7 @@ class Session:
         self.related = True
         self.progress = False
         self.configurable = False
+        self.asks = False  # the client answers window/showMessageRequest (it declares window.showMessage)
         self.hover_style = findings.HoverStyle()
         self.baseline: suppress.Baseline | None = None
         self.root: Path | None = None
@@ -131,6 +132,7 @@ class Session:
         self.related = _supports_related(caps)
         self.progress = bool(caps.window and caps.window.work_done_progress)
         self.configurable = bool(caps.workspace and caps.workspace.configuration)
+        self.asks = bool(caps.window and caps.window.show_message)
         self.hover_style = hover_style(caps)
         root = self.ls.workspace.root_path
         self.root = Path(root) if root else None
@@ -211,6 +213,20 @@ class Session:
     def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
         """window/showMessage; the text may quote the model or the daemon, so it is sanitised here."""
         self.ls.window_show_message(lsp.ShowMessageParams(type=kind, message=sanitize.text(text)))
+
+    async def ask(self, text: str, choices: list[str]) -> str | None:
+        """window/showMessageRequest: the title of the choice the person clicked (None: dismissed, or no answer)."""
+        params = lsp.ShowMessageRequestParams(
+            type=lsp.MessageType.Warning,
+            message=sanitize.text(text),
+            actions=[lsp.MessageActionItem(title=c) for c in choices],
+        )
+        try:
+            answer = await self.ls.window_show_message_request_async(params)
+        except Exception as exc:  # a client that fails the request has not chosen
+            log.warning("window/showMessageRequest failed: %s", exc)
+            return None
+        return answer.title if answer is not None else None
 
     def silenced(self) -> dict[str, int]:
         """How many findings of the open documents are silenced: by comments in the source, by the baseline, by

@@ -36,7 +36,7 @@ from k3lsp.core.options import Options, admitted_files
 from k3lsp.core.reachability import Skipped
 from k3lsp.core.service import AuditService, Event, Job, Prepared, UnitDone
 from k3lsp.findings import suppress
-from k3lsp.lsp import progress
+from k3lsp.lsp import progress, workscope
 from k3lsp.lsp.documents import Document, FileReport
 from k3lsp.wire.protocol import Priority
 
@@ -62,6 +62,9 @@ class Editor(Protocol):
     baseline: suppress.Baseline | None
     service: AuditService
     docs: dict[str, Document]
+    asks: bool  # the client answers window/showMessageRequest
+
+    async def ask(self, text: str, choices: list[str]) -> str | None: ...
 
     @property
     def closing(self) -> bool: ...
@@ -120,8 +123,9 @@ class _Tally:
     skipped: Skipped | None = None  # with a kconfig: the units it does not build, left out (unbuilt: hide) or not
 
 
-async def audit(editor: Editor) -> WorkspaceReport:
-    """Audit the workspace's files, those open in the editor first."""
+async def audit(editor: Editor, asked: str | None = None) -> WorkspaceReport:
+    """Audit the workspace's files, those open in the editor first; ``asked``: the scope the command named
+    (``k3lsp.lsp.workscope``), else the whole workspace, or what the person chooses when it is large."""
     root = editor.root
     if editor.closing:
         return WorkspaceReport(error=SHUTTING_DOWN)
@@ -131,13 +135,21 @@ async def audit(editor: Editor) -> WorkspaceReport:
     kconfig = editor.options.kconfig
     built = functools.partial(editor.service.reachability.file_rank, kconfig=kconfig) if kconfig else (lambda _: 0)
     files = await asyncio.to_thread(ordered_files, root, editor.options, opened, built)
+    chosen = workscope.parse(asked, root) if asked is not None else await _choose(editor, root, files, opened)
+    if isinstance(chosen, str):
+        return WorkspaceReport(error=chosen)
+    if chosen is None:
+        return WorkspaceReport(cancelled=True)
+    files = await asyncio.to_thread(workscope.narrowed, chosen, files, root, editor.options, built)
     bound = editor.options.max_workspace_files
     left_out = max(0, len(files) - bound) if bound else 0
     if left_out:
         editor.message(left_out_note(files, root, bound), lsp.MessageType.Warning)
         files = files[:bound]
-    tally = _Tally(skipped=Skipped(kconfig, editor.options.only_built()) if kconfig else None)
-    work = asyncio.ensure_future(_audit_files(editor, root, files, opened, tally))
+    only_built = editor.options.only_built() or chosen.kind == workscope.BUILT
+    job = Job(Priority.BACKGROUND, baseline=editor.baseline, only_built=only_built, scope=chosen.job_scope())
+    tally = _Tally(skipped=Skipped(kconfig, only_built) if kconfig else None)
+    work = asyncio.ensure_future(_audit_files(editor, root, files, opened, tally, job))
     try:
         await work
     except asyncio.CancelledError:
@@ -149,7 +161,38 @@ async def audit(editor: Editor) -> WorkspaceReport:
     return WorkspaceReport(files=tally.files, error=error, left_out=left_out)
 
 
-async def _audit_files(editor: Editor, root: Path, files: list[Path], opened: set[Path], tally: _Tally) -> None:
+async def _choose(editor: Editor, root: Path, files: list[Path], opened: set[Path]) -> workscope.Scope | None:
+    """Everything, when the estimate is within ``askAboveUnits``; else the scope the person picks (None:
+    cancelled), or, from a client that cannot be asked, the narrowest that applies (said, with how to ask for
+    another)."""
+    options = editor.options
+    bound = options.max_workspace_files
+    every = workscope.Scope(workscope.ALL)
+    if not options.ask_above_units:
+        return every
+    cost = await workscope.estimate(files[:bound] if bound else files, editor.service.split, options.kernel_macros)
+    if cost.units <= options.ask_above_units:
+        return every
+    rate = workscope.measured_rate(await editor.service.pool.status())
+    in_git = await asyncio.to_thread(workscope.in_git, root, options)
+    scopes = workscope.offered(root, options, opened, in_git)
+    said = f"k3 workspace audit: {cost.said(rate)}; over askAboveUnits ({options.ask_above_units:,})."
+    if editor.asks:
+        titles = [s.title(root) for s in scopes]
+        answer = await editor.ask(f"{said} Which code should it audit?", [*titles, workscope.CANCEL])
+        return scopes[titles.index(answer)] if answer in titles else None
+    narrower = scopes[0] if scopes[0] is not every else None
+    how = 'run k3lsp.auditWorkspace with "all", "changed", "built" or a folder to choose'
+    if narrower is None:
+        editor.message(f"{said} Nothing was started: {how}.", lsp.MessageType.Warning)
+    else:
+        editor.message(f"{said} Auditing {narrower.title(root).lower()} only: {how}.", lsp.MessageType.Warning)
+    return narrower
+
+
+async def _audit_files(
+    editor: Editor, root: Path, files: list[Path], opened: set[Path], tally: _Tally, job: Job
+) -> None:
     """The files, a few at a time, under the cancellable progress; counted in ``tally`` as they end."""
     async with editor.progress_bar("k3 audit workspace", len(files)) as report:
         queue: asyncio.Queue[Path] = asyncio.Queue()
@@ -162,7 +205,7 @@ async def _audit_files(editor: Editor, root: Path, files: list[Path], opened: se
                 if path in opened:
                     error, incomplete = (await editor.audit_and_wait(_uri(path), priority=Priority.BACKGROUND)).error, 0
                 else:
-                    error, incomplete = await audit_closed(editor, root, path, tally.skipped)
+                    error, incomplete = await audit_closed(editor, root, path, job, tally.skipped)
                 tally.files += 1
                 tally.incomplete += incomplete
                 report(tally.files, f"{tally.files}/{len(files)} files ({path.relative_to(root).as_posix()})")
@@ -186,7 +229,7 @@ def _uri(path: Path) -> str:
 
 
 async def audit_closed(
-    editor: Editor, root: Path, path: Path, skipped: Skipped | None = None
+    editor: Editor, root: Path, path: Path, job: Job, skipped: Skipped | None = None
 ) -> tuple[str | None, int]:
     """One file the editor has not opened: (why units were left or it was not audited, if so; units cut short). It
     becomes a document of the session only with something to show, or when the session had one for it. Its units
@@ -203,7 +246,6 @@ async def audit_closed(
             doc.record(event.result.unit.key, event.result.findings, event.result.refusal)
 
     audited = service.Document(path, root, relpath)
-    job = Job(Priority.BACKGROUND, baseline=editor.baseline, only_built=editor.options.only_built())
     outcome = await editor.service.audit([audited], told, job)
     if skipped is not None and outcome.skipped is not None:
         skipped.merge(outcome.skipped)

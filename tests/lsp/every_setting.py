@@ -16,6 +16,7 @@ WORKSPACE = {
     "exclude": ["src/vendor/**"],
     "thinkingEffort": "high",
     "maxWorkspaceFiles": 7,
+    "askAboveUnits": 50,
     "kernelMacros": {"loops": ["k3_walk_*"]},
     "witnesses": ["cppcheck", "sparse"],
     "witnessSeverity": "hint",

@@ -90,6 +90,7 @@ test("only the server's keys are synchronized, so `server.*` and `trace.*` never
       "k3lsp.exclude",
       "k3lsp.thinkingEffort",
       "k3lsp.maxWorkspaceFiles",
+      "k3lsp.askAboveUnits",
       "k3lsp.kernelMacros",
       "k3lsp.witnesses",
       "k3lsp.witnessSeverity",

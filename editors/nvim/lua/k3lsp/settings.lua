@@ -12,6 +12,7 @@ return {
   { option = 'exclude', key = 'exclude', kind = 'globs' },
   { option = 'thinking_effort', key = 'thinkingEffort', kind = 'choice', choices = { 'auto', 'off', 'low', 'high', 'max' } },
   { option = 'max_workspace_files', key = 'maxWorkspaceFiles', kind = 'count' },
+  { option = 'ask_above_units', key = 'askAboveUnits', kind = 'count' },
   { option = 'kernel_macros', key = 'kernelMacros', kind = 'macros' },
   { option = 'witnesses', key = 'witnesses', kind = 'names', choices = { 'cppcheck', 'clang', 'gcc', 'sparse', 'coccinelle' } },
   { option = 'witness_severity', key = 'witnessSeverity', kind = 'choice', choices = { 'error', 'warning', 'information', 'hint' } },
