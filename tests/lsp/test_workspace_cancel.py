@@ -24,7 +24,16 @@ async def held_workspace_audit(ed) -> tuple[asyncio.Future, str]:
     request's answer to come, its progress token)."""
     params = lsp.ExecuteCommandParams(command="k3lsp.auditWorkspace", arguments=[])
     answer = asyncio.ensure_future(ed.client.workspace_execute_command_async(params))
-    await ed.wait_for_status(lambda c: c["sent"] >= 1 and c["audited"] >= 1)
+
+    async def holding() -> None:  # "sent and audited" alone could be demo.c's while slow.c was still being split
+        while True:
+            status = await ed.status()
+            asked = [c.get("unit") for c in (status["backend"] or {}).get("calls", [])]  # None: no hello yet
+            if status["counters"]["audited"] >= 1 and "slow_unit" in asked:
+                return
+            await asyncio.sleep(0.1)
+
+    await asyncio.wait_for(holding(), WAIT)
     return answer, await ed.wait_for(lambda: ed.progress_token("k3 audit workspace"))
 
 
