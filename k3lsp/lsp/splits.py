@@ -163,5 +163,6 @@ class SplitStore:
         make_private(self.path)  # 0600 in a 0700 folder of ours, not a link: the units are the user's code
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # a kept split marked used must not wait for the disk (an fsync)
         conn.execute("CREATE TABLE IF NOT EXISTS splits (digest TEXT PRIMARY KEY, units BLOB NOT NULL, used REAL)")
         return conn
