@@ -44,7 +44,8 @@ BATCH_FILES = 500  # files per indexer run: the unit of progress and of commit
 BATCH_SECONDS = 300.0  # an indexer run that takes longer is killed and its files left unindexed
 LIST_SECONDS = 120.0
 DENSE_MACROS = 500
-SCHEMA_VERSION = 4
+NICENESS = 10  # the build's priority below the server's (its ctags children inherit it)
+SCHEMA_VERSION = 5
 DEFINITIONS = ("function", "macro", "struct", "union", "enum", "typedef", "variable", "enumerator", "class")
 DECLARATIONS = ("prototype", "externvar")  # shown after the definitions
 KINDS = DEFINITIONS + DECLARATIONS + ("namespace", "type", "global")  # "type", "global": the splitter's
@@ -323,6 +324,8 @@ def _main(argv: list[str]) -> int:
         _split_child()
         return 0
     root, path = Path(argv[0]), Path(argv[1])
+    with contextlib.suppress(AttributeError, OSError):  # below the server and its tool calls on busy cores
+        os.nice(NICENESS)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     conn = connect(path)
     try:

@@ -7,13 +7,13 @@ the few files that hold the word, and only those are read. It must stay small (L
 - files are numbered (``files.id`` of the symbol index) and cut into chunks of ``CHUNK`` consecutive ids; a
   chunk is the unit of (re)building, so a changed file costs the re-reading of its chunk, never a full build;
 - a word's 64-bit BLAKE2 hash picks one of ``BUCKETS`` buckets (its low bits) and is kept as 32 more bits;
-- one blob per chunk (``encode_chunk``), cut into the buckets' sections: the words' 32-bit hashes, sorted, how
-  many files each is in, then each one's files as 16-bit places in the chunk, or as a bitmap for a common word.
-  (One sqlite row per bucket and chunk took over 110 MiB on Linux: a row too big for its B-tree page spills
-  into whole pages of its own.)
+- one row per bucket of a chunk (``encode_chunk``): the words' 32-bit hashes, sorted, how many files each is
+  in, then each one's files as 16-bit places in the chunk, or as a bitmap for a common word. (Chunks of 512
+  files with 32-bit ends and no bitmaps took over 110 MiB on Linux; one blob per chunk, read with
+  ``blobopen``, cost a walk of its overflow pages on every lookup.)
 
-A lookup reads one bucket's section of each chunk's blob (``blobopen``: a few hundred bytes each), finds the hash
-by bisection and decodes one list per chunk. Two words that share 44 bits of hash (about one pair among Linux's
+A lookup reads one row of each chunk (a few hundred bytes), finds the hash by bisection and decodes one list
+per chunk. Two words that share 44 bits of hash (about one pair among Linux's
 words) only make a file be read that does not hold the word: the reader checks every line it shows with a
 whole-word search.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import re
 import sqlite3
 import sys
@@ -33,9 +34,10 @@ BUCKETS = 4096
 BITMAP = CHUNK // 8  # a word in more than BITMAP // 2 files of a chunk is kept as a bitmap of its files
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _LITTLE = sys.byteorder == "little"
-_HEADER = 4 * (BUCKETS + 1)
+_INNER = frozenset(bytes([c]) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
-SCHEMA = ("CREATE TABLE IF NOT EXISTS postings (chunk INTEGER PRIMARY KEY, data BLOB NOT NULL)",)
+# one row a bucket of a chunk (id: chunk * BUCKETS + bucket), a few hundred bytes: a row stays in its B-tree page
+SCHEMA = ("CREATE TABLE IF NOT EXISTS postings (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",)
 
 
 def words(data: bytes) -> set[bytes]:
@@ -68,18 +70,17 @@ def _size(count: int) -> int:
     return BITMAP if 2 * count > BITMAP else 2 * count
 
 
-def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> bytes:
-    """One chunk's blob: ``files`` are (place in the chunk, its words), in any order. The blob is BUCKETS + 1
-    offsets (32-bit), then one section a bucket: its word count n, n hashes (32-bit, sorted), n file counts
-    (16-bit), then each word's file list (``_size``)."""
-    buckets: list[dict[int, list[int]]] = [{} for _ in range(BUCKETS)]
+def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> dict[int, bytes]:
+    """One chunk's sections by bucket: ``files`` are (place in the chunk, its words), in any order. A section
+    is its word count n, n hashes (32-bit, sorted), n file counts (16-bit), then each word's file list
+    (``_size``)."""
+    buckets: dict[int, dict[int, list[int]]] = {}
     for place, found in files:
         for word in found:
             bucket, kept = _hash(word)
-            buckets[bucket].setdefault(kept, []).append(place)
-    offsets, sections, at = _array("I"), [], _HEADER
-    for lists in buckets:
-        offsets.append(at)
+            buckets.setdefault(bucket, {}).setdefault(kept, []).append(place)
+    sections = {}
+    for bucket, lists in buckets.items():
         hashes = sorted(lists)
         counts = array("H", (len(lists[kept]) for kept in hashes))
         parts = [len(hashes).to_bytes(4, "little"), _bytes(array("I", hashes)), _bytes(counts)]
@@ -89,11 +90,8 @@ def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> bytes:
                 parts.append(sum(1 << p for p in places).to_bytes(BITMAP, "little"))
             else:
                 parts.append(_bytes(array("H", places)))
-        section = b"".join(parts)
-        sections.append(section)
-        at += len(section)
-    offsets.append(at)
-    return _bytes(offsets) + b"".join(sections)
+        sections[bucket] = b"".join(parts)
+    return sections
 
 
 def _decode(section: bytes, kept: int) -> list[int]:
@@ -113,40 +111,44 @@ def _decode(section: bytes, kept: int) -> list[int]:
 
 
 def write_chunk(conn: sqlite3.Connection, chunk: int, files: Iterable[tuple[int, set[bytes]]]) -> None:
-    """Replace one chunk's blob (``files``: (file id, its words), every id in the chunk). In the caller's
+    """Replace one chunk's rows (``files``: (file id, its words), every id in the chunk). In the caller's
     transaction."""
-    data = encode_chunk((file_id - chunk * CHUNK, found) for file_id, found in files)
-    conn.execute("INSERT OR REPLACE INTO postings VALUES (?, ?)", (chunk, data))
+    sections = encode_chunk((file_id - chunk * CHUNK, found) for file_id, found in files)
+    first = chunk * BUCKETS
+    conn.execute("DELETE FROM postings WHERE id BETWEEN ? AND ?", (first, first + BUCKETS - 1))
+    conn.executemany("INSERT INTO postings VALUES (?, ?)", ((first + b, data) for b, data in sections.items()))
 
 
 def files_with(conn: sqlite3.Connection, word: str) -> list[int]:
     """The ids of the files that hold ``word`` (and, rarely, of files holding a word of the same hash)."""
     bucket, kept = _hash(word.encode())
+    (last,) = conn.execute("SELECT max(id) FROM postings").fetchone()
+    rows = json.dumps([chunk * BUCKETS + bucket for chunk in range((last or 0) // BUCKETS + 1)])
     found: list[int] = []
-    for (chunk,) in conn.execute("SELECT chunk FROM postings ORDER BY chunk").fetchall():
-        with conn.blobopen("postings", "data", chunk, readonly=True) as blob:
-            blob.seek(4 * bucket)
-            start, end = _array("I", blob.read(8))
-            blob.seek(start)
-            section = blob.read(end - start)
-        found.extend(chunk * CHUNK + place for place in _decode(section, kept))
+    sql = "SELECT id, data FROM postings WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id"
+    for row, section in conn.execute(sql, (rows,)):
+        base = row // BUCKETS * CHUNK
+        found.extend(base + place for place in _decode(section, kept))
     return found
 
 
 def lines_with(data: bytes, word: str) -> list[tuple[int, str]]:
     """The lines of a file's bytes that hold ``word`` as a whole word (ripgrep's ``--word-regexp``): (1-based
-    number, text)."""
-    pattern = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(word.encode()) + rb"(?![A-Za-z0-9_])")
+    number, text). The word is looked for with ``bytes.find`` (a regex that begins with a lookbehind gets no
+    fast literal scan)."""
+    needle = word.encode()
     out: list[tuple[int, str]] = []
-    line, counted, next_line = 1, 0, 0
-    for match in pattern.finditer(data):
-        start = match.start()
-        if start < next_line:  # a second hit on a line already taken
+    line, counted, at = 1, 0, data.find(needle)
+    while at >= 0:
+        after = at + len(needle)
+        whole = (at == 0 or data[at - 1 : at] not in _INNER) and data[after : after + 1] not in _INNER
+        if not whole:
+            at = data.find(needle, at + 1)
             continue
-        line += data.count(b"\n", counted, start)
-        counted = start
-        end = data.find(b"\n", start)
+        line += data.count(b"\n", counted, at)
+        counted = at
+        end = data.find(b"\n", at)
         end = len(data) if end < 0 else end
-        out.append((line, data[data.rfind(b"\n", 0, start) + 1 : end].decode("utf-8", "replace")))
-        next_line = end + 1
+        out.append((line, data[data.rfind(b"\n", 0, at) + 1 : end].decode("utf-8", "replace")))
+        at = data.find(needle, end + 1) if end < len(data) else -1
     return out
