@@ -70,7 +70,8 @@ async def test_a_workspace_audit_splits_each_file_once(tmp_path, fake, monkeypat
     (root / "closed.c").write_text(scripted.DEMO_C)
     opened = scripted.DEMO_C.replace("return 0", "return 1").replace("idx", "i")  # other units: not cache hits
     (root / "open.c").write_text(opened)
-    async with initialized(root, tmp_path, fake) as session:
+    never_asks = {"askAboveUnits": 0}  # no cost estimate, which splits a sample of the files before the audit
+    async with initialized(root, tmp_path, fake, never_asks) as session:
         open_uri = (root / "open.c").as_uri()
         session.ls.workspace.put_text_document(lsp.TextDocumentItem(open_uri, "c", 1, opened))
         report = await asyncio.wait_for(workspace.audit(session), 60)
