@@ -181,7 +181,7 @@ async def _choose(editor: Editor, root: Path, files: list[Path], opened: set[Pat
         titles = [s.title(root) for s in scopes]
         answer = await editor.ask(f"{said} Which code should it audit?", [*titles, workscope.CANCEL])
         return scopes[titles.index(answer)] if answer in titles else None
-    narrower = scopes[0] if scopes[0] is not every else None
+    narrower = scopes[0] if scopes[0].kind != workscope.ALL else None
     how = 'run k3lsp.auditWorkspace with "all", "changed", "built" or a folder to choose'
     if narrower is None:
         editor.message(f"{said} Nothing was started: {how}.", lsp.MessageType.Warning)
