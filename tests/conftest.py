@@ -124,6 +124,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=order)  # stable: a group's tests keep their order
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything imported so far (lsprotocol, mlx-lm, transformers, the test modules: about 140,000 objects) lives
+    for the whole session: frozen, so that the collection `lost_task_failures` runs after every test walks only what
+    tests made since (about 0.002 s instead of 0.09 s, over 1,500 tests)."""
+    gc.collect()
+    gc.freeze()
+
+
 LOST = ("exception was never retrieved", "Task was destroyed but it is pending")
 
 
