@@ -56,7 +56,7 @@ async def test_a_workspace_audit_of_30000_files_covers_them_all_and_stays_respon
         opened = ed.open("drivers000/f000.c")
         loop = asyncio.get_running_loop()
         started = loop.time()
-        audit = asyncio.ensure_future(ed.command("k3lsp.auditWorkspace", timeout=1200))
+        audit = asyncio.ensure_future(ed.command("k3lsp.auditWorkspace", "all", timeout=1200))  # no scope question
         while not audit.done():
             tic = loop.time()
             await ed.client.text_document_hover_async(
