@@ -633,7 +633,7 @@ async def server(tree: Path, opened: Path, scratch: Path) -> None:
 
         idle = [await latency() for _ in range(200)]
         started = loop.time()
-        audit = asyncio.ensure_future(ed.command("k3lsp.auditWorkspace", timeout=24 * 3600))
+        audit = asyncio.ensure_future(ed.command("k3lsp.auditWorkspace", "all", timeout=24 * 3600))
         busy = []
         while not audit.done():
             busy.append(await latency())
