@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -119,9 +120,10 @@ def test_a_pair_that_fails_at_start_every_time_is_given_up_after_n_tries(tmp_pat
         sup.stop()
     log = sup.log.read_text()
     assert sup.proc.returncode == 1, log[-4000:]
-    assert "giving up after 2 failures in a row of the same kind (at start: exit 1; the last: rank 0 exit 1" in log, (
-        log[-4000:]
-    )
+    # Both ranks fail to load the model: which of them exits first is a race.
+    assert re.search(
+        r"giving up after 2 failures in a row of the same kind \(at start: exit 1; the last: rank [01] exit 1", log
+    ), log[-4000:]
     assert log.count("restarting in") == 1 and "restarting in 0.1 s" in log
     assert "cannot load model" in log.split("giving up")[1]  # the reason, in the last lines it quotes
     assert not sup.ready_lines()
