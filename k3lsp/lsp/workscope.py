@@ -30,16 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3lsp.cli import admission
-from k3lsp.core import scope
+from k3lsp.core import reachability, scope
 from k3lsp.core.options import Options
 from k3lsp.git import repo as gitrepo
+from k3lsp.kbuild.state import Kind
 from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
 
 SAMPLE = 64  # files split for the estimate: a second or two in the splitter's process
 CHANGED, BUILT, FOLDER, ALL = "changed", "built", "folder", "all"
 CANCEL = "Cancel"
-NOT_BUILT = 2  # Reachability.file_rank of a file the kconfig does not build
+NOT_BUILT = reachability.ORDER[Kind.NOT_BUILT]  # Reachability.file_rank of a file the kconfig does not build
 
 Split = Callable[[str, Macros], Awaitable[tuple[Unit, ...]]]
 
