@@ -62,3 +62,29 @@ def test_a_signal_that_lands_where_exceptions_are_swallowed_still_ends_the_comma
     done = ended(tmp_path, "swallowed", SWALLOWED)
     assert done.returncode == 128 + signal.SIGINT, done.stderr
     assert done.stderr.splitlines() == ["swallowed: interrupted by SIGINT"]
+
+
+# A SIGINT that lands while a class is made whose attribute has a __set_name__ (a functools.cached_property, as
+# importing ipaddress makes one under shtab's import): CPython wraps the KeyboardInterrupt in a RuntimeError ("Error
+# calling __set_name__"), which ended the command with a traceback.
+INTERRUPTED_IN_SET_NAME = """
+import os, signal, sys
+from k3lsp.wire import ending
+
+class Interrupting:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000): pass
+
+def command():
+    type("Made", (), {"attribute": Interrupting()})
+    return 0
+
+sys.exit(ending.run("interrupted", command))
+"""
+
+
+def test_a_signal_while_a_class_is_made_still_ends_the_command_with_one_line(tmp_path):
+    done = ended(tmp_path, "interrupted", INTERRUPTED_IN_SET_NAME)
+    assert done.returncode == 128 + signal.SIGINT, done.stderr
+    assert done.stderr.splitlines() == ["interrupted: interrupted by SIGINT"]
