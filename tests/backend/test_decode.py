@@ -15,8 +15,13 @@ EOS = 3
 
 
 @pytest.fixture(scope="module")
-def model(tiny_model):
-    return dist.load_model(str(tiny_model), None, trust_remote_code=True)[0]
+def model(tmp_path_factory):
+    """make-tiny's own 4-layer checkpoint, not the tests' 3-layer one: the joins and finishes below are placed
+    where its random weights' greedy sequences end (on eos, or at their budget)."""
+    from backend.tiny import make_tiny
+
+    path = make_tiny(tmp_path_factory.mktemp("decode") / "tiny")
+    return dist.load_model(str(path), None, trust_remote_code=True)[0]
 
 
 def prompt(i: int, n: int) -> list[int]:

@@ -13,6 +13,7 @@ import pytest
 from backend import channels, prompts
 from backend.engine import PHASES, Engine, EngineArgs, GenRequest
 from backend.prefill import chunk_for
+from tests.conftest import TINY_LAYERS
 from tests.support.engine import drain
 from tests.support.forcing import Forced
 from tests.support.kimi import answer_tokens
@@ -316,7 +317,7 @@ def test_prefill_step_shrinks_for_long_prompts():
 
 def test_pruned_model_serves(pruned_model):
     e = new_engine(pruned_model)
-    assert e.experts == 5 and e.layers == 4 and e.ranks == 1 and e.model_id == pruned_model.name
+    assert e.experts == 5 and e.layers == TINY_LAYERS and e.ranks == 1 and e.model_id == pruned_model.name
     tok = e.tokenizer
     r = request(tok.encode("int pruned;"), forced=tok.encode("pruned answer"))
     e.submit(r)

@@ -9,6 +9,7 @@ import pytest
 
 from backend import fingerprint
 from backend.fingerprint import FingerprintError, checkpoint_fingerprint
+from tests.conftest import TINY_LAYERS
 from tests.security.test_local_access import OtherUser, shared_tmp  # noqa: F401 (shared_tmp: a fixture)
 
 
@@ -51,14 +52,15 @@ def test_two_seeds_of_one_shape_give_two_fingerprints(tiny_model, tmp_path):
     """Same config, same index, same file sizes: only the weights differ, and so must the fingerprint."""
     from backend.tiny import make_tiny
 
-    other = make_tiny(tmp_path / "seed1", seed=1)
+    other = make_tiny(tmp_path / "seed1", seed=1, layers=TINY_LAYERS)
     weights = sorted(p.name for p in tiny_model.glob("*.safetensors"))
     assert weights == sorted(p.name for p in other.glob("*.safetensors"))
     assert [(tiny_model / w).stat().st_size for w in weights] == [(other / w).stat().st_size for w in weights]
     assert checkpoint_fingerprint(other) != checkpoint_fingerprint(tiny_model)
 
 
-def test_a_flipped_byte_in_a_sampled_range_in_the_middle_of_a_weight_file_counts(tiny_model, tmp_path):
+def test_a_flipped_byte_in_a_sampled_range_in_the_middle_of_a_weight_file_counts(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(fingerprint, "SAMPLE_BYTES", 16 * 1024)  # the tiny weights are sampled, not read whole
     copy = shutil.copytree(tiny_model, tmp_path / "copy")
     base = checkpoint_fingerprint(copy)
     weights = max(copy.glob("*.safetensors"), key=lambda p: p.stat().st_size)

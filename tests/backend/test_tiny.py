@@ -12,7 +12,7 @@ from mlx_lm.models.kimi_k3 import KimiK3SparseMoE
 from backend.cli import main
 from backend.dist import RemoteCodeError, load_model, load_tokenizer
 from backend.tiny import MEDIA_TOKENS, RESERVED_TOKENS, make_tiny, prune, spread
-from tests.conftest import PRUNE_KEEP
+from tests.conftest import PRUNE_KEEP, TINY_LAYERS
 
 load = functools.partial(load_model, trust_remote_code=True)  # the tiny tokenizer class is this repository's code
 
@@ -21,7 +21,7 @@ def test_loads_as_kimi_k3_with_tool_parser_and_channels(checkpoint):
     model, tok = load(str(checkpoint.path))
     text = model.args.text_config
     assert model.model_type == "kimi_k3"
-    assert text.num_experts == 8 and text.num_hidden_layers == 4
+    assert text.num_experts == 8 and text.num_hidden_layers == TINY_LAYERS
     assert tok.has_tool_calling
     assert tok.tool_parser.__module__ == "mlx_lm.tool_parsers.kimi_k3"
     assert tok.tool_call_start == "<|open|>tools<|sep|>"
@@ -114,8 +114,8 @@ def _digests(path):
 
 
 def test_deterministic_given_seed(tiny_model, tmp_path):
-    assert _digests(make_tiny(tmp_path / "again")) == _digests(tiny_model)
-    other = _digests(make_tiny(tmp_path / "seed1", seed=1))
+    assert _digests(make_tiny(tmp_path / "again", layers=TINY_LAYERS)) == _digests(tiny_model)
+    other = _digests(make_tiny(tmp_path / "seed1", seed=1, layers=TINY_LAYERS))
     assert other["model.safetensors"] != _digests(tiny_model)["model.safetensors"]
     assert other["tokenizer.json"] == _digests(tiny_model)["tokenizer.json"]
 
@@ -133,7 +133,7 @@ def test_dialects_share_weights_and_vocabulary(tiny_model, jinja_model, tmp_path
     k3, jinja = _digests(tiny_model), _digests(jinja_model)
     assert k3["model.safetensors"] == jinja["model.safetensors"] and k3["tokenizer.json"] == jinja["tokenizer.json"]
     assert "tokenization_kimi.py" not in jinja
-    assert main(["make-tiny", str(tmp_path / "j"), "--dialect", "jinja"]) == 0
+    assert main(["make-tiny", str(tmp_path / "j"), "--dialect", "jinja", "--layers", str(TINY_LAYERS)]) == 0
     assert _digests(tmp_path / "j") == jinja
 
 
