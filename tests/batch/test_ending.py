@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A SIGTERM that lands in code run by exec of a string, as it does in a dataclass's methods while one is imported.
@@ -23,18 +25,13 @@ sys.exit(ending.run("interrupted", command))
 """
 
 
-def ended(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess:
-    """``source`` run as the module ``name`` (bounded: the commands here sleep for longer when a signal is lost)."""
-    (tmp_path / f"{name}.py").write_text(source)
+def ended(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    """``source`` run as the module ``interrupted`` (bounded: the commands here sleep for longer when a signal is
+    lost)."""
+    (tmp_path / "interrupted.py").write_text(source)
     env = os.environ | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", name], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "interrupted"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=20)  # fmt: skip
-
-
-def test_a_signal_inside_exec_still_ends_the_command_with_128_plus_the_signal(tmp_path):
-    done = ended(tmp_path, "interrupted", INTERRUPTED_IN_EXEC)
-    assert done.returncode == 128 + signal.SIGTERM, done.stderr
-    assert done.stderr.splitlines() == ["interrupted: interrupted by SIGTERM"]
 
 
 # A SIGINT that lands in code which swallows every exception, as nanobind does while mlx.core's module initialises
@@ -54,14 +51,8 @@ def command():
     time.sleep(30)  # the work after the import, which the signal must stop
     return 0
 
-sys.exit(ending.run("swallowed", command))
+sys.exit(ending.run("interrupted", command))
 """
-
-
-def test_a_signal_that_lands_where_exceptions_are_swallowed_still_ends_the_command(tmp_path):
-    done = ended(tmp_path, "swallowed", SWALLOWED)
-    assert done.returncode == 128 + signal.SIGINT, done.stderr
-    assert done.stderr.splitlines() == ["swallowed: interrupted by SIGINT"]
 
 
 # A SIGINT that lands while a class is made whose attribute has a __set_name__ (a functools.cached_property, as
@@ -84,7 +75,12 @@ sys.exit(ending.run("interrupted", command))
 """
 
 
-def test_a_signal_while_a_class_is_made_still_ends_the_command_with_one_line(tmp_path):
-    done = ended(tmp_path, "interrupted", INTERRUPTED_IN_SET_NAME)
-    assert done.returncode == 128 + signal.SIGINT, done.stderr
-    assert done.stderr.splitlines() == ["interrupted: interrupted by SIGINT"]
+@pytest.mark.parametrize(
+    ("source", "sig"),
+    [(INTERRUPTED_IN_EXEC, signal.SIGTERM), (SWALLOWED, signal.SIGINT), (INTERRUPTED_IN_SET_NAME, signal.SIGINT)],
+    ids=["inside-exec", "where-exceptions-are-swallowed", "while-a-class-is-made"],
+)
+def test_a_signal_wherever_it_lands_ends_the_command_with_one_line_and_128_plus_the_signal(tmp_path, source, sig):
+    done = ended(tmp_path, source)
+    assert done.returncode == 128 + sig, done.stderr
+    assert done.stderr.splitlines() == [f"interrupted: interrupted by {signal.Signals(sig).name}"]
