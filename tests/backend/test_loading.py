@@ -16,7 +16,7 @@ from backend.dist import load_model as load_checkpoint
 from tests.lsp import scripted
 from tests.support.daemon import Wire, audit_fields, serving
 
-PACE = ["--load-pace", "0.4"]  # 5 parts of the tests' checkpoint (3 layers + the rest): ~2 s of loading
+PACE = ["--load-pace", "0.4"]  # 4 parts of the tests' checkpoint (3 layers + the rest): ~1.6 s of loading
 
 
 def test_parts_are_read_one_after_the_other_and_give_mlx_lms_model(tiny_model):
