@@ -33,7 +33,7 @@ os.environ["K3_BACKEND_STORE"] = "none"
 
 PRUNE_KEEP = [0, 2, 3, 5, 7]  # 5 of the tiny model's 8 experts
 # The tests' checkpoint has one layer fewer than make-tiny's 4: KDA with the dense MLP, KDA with the MoE, MLA with
-# the MoE (every kind of layer, two attention-residual blocks) for three quarters of the compute per token. The
+# the MoE (every kind of layer, two attention-residual blocks) for two thirds of the compute per token. The
 # daemons' forward passes are the largest share of the suite's CPU (issue 40: the suite on 2 cores).
 TINY_LAYERS = 3
 

@@ -62,10 +62,10 @@ def run(prog: str, command: Callable[[], int]) -> int:
             raise
         return _closed_pipe()
     except RuntimeError as exc:
-        if not isinstance(exc.__cause__, KeyboardInterrupt):
-            raise
         # CPython wraps a KeyboardInterrupt raised in a __set_name__ (a signal while a class with a
         # functools.cached_property is made, as importing ipaddress does) in "Error calling __set_name__"
+        if not isinstance(exc.__cause__, KeyboardInterrupt):
+            raise
     finally:
         signal.signal(signal.SIGTERM, before)
     _forget_unhandled_interrupt()
