@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from k3lsp.tools import confine, occurrences, search, tagsfile
+from k3lsp.tools import confine, notices, occurrences, search, tagsfile
 from k3lsp.units import split as units
 from k3lsp.wire import isolated
 
@@ -127,13 +127,23 @@ def source(rel: str) -> bool:
 # --- a refresh ---------------------------------------------------------------------------------------------
 
 
-def update(conn: sqlite3.Connection, root: Path) -> str:
-    """Bring the index of ``root`` up to date; what was done, in words (for the log)."""
-    listing = search.listed(root, LIST_SECONDS)
-    sources = sum(source(rel) for rel in listing)
-    set_meta(conn, listed=str(sources))
-    known = {row[1]: row for row in conn.execute("SELECT id, path, mtime_ns, size FROM files")}
-    stamps = {rel: (info.st_mtime_ns, info.st_size) for rel, info in listing.items()}
+def update(conn: sqlite3.Connection, root: Path, folders: Iterable[notices.Folder] | None = None) -> str:
+    """Bring the index of ``root`` up to date; what was done, in words (for the log). ``folders``: only the files
+    under these (``notices``: what the file system said changed), each listed as a whole refresh lists it; the
+    index of every other file is kept as it is."""
+    rows = conn.execute("SELECT id, path, mtime_ns, size FROM files").fetchall()
+    known = {row[1]: row for row in rows}
+    scope = None if folders is None or not known else _walked(folders, known)
+    if scope is None:
+        listing = search.listed(root, LIST_SECONDS)
+        set_meta(conn, listed=str(sum(source(rel) for rel in listing)))
+        stamps = {rel: (info.st_mtime_ns, info.st_size) for rel, info in listing.items()}
+    else:
+        listing = {}
+        for folder, deep in scope:
+            listing |= search.listed(root, LIST_SECONDS, folder, deep=deep)
+        stamps = {rel: (row[2], row[3]) for rel, row in known.items() if not _within(rel, scope)}
+        stamps |= {rel: (info.st_mtime_ns, info.st_size) for rel, info in listing.items()}
     gone = [row[0] for rel, row in known.items() if rel not in stamps]
     changed = {rel for rel, stamp in stamps.items() if rel in known and known[rel][2:] != stamp}
     ids = {rel: row[0] for rel, row in known.items() if rel in stamps}
@@ -156,12 +166,38 @@ def update(conn: sqlite3.Connection, root: Path) -> str:
         batch = code[start : start + BATCH_FILES]
         _store(conn, batch, stamps, ids, indexer.run(root, batch), old)
     _words(conn, root, dirty, ids, stamps)
-    set_meta(conn, updated=str(time.time()), **({"indexer": indexer.name} if code else {}))
+    listed = "the whole tree" if scope is None else f"{search.counted(len(scope), 'folder')}, {len(listing)} files"
+    set_meta(conn, updated=str(time.time()), refreshed=listed, **({"indexer": indexer.name} if code else {}))
     if len(todo) + len(gone) > len(stamps) // 10:  # pages left part-filled by inserts in name order: packed
         conn.execute("VACUUM")
     if todo or gone:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log back into the file: the index's size is its file
-    return f"{sources} files, {sum(map(source, todo))} re-indexed, {len(gone)} gone"
+    return f"{listed} listed: {sum(map(source, stamps))} files, {sum(map(source, todo))} re-indexed, {len(gone)} gone"
+
+
+def _walked(folders: Iterable[notices.Folder], known: Iterable[str]) -> list[notices.Folder] | None:
+    """The folders to list, each one the last listing walked into, or the nearest above it that it did (with
+    its subfolders); None for the whole tree. ripgrep checks its ignore rules on what it finds below the
+    folders it is given, never on those folders themselves: a folder a rule leaves out (``build/``) is only
+    left out when it is found from above."""
+    walked = {""}
+    for rel in known:
+        while (rel := rel.rpartition("/")[0]) not in walked:
+            walked.add(rel)
+    out = set()
+    for folder, deep in folders:
+        while folder not in walked:
+            folder, deep = folder.rpartition("/")[0], True
+        if not folder and deep:
+            return None
+        out.add((folder, deep))
+    return sorted(out)
+
+
+def _within(rel: str, scope: list[notices.Folder]) -> bool:
+    """Whether a file is in one of the folders of a refresh."""
+    parent = rel.rpartition("/")[0]
+    return any(parent == folder or (deep and (not folder or rel.startswith(folder + "/"))) for folder, deep in scope)
 
 
 def _seed(conn: sqlite3.Connection, root: Path, code: list[str], listing, ids: dict[str, int]) -> list[str]:
@@ -319,17 +355,19 @@ def _split_child() -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """``ROOT DB``: refresh the index; ``--split``: the splitter as an indexer."""
+    """``ROOT DB``: refresh the index (``ROOT DB --folders``: only the folders of a JSON list of ``[folder, deep]``
+    on stdin); ``--split``: the splitter as an indexer."""
     if argv == ["--split"]:
         _split_child()
         return 0
     root, path = Path(argv[0]), Path(argv[1])
+    folders = [(str(f), bool(deep)) for f, deep in json.load(sys.stdin)] if argv[2:] == ["--folders"] else None
     with contextlib.suppress(AttributeError, OSError):  # below the server and its tool calls on busy cores
         os.nice(NICENESS)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     conn = connect(path)
     try:
-        print(update(conn, root), flush=True)
+        print(update(conn, root, folders), flush=True)
     finally:
         conn.close()
     return 0

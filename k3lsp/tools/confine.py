@@ -206,6 +206,10 @@ class Vetter:
             return None
         return None if stat.S_ISLNK(info.st_mode) or _refusal(info) else info
 
+    def folder(self, rel: str) -> bool:
+        """Whether the files under a workspace-relative folder ("" for the root) may be shown (``_dir``)."""
+        return "\0" not in rel and not rel.startswith("/") and self._dir(rel.rstrip("/"))
+
     def _dir(self, folder: str) -> bool:
         """A folder of the workspace that is no symlink (nor below one), not hidden, and no secret place."""
         verdict = self._dirs.get(folder)

@@ -325,20 +325,28 @@ def walk(base: Path, target: str, globs: tuple[str, ...] | None) -> list[str]:
     return out
 
 
-def listed(root: str | os.PathLike[str], seconds: float) -> dict[str, os.stat_result]:
+def listed(
+    root: str | os.PathLike[str], seconds: float, folder: str = "", *, deep: bool = True
+) -> dict[str, os.stat_result]:
     """Every file of the workspace the sandbox shows and a search reads, with its status: what the index
-    covers (ripgrep's listing, so .gitignore rules hold there too)."""
+    covers (ripgrep's listing, so .gitignore rules hold there too). ``folder`` (workspace-relative, "" for the
+    root): only the files under it, or only its own with ``deep`` false; a folder the sandbox would not show
+    (hidden, a secret place, a symlink or below one) or that is gone lists nothing."""
     base = Path(root).resolve()
+    if folder and not (confine.Vetter(base).folder(folder) and (base / folder).is_dir()):
+        return {}
+    start = f"./{folder}" if folder else "."
     rg = ripgrep()
     if rg is None:
-        rels = walk(base, ".", None)
+        rels = walk(base, start, None)
+        rels = rels if deep else [rel for rel in rels if rel.rpartition("/")[0] == folder]
     else:
         command = [rg, "--no-config", "--files", "--null", "--max-filesize", str(confine.MAX_FILE_BYTES)]
-        command += [*exclusions(base), "--", "."]
+        command += [*exclusions(base), *([] if deep else ["--max-depth", "1"]), "--", start]
         env = {k: v for k, v in os.environ.items() if not k.startswith("RIPGREP")}
         out = subprocess.run(command, cwd=base, capture_output=True, timeout=seconds, env=env, stdin=subprocess.DEVNULL)
         rels = [name.removeprefix("./") for raw in out.stdout.split(b"\0") if (name := _utf8(raw))]
-    vetter = confine.Vetter(base)
+    vetter = confine.Vetter(base)  # made after the listing: a folder swapped for a symlink meanwhile is refused
     return {rel: info for rel in rels if (info := vetter.vet(rel))}
 
 

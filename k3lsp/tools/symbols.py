@@ -4,7 +4,10 @@ naming the callers `find_references` finds, and which files hold each word, for 
 One sqlite file per workspace beside the result cache (``<cache dir>/index/``, 0700/0600 like the cache: the
 index tells which code is on the machine), so it outlives the editor. This module only reads it: it is built and
 refreshed by ``k3lsp.tools.build`` in a child process (one at a time, from a thread that waits for it), which
-commits batch by batch, so a lookup while it runs sees what is done and says how much that is.
+commits batch by batch, so a lookup while it runs sees what is done and says how much that is. Once a whole
+refresh has run under the file system's change notices (``notices``), a refresh lists only the folders they
+name, as soon as they name them; without notices, a lookup lists the whole tree again at most every
+REFRESH_SECONDS.
 
 A lookup never waits longer than the tool's deadline: while the first build runs it answers from the files
 indexed so far and says so. ``warm`` starts the build early (``answers.ToolAnswerer.prepare`` calls it when the
@@ -27,12 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3lsp.tools import build, confine, occurrences, ranking, search
+from k3lsp.tools import build, confine, notices, occurrences, ranking, search
 from k3lsp.wire import cache, isolated
 
 log = logging.getLogger(__name__)
 
-REFRESH_SECONDS = 30.0  # a lookup starts a refresh when the last one ended longer ago than this
+REFRESH_SECONDS = 30.0  # unwatched, a lookup refreshes the whole tree when the last refresh ended longer ago
 BUILD_SECONDS = 4 * 3600.0  # a build that takes longer is killed (Linux: a few minutes on 2 busy cores)
 DEFINITIONS, DECLARATIONS = build.DEFINITIONS, build.DECLARATIONS
 _TAG_SQL = "SELECT name, path, line, line + span, kind FROM tags JOIN files ON files.id = tags.file"
@@ -61,6 +64,7 @@ class Status:
     updated: float | None  # wall time the last complete build ended (None: none has)
     indexer: str
     error: str = ""  # why the last refresh failed
+    refreshed: str = ""  # what the last refresh listed: "the whole tree" or the folders the change notices named
 
     @property
     def complete(self) -> bool:
@@ -103,29 +107,45 @@ class SymbolIndex:
         self.path = index_dir() / (hashlib.sha256(str(self.root).encode()).hexdigest()[:32] + ".sqlite3")
         self._lock = threading.Lock()
         self._conn, self._memory = self._open()
-        self._thread: threading.Thread | None = None
+        self._running = False
+        self._again: bool | None = None  # a refresh asked for while one ran (True: forced)
         self._built = threading.Event()
+        self._built.set()
         self._ended = 0.0  # monotonic time the last refresh ended
+        self._whole: float | None = None  # monotonic time the last whole refresh that ended well began
+        self._notices: notices.Notices | None = None
         self._dense_files: tuple[str, dict[int, str]] = ("", {})
         self.error = ""
 
     # --- building -----------------------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> None:
-        """Start a refresh in the background unless one runs or the last one ended under REFRESH_SECONDS ago."""
+        """Bring the index up to date in the background: the folders the change notices named, or, while they
+        do not cover every change since a whole refresh, the whole tree (unless the last refresh ended under
+        REFRESH_SECONDS ago). ``force``: the whole tree now. Asked for while a refresh runs, it starts when
+        that one ends (``wait`` waits for both)."""
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+            if self._notices is None:  # the watch starts before the first whole refresh: it covers what follows
+                self._notices = notices.Notices(self.root, self.refresh)
+            if self._running:
+                self._again = force or self._again is True
                 return
-            if not force and self._ended and time.monotonic() - self._ended < REFRESH_SECONDS:
+            folders = self._notices.take()
+            if force or not self._notices.covers(self._whole):
+                stale = force or not self._ended or time.monotonic() - self._ended >= REFRESH_SECONDS
+                folders = None if stale else []  # the whole listing sees what the notices named
+            if folders == []:
+                self._built.set()
                 return
+            self._running, self._again = True, None
             self._built.clear()
-            self._thread = threading.Thread(target=self._refresh, name=f"k3lsp-index {self.root.name}", daemon=True)
-            self._thread.start()
+            threading.Thread(
+                target=self._refresh, args=(folders,), name=f"k3lsp-index {self.root.name}", daemon=True
+            ).start()
 
     def wait(self, seconds: float | None) -> bool:
         """Block this thread until the running refresh ends (at most ``seconds``); whether it has."""
-        thread = self._thread
-        return thread is None or self._built.wait(None if seconds is None else max(0.0, seconds))
+        return self._built.wait(None if seconds is None else max(0.0, seconds))
 
     async def ready(self) -> Status:
         """Await the running refresh (started if none ran) without blocking the event loop."""
@@ -133,23 +153,39 @@ class SymbolIndex:
         await asyncio.to_thread(self.wait, None)
         return self.status()
 
-    def _refresh(self) -> None:
+    def watched(self) -> bool:
+        """Whether refreshes now list only what the change notices name."""
+        return self._notices is not None and self._notices.covers(self._whole)
+
+    def _refresh(self, folders: list[notices.Folder] | None) -> None:
+        began = time.monotonic()
         try:
-            done = build.update(self._conn, self.root) if self._memory else self._build()
+            done = build.update(self._conn, self.root, folders) if self._memory else self._build(folders)
             log.info("symbol index of %s: %s", self.root, done)
             self.error = ""
+            self._whole = began if folders is None else self._whole
         except Exception as e:  # the index is a help: its failure is logged and said, never raised
             log.exception("symbol index of %s: refresh failed", self.root)
             self.error = f"{e.__class__.__name__}: {e}"
+            if folders is not None and self._notices is not None:
+                self._notices.give_back(folders)
         finally:
-            self._ended = time.monotonic()
-            self._built.set()
+            with self._lock:
+                self._ended, self._running = time.monotonic(), False
+                again, self._again = self._again, None
+                if again is None:
+                    self._built.set()
+        if again is not None:
+            self.refresh(force=again)
 
-    def _build(self) -> str:
+    def _build(self, folders: list[notices.Folder] | None) -> str:
         """The refresh in its child process (``k3lsp.tools.build``); what it did."""
-        command = isolated.python_command("k3lsp.tools.build", str(self.root), str(self.path))
+        scoped = () if folders is None else ("--folders",)
+        command = isolated.python_command("k3lsp.tools.build", str(self.root), str(self.path), *scoped)
         try:
-            child = subprocess.run(command, capture_output=True, timeout=BUILD_SECONDS, stdin=subprocess.DEVNULL)
+            child = subprocess.run(
+                command, capture_output=True, timeout=BUILD_SECONDS, input=json.dumps(folders or []).encode()
+            )
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the index build took over {BUILD_SECONDS:g} s and was stopped") from None
         for line in child.stderr.decode("utf-8", "replace").splitlines()[-20:]:
@@ -186,10 +222,11 @@ class SymbolIndex:
         indexer = self._meta("indexer")
         seeded = self._meta("seeded")
         indexer = f"{indexer}; {seeded}" if seeded else indexer
-        building = self._thread is not None and self._thread.is_alive()
+        building = self._running
         listed = self._meta("listed")
         total = int(listed) if building and listed else None
-        return Status(files, total, building, float(updated) if updated else None, indexer, self.error)
+        when = float(updated) if updated else None
+        return Status(files, total, building, when, indexer, self.error, self._meta("refreshed"))
 
     def words_ready(self) -> bool:
         """Whether the occurrence index is whole: a build has ended and no chunk waits for a refresh."""
@@ -263,7 +300,13 @@ class SymbolIndex:
             out.append(Tag(name, path, start, end, "function") if i >= 0 and (end is None or end >= line) else None)
         return out
 
+    def unwatch(self) -> None:
+        """End the change notices' child; refreshes list the whole tree from now on."""
+        if self._notices is not None:
+            self._notices.close()
+
     def close(self) -> None:
+        self.unwatch()
         with self._lock:
             self._conn.close()
 
@@ -291,6 +334,8 @@ def index_for(root: str | os.PathLike[str]) -> SymbolIndex:
     with _registry_lock:
         index = _indexes.get(base)
         if index is None or index.path.parent != store:
+            if index is not None:  # another cache directory (tests, a bench): the old index is no longer used
+                index.unwatch()
             index = _indexes[base] = SymbolIndex(base)
         return index
 
