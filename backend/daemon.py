@@ -162,6 +162,9 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._started = time.monotonic()
         self._counts = {"requests": 0, "bad_frames": 0, "send_failures": 0, "vanished": 0, "unauthorized": 0}
+        # audits that read a prompt (not answered from the store) and the tokens they prefilled: what one unit's
+        # whole prompt costs here, its cached prefix left out (a workspace audit's estimate: k3lsp.lsp.workscope)
+        self._counts |= {"audits_prefilled": 0, "audit_prefilled_tokens": 0}
         self.failure: tuple[str, str] | None = None  # (error code, message) when serving cannot go on
 
     # --- life cycle ----------------------------------------------------------------------------------------
@@ -464,10 +467,19 @@ class Daemon:
         def ask(tool: str, args: dict) -> Awaitable[tuple[bool, str]]:
             return self._ask_tool(job, tool, args)
 
-        if job.kind != "audit" or self.store is None:  # only audits are stored
+        if job.kind != "audit":  # only audits are stored
             return await run(send, ask)
-        views = await seen(self.scheduler.engine.tokenizer, self.agent_config, msg)
-        return await self.store.answer(views, self.info.fingerprint, job.user, bool(msg.get("fresh")), send, ask, run)
+        if self.store is None:
+            stats = await run(send, ask)
+        else:
+            views = await seen(self.scheduler.engine.tokenizer, self.agent_config, msg)
+            fresh = bool(msg.get("fresh"))
+            stats = await self.store.answer(views, self.info.fingerprint, job.user, fresh, send, ask, run)
+        prefilled = int(stats.get("prompt_tokens", 0)) - int(stats.get("cached_tokens", 0))
+        if prefilled > 0:
+            self._counts["audits_prefilled"] += 1
+            self._counts["audit_prefilled_tokens"] += prefilled
+        return stats
 
     def _revoked(self, job: Job) -> bool:
         """Whether the job's key has left the allow-list; counted and logged once per job."""

@@ -165,16 +165,34 @@ def cost(audited: Sequence[units.Unit]) -> str:
     return estimate(f"{len(audited):,} units", sum(len(u.text) for u in audited))
 
 
-def estimate(counted: str, chars: float, measured: float | None = None) -> str:
+def estimate(counted: str, chars: float, measured: float | None = None, prompts: Prompts | None = None) -> str:
     """What ``chars`` characters of units cost in prefill: at ``measured`` tokens/s (a daemon's own prefill rate,
-    the editor's workspace audit), else at the stated PREFILL_TOKENS_PER_S."""
-    tokens = chars / CHARS_PER_TOKEN
+    the editor's workspace audit), else at the stated PREFILL_TOKENS_PER_S. A unit's prompt is more than its
+    code (its file's context, the model's tool turns; the system prompt is cached): with ``prompts``, what the
+    daemon measured one to cost, the time is the units' whole prompts, else the code alone, a floor."""
+    code = chars / CHARS_PER_TOKEN
     rate = measured or PREFILL_TOKENS_PER_S
     said = f"{rate:,.0f} tokens/s, the daemon's measured rate" if measured else f"~{rate} tokens/s"
+    if prompts is None:
+        return (
+            f"{counted}, about {code:,.0f} tokens of code: at least {_duration(code / rate)} of prefill at {said} "
+            "(a unit's prompt adds its file's context and the tool turns; units in the result cache cost nothing)"
+        )
+    tokens = prompts.units * prompts.per_unit
     return (
-        f"{counted}, about {tokens:,.0f} tokens of code: about {_duration(tokens / rate)} of prefill at {said} "
-        "(units in the result cache cost nothing)"
+        f"{counted}, about {code:,.0f} tokens of code, about {tokens:,.0f} tokens of prompt "
+        f"({prompts.per_unit:,.0f} a unit, the mean of the {prompts.measured:,} audits the daemon has prefilled): "
+        f"about {_duration(tokens / rate)} of prefill at {said} (units in the result cache cost nothing)"
     )
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The units of an estimate and what one unit's prompt cost a daemon to prefill, over ``measured`` audits."""
+
+    units: int
+    per_unit: float
+    measured: int
 
 
 def _duration(seconds: float) -> str:

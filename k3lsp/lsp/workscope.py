@@ -5,7 +5,9 @@ Started from one command with no word, that is work nobody meant to ask for. So 
 cost: the units and the tokens of their code, from a sample of its files (``SAMPLE``, spread over the list; every
 file of a smaller workspace) split as the audit splits them, scaled by bytes; the time at the daemon's own
 measured prefill rate (its status: prefilled tokens over the seconds its engine spent prefilling), else at
-``k3lsp audit``'s stated rate, in the words ``k3lsp.cli.admission`` uses for a named file over maxFileBytes.
+``k3lsp audit``'s stated rate, in the words ``k3lsp.cli.admission`` uses for a named file over maxFileBytes. A
+unit's prompt is more than its code (its file's context, the tool turns): once the daemon has audited, the time is
+for the units' whole prompts at the mean it prefilled an audit; before, the code's time is said as a floor.
 
 Above the setting it asks, with ``window/showMessageRequest``, for one of the scopes that apply:
 
@@ -72,9 +74,12 @@ class Estimate:
     sampled: int
     files: int
 
-    def said(self, rate: float | None) -> str:
+    def said(self, status: dict) -> str:
+        """The estimate in words, timed with what the daemon's ``status`` says it measured."""
         counted = f"{self.units:,} units" if self.sampled == self.files else f"about {self.units:,} units"
-        return f"{self.files:,} files, " + admission.estimate(counted, self.chars, rate)
+        prompt = measured_prompt(status)
+        prompts = None if prompt is None else admission.Prompts(self.units, *prompt)
+        return f"{self.files:,} files, " + admission.estimate(counted, self.chars, measured_rate(status), prompts)
 
 
 async def estimate(files: Sequence[Path], split: Split, macros: Macros) -> Estimate:
@@ -112,6 +117,18 @@ def measured_rate(status: dict) -> float | None:
     tokens, seconds = engine.get("prefilled_tokens"), (engine.get("step_seconds") or {}).get("prefill")
     if isinstance(tokens, int | float) and isinstance(seconds, int | float) and tokens > 0 and seconds > 0:
         return tokens / seconds
+    return None
+
+
+def measured_prompt(status: dict) -> tuple[float, int] | None:
+    """The tokens one audit's prompt cost the first connected daemon to prefill (its cached prefix left out),
+    on average, and over how many audits; None before it has audited anything, or with no daemon connected."""
+    backend = status.get("backend")
+    if not isinstance(backend, dict):
+        return None
+    audits, tokens = backend.get("audits_prefilled"), backend.get("audit_prefilled_tokens")
+    if isinstance(audits, int) and isinstance(tokens, int) and audits > 0 and tokens > 0:
+        return tokens / audits, audits
     return None
 
 

@@ -173,10 +173,10 @@ async def _choose(editor: Editor, root: Path, files: list[Path], opened: set[Pat
     cost = await workscope.estimate(files[:bound] if bound else files, editor.service.split, options.kernel_macros)
     if cost.units <= options.ask_above_units:
         return every
-    rate = workscope.measured_rate(await editor.service.pool.status())
+    status = await editor.service.pool.status()
     in_git = await asyncio.to_thread(workscope.in_git, root, options)
     scopes = workscope.offered(root, options, opened, in_git)
-    said = f"k3 workspace audit: {cost.said(rate)}; over askAboveUnits ({options.ask_above_units:,})."
+    said = f"k3 workspace audit: {cost.said(status)}; over askAboveUnits ({options.ask_above_units:,})."
     if editor.asks:
         titles = [s.title(root) for s in scopes]
         answer = await editor.ask(f"{said} Which code should it audit?", [*titles, workscope.CANCEL])

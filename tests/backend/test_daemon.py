@@ -72,6 +72,18 @@ async def test_prompt_cache_flags_reach_the_engine(daemon):
     assert engine["prompt_cache"]["system"]["n_sequences"] == 1
 
 
+async def test_an_audit_counts_what_its_prompt_cost_to_prefill(daemon):
+    """The figure a workspace audit's estimate times whole prompts with (k3lsp.lsp.workscope.measured_prompt)."""
+    async with Wire(daemon.endpoint) as wire:
+        before = (await wire.ask("status", "s0"))["status"]
+        done = (await wire.request("audit", "pf", **audit_fields("prefill_cost", max_tokens=4)))[-1]
+        after = (await wire.ask("status", "s1"))["status"]
+    prefilled = done["stats"]["prompt_tokens"] - done["stats"]["cached_tokens"]
+    assert done["kind"] == "done" and prefilled > 0
+    assert after["audits_prefilled"] == before["audits_prefilled"] + 1
+    assert after["audit_prefilled_tokens"] == before["audit_prefilled_tokens"] + prefilled
+
+
 @pytest.mark.parametrize("flag", ["--prompt-cache-bytes", "--max-prompt-tokens", "--prompt-cache-size"])
 def test_serve_refuses_negative_limits_before_loading(flag, tmp_path):
     done = subprocess.run(

@@ -101,8 +101,9 @@ async def test_a_cached_result_answers_only_audits_at_its_effort_or_below(daemon
 
 async def test_a_workspace_audit_estimates_its_time_at_the_daemons_measured_prefill_rate(daemon, root, tmp_path):
     """Issue 44: once the daemon has prefilled something, the cost a workspace audit states is at its own measured
-    rate (its status: prefilled tokens over prefill seconds), not the stated ~300 tokens/s. A client that cannot be
-    asked, in a folder with no narrower scope (no git, no kconfig, the open file at the top): nothing starts."""
+    rate (its status: prefilled tokens over prefill seconds), not the stated ~300 tokens/s, and for the units'
+    whole prompts at the mean the daemon prefilled an audit, not their code alone. A client that cannot be asked,
+    in a folder with no narrower scope (no git, no kconfig, the open file at the top): nothing starts."""
     settings = {"endpoint": daemon.endpoint, "askAboveUnits": 1}
     async with editor(root, profile="emacs", settings=settings, cache_dir=tmp_path / "c") as ed:
         uri = ed.open("demo.c")
@@ -111,4 +112,5 @@ async def test_a_workspace_audit_estimates_its_time_at_the_daemons_measured_pref
         report = await ed.command("k3lsp.auditWorkspace")
     (told,) = [m for m in ed.shown(lsp.MessageType.Warning) if m.startswith("k3 workspace audit:")]
     assert "tokens/s, the daemon's measured rate" in told and "Nothing was started" in told, told
+    assert " tokens of prompt (" in told and " audits the daemon has prefilled): about " in told, told
     assert report["cancelled"] is True and report["files"] == 0

@@ -64,7 +64,7 @@ async def test_a_large_workspace_audit_says_its_cost_and_audits_the_scope_chosen
         sent = audited(await ed.status())
     question = asked[0]
     assert question.message.startswith("k3 workspace audit: 2 files, 40 units, about ")
-    assert "tokens of code" in question.message and "of prefill at ~300 tokens/s" in question.message
+    assert "tokens of code: at least " in question.message and "of prefill at ~300 tokens/s" in question.message
     assert [a.title for a in question.actions or []] == ["Changed code", "Folder src/", "Everything", "Cancel"]
     assert cancelled["cancelled"] is True and cancelled["files"] == 0 and nothing == []
     assert report["files"] == 1 and report["error"] is None  # lib/b.c, and only its changed function
@@ -94,3 +94,18 @@ async def test_below_the_threshold_nothing_is_asked(fake, tmp_path):
         asked = answering(ed)
         report = await ed.command("k3lsp.auditWorkspace")
     assert asked == [] and report["files"] == 2
+
+
+def test_the_estimate_times_whole_prompts_once_the_daemon_has_measured_one():
+    cost = workscope.Estimate(units=1000, chars=350_000.0, sampled=10, files=100)
+    assert cost.said({}) == (
+        "100 files, about 1,000 units, about 100,000 tokens of code: at least 6 min of prefill at ~300 tokens/s (a "
+        "unit's prompt adds its file's context and the tool turns; units in the result cache cost nothing)"
+    )
+    engine = {"prefilled_tokens": 6000, "step_seconds": {"prefill": 10.0}}
+    status = {"backend": {"audits_prefilled": 4, "audit_prefilled_tokens": 10_000, "engine": engine}}
+    assert cost.said(status) == (
+        "100 files, about 1,000 units, about 100,000 tokens of code, about 2,500,000 tokens of prompt (2,500 a unit, "
+        "the mean of the 4 audits the daemon has prefilled): about 69 min of prefill at 600 tokens/s, the daemon's "
+        "measured rate (units in the result cache cost nothing)"
+    )
