@@ -10,7 +10,7 @@ the first file right after ``initialized`` (**first**), then ordinary files (**o
 largest admitted files (**large**: 0.8 MB and up, under maxFileBytes), one at a time, each timed from its
 didOpen to the publishDiagnostics carrying its finding. Printed: p50 and max per kind, the server's CPU seconds
 per round, and the load average before and after. Rounds after the first find each file's split kept by the
-earlier ones (k3lsp.lsp.splits; the first round starts with none kept): each kind is printed for a split kept
+earlier ones (k3lsp.core.splits; the first round starts with none kept): each kind is printed for a split kept
 (``split kept``) and not (``split new``), with `ratio <kind>_p50_kept_over_new_split`.
 
 ``--against OLD_CHECKOUT`` (e.g. a `git archive` of an older commit) runs the same rounds on that code too,

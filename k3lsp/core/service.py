@@ -67,6 +67,7 @@ from k3lsp.core.options import Options
 from k3lsp.core.pool import Pool
 from k3lsp.core.reachability import Reachability, Skipped, rank
 from k3lsp.core.run import Changes, Failure, Noted, Summary, Target, UnitResult, describe
+from k3lsp.core.splits import SplitStore
 from k3lsp.findings import pipeline, suppress
 from k3lsp.kbuild.config import ConfigError
 from k3lsp.kbuild.state import Kind, State
@@ -267,6 +268,7 @@ class AuditService:
     def __init__(self, pool: Pool, split: Split = split_here):
         self.pool, self.split = pool, split
         self.reachability = Reachability()  # the kconfig setting's readings, kept across jobs
+        self.splits = SplitStore.beside(pool.cache.path)  # beside the result cache: the user's code, kept private
 
     @property
     def options(self) -> Options:
@@ -275,6 +277,11 @@ class AuditService:
     async def audit(self, docs: Sequence[Document], listener: Listener, job: Job = Job()) -> Outcome:
         """Audit ``docs``, telling ``listener`` as it goes (see the module docstring)."""
         return await _Audit(self, list(docs), listener, job).run()
+
+    async def keep(self, prepared: Prepared) -> None:
+        """Keep the split of a file an audit found something in: opened next in an editor, unchanged, its cached
+        findings show without waiting for the splitter, whichever front end audited it (``k3lsp.core.splits``)."""
+        await asyncio.to_thread(self.splits.put, prepared.text, self.options.kernel_macros, prepared.units)
 
     def explain(self, doc: Document, unit: Unit, finding: dict) -> AsyncIterator[str]:
         """The model's explanation of a finding in one of the document's units, streamed. Raises
@@ -292,6 +299,7 @@ class _Audit:
         self.prepared: dict[Document, Prepared] = {}
         self.owners: dict[Target, list[Document]] = {}
         self.pending: dict[Document, int] = {}
+        self.found: set[Document] = set()  # those with a finding or a refusal to show: their split is kept
         self.done = 0
         self.skipped = Skipped(self.options.kconfig, job.only_built) if self.options.kconfig else None
 
@@ -425,6 +433,8 @@ class _Audit:
         self.done += 1
         for n, doc in enumerate(self.owners[result.target]):
             ready = self.prepared[doc]
+            if result.findings or result.refusal is not None:
+                self.found.add(doc)
             state = ready.state(result.target.unit)
             await self.tell(UnitDone(doc, result, self.screened(ready, result), first=n == 0, state=state))
         if progress:
@@ -457,6 +467,8 @@ class _Audit:
                 file.left.append(outcome)
             self.pending[doc] -= 1
             if self.pending[doc] == 0:
+                if doc in self.found:
+                    await self.service.keep(self.prepared[doc])
                 await self.tell(FileDone(doc, file))
 
 

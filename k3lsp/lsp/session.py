@@ -36,7 +36,6 @@ from k3lsp.findings import model as findings
 from k3lsp.findings import suppress
 from k3lsp.lsp import actions, convert, progress, workspace
 from k3lsp.lsp.documents import Document, FileReport, Silenced, View, alert_notices, notices, present
-from k3lsp.lsp.splits import SplitStore
 from k3lsp.units.kernelc import Macros
 from k3lsp.units.split import Unit
 from k3lsp.units.splitting import Splitter
@@ -121,8 +120,8 @@ class Session:
         self._ready = asyncio.Event()  # set once `initialized` has applied the settings
         self._closing = False  # set by `shutdown`: no new audit may reopen the daemon connection
         self._splitter = Splitter()
-        self.splits = SplitStore.beside(self.cache.path)
         self.service = AuditService(self.pool, split=self._split)
+        self.splits = self.service.splits
 
     # --- settings ----------------------------------------------------------------------------------------
 
@@ -292,15 +291,15 @@ class Session:
         return doc.split[1]
 
     def keep_split(self, doc: Document) -> None:
-        """Keep a document's split for its next opening (``k3lsp.lsp.splits``): one the editor opened, or one a
-        workspace audit found something to show in. In a thread, once its findings are shown (encoding a 0.9 MB
-        file's units takes tens of milliseconds)."""
+        """Keep the split of a document the editor opened for its next opening (``k3lsp.core.splits``; the
+        service keeps those of the files an audit found something in). In a thread, once its findings are shown
+        (encoding a 0.9 MB file's units takes tens of milliseconds)."""
         if doc.split is not None:
             (text, macros), split = doc.split
             self.spawn(asyncio.to_thread(self.splits.put, text, macros, split), f"keeping the split of {doc.relpath}")
 
     async def _split(self, text: str, macros: Macros) -> tuple[Unit, ...]:
-        """A text's units: as kept from an earlier split of the same text (``k3lsp.lsp.splits``: no wait for the
+        """A text's units: as kept from an earlier split of the same text (``k3lsp.core.splits``: no wait for the
         splitter), else from the splitter."""
         kept = await asyncio.to_thread(self.splits.get, text, macros)
         return kept if kept is not None else await self._splitter.split(text, macros)

@@ -1,4 +1,4 @@
-"""The splits the editor keeps across restarts (``k3lsp.lsp.splits``, issue 44): a file opened again unchanged shows
+"""The splits the editor keeps across restarts (``k3lsp.core.splits``, issue 44): a file opened again unchanged shows
 its cached findings from the kept split, with the daemon down, not after a new split; the store answers only the
 same text under the same macro table, keeps a bounded number, and a row that is not units is a miss."""
 
@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from k3lsp.lsp.splits import SplitStore
+from k3lsp.core.splits import SplitStore
 from k3lsp.units import split as units
 from k3lsp.units.kernelc import Macros
 from tests.lsp import scripted

@@ -22,6 +22,7 @@ from k3lsp.core.service import (
     Progress,
     UnitDone,
 )
+from k3lsp.core.splits import SplitStore
 from k3lsp.units import split as units
 from k3lsp.wire.cache import ResultCache
 from k3lsp.wire.protocol import Priority
@@ -188,3 +189,12 @@ async def test_with_a_kconfig_built_units_go_first_and_only_built_leaves_the_oth
         assert "1 of 2 units not built, skipped" in outcome.skipped.said()
     finally:
         await pool.close()
+
+
+async def test_a_file_with_a_finding_keeps_its_split_whichever_front_end_audited_it(service, tmp_path):
+    found, clean = doc(tmp_path), doc(tmp_path, "clean.c")
+    clean.path.write_text("int second(void)\n{\n\treturn 2;\n}\n")
+    await service.audit([found, clean], lambda event: None)
+    kept = SplitStore.beside(service.pool.cache.path)  # what an editor opening it later reads, in its own process
+    assert kept.get(SOURCE, Options().kernel_macros) == units.split(SOURCE)
+    assert kept.get(clean.path.read_text(), Options().kernel_macros) is None  # nothing to show: not kept

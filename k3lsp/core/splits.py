@@ -1,12 +1,13 @@
-"""The splits of the files the editor opened, kept across restarts: a file opened again with its text unchanged
-shows its cached findings without waiting for the splitter.
+"""The splits of the files an editor opened and of those any audit found something in, kept across restarts: a file
+opened with its text unchanged shows its cached findings without waiting for the splitter.
 
 Splitting waits for the splitter's process (half a second to start) and a 0.9 MB kernel file takes as long again
 in it, so an editor restarted on a kernel tree showed nothing for a second on every large file it reopened, though
 the result cache held every finding of its units. A split depends only on the text, the kernel macro table and
 the splitter's own code, so it is kept under a digest of the three: an unchanged text is not split again, here or
-in any later session. Kept are the files the editor opened and those a workspace audit found something to show in
-(all of its files would fill the store), at most ``KEPT``, the least recently used going first.
+in any later session. Kept are the files the editor opened and those any front end's audit (the workspace audit,
+``k3lsp audit``, ``review``, ``eval``: ``k3lsp.core.service``) found something to show in (all of its files would
+fill the store), at most ``KEPT``, the least recently used going first.
 
 They live in ``splits.sqlite3`` beside the result cache, in the same private folder (``k3lsp.wire.cache``): the
 units are the user's code. The rows are JSON (never pickle: nothing read back can run code), and a row that does
