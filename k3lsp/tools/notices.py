@@ -16,7 +16,8 @@ with watchdog (inotify on Linux, FSEvents on macOS) and says what changed, one J
 It ends when its stdin closes: the process that started it is gone. A notice only says where to look: the
 refresh lists each folder with ripgrep and vets every file as a whole refresh does (``search.listed``), so a
 notice about a hidden, ignored, secret or symlinked path adds nothing to the index. Hidden paths (``.git``)
-are not even reported, except ripgrep's ignore files (``IGNORE_FILES``), whose change lists the whole tree. ``Notices`` is the other side: the child, and a thread that gathers its lines.
+are not even reported, except ripgrep's ignore files (``IGNORE_FILES``), whose change lists the whole tree.
+``Notices`` is the other side: the child, and a thread that gathers its lines.
 """
 
 from __future__ import annotations
