@@ -10,7 +10,8 @@ workspace audit (or ``bench/kernel_scale.py``), with several files in flight, ke
 45,838 files: a single worker was the whole tree's bottleneck). The first worker is started by ``start``, which
 the language server calls as it starts: spawning it and importing the parsers there takes half a second, which
 the first file opened waited for when the worker started on the first split; the others start on the first
-split that finds the workers before them busy. Until that first worker is ready, a text of at most
+split that finds the workers before them busy. Until that first worker is ready (started by the first split, if
+that comes first), a text of at most
 ``WHILE_STARTING`` characters is split in this process (a 60 kB file: about 10 ms of parse), so the first file
 opened, when small, does not wait half a second for it.
 """
@@ -49,11 +50,13 @@ class Splitter:
         return pool
 
     def start(self, macros: Macros) -> None:
-        """Start the first worker now, its parsers loaded (an empty text split), without waiting for it."""
-        self._warm = self._worker(0).submit(units.split, "", macros)
+        """Start the first worker now, its parsers loaded (an empty text split), without waiting for it; once."""
+        if self._warm is None:
+            self._warm = self._worker(0).submit(units.split, "", macros)
 
     async def split(self, text: str | bytes, macros: Macros) -> tuple[Unit, ...]:
-        if self._warm is not None and not self._warm.done() and len(text) <= WHILE_STARTING:
+        self.start(macros)  # a file opened before the settings were read: the worker starts now
+        if not self._warm.done() and len(text) <= WHILE_STARTING:
             return units.split(text, macros)
         k = min(range(len(self._busy)), key=self._busy.__getitem__)  # the first of the least busy
         self._busy[k] += 1
