@@ -75,10 +75,14 @@ def encode_chunk(files: Iterable[tuple[int, set[bytes]]]) -> dict[int, bytes]:
     is its word count n, n hashes (32-bit, sorted), n file counts (16-bit), then each word's file list
     (``_size``)."""
     buckets: dict[int, dict[int, list[int]]] = {}
+    hashed: dict[bytes, list[int]] = {}  # a word's file list, found by the word: each distinct word hashed once
     for place, found in files:
         for word in found:
-            bucket, kept = _hash(word)
-            buckets.setdefault(bucket, {}).setdefault(kept, []).append(place)
+            places = hashed.get(word)
+            if places is None:
+                bucket, kept = _hash(word)
+                places = hashed[word] = buckets.setdefault(bucket, {}).setdefault(kept, [])
+            places.append(place)
     sections = {}
     for bucket, lists in buckets.items():
         hashes = sorted(lists)
