@@ -39,7 +39,10 @@ TREE is a directory; the files are those a workspace audit visits with the defau
   - index build time (wall, and CPU in its child processes beside this process's, which stands for the
     server's) and size (the sqlite file and its log) over the C and C++ source's (`ratio
     index_size_over_source = X`, target <= 0.25), beside universal-ctags alone on the whole tree (`ratio
-    index_build_vs_ctags = X`), and a refresh with nothing changed.
+    index_build_vs_ctags = X`), a refresh of the whole tree with nothing changed, and a file added and removed
+    at the tree's root (named after this process, removed whatever happens) as the change notices bring it in,
+    beside the same change followed by a whole refresh, the notices off (`ratio notice_refresh_cpu_over_whole =
+    X`: the refresh's CPU in its child).
   - tool call p50/p90 per tool after the index is built: `find_references` and `grep` of a whole word
     (`\\bname\\b`) from the occurrence index (target p90 <= 100 ms), `grep` of a regex (`name\\s*\\(`) with
     ripgrep (target p90 <= 1 s at load <= 2), and ripgrep's whole-word search alone (what `find_references`
@@ -549,8 +552,10 @@ def tools(tree: Path, rounds: int, wanted: tuple[str, ...] = SYMBOLS) -> None:
         print(f"index size: {size / 2**20:.1f} MiB for {source / 2**20:.1f} MiB of C and C++ source")
         print(f"ratio index_size_over_source = {size / source:.3f}")
         print(f"ratio index_build_vs_ctags = {build / ctags_seconds:.2f}")
+        children = cpu(resource.RUSAGE_CHILDREN)
         refresh, _ = median_time(lambda: (index.refresh(force=True), index.wait(None)), rounds)
-        print(f"index refresh with nothing changed: {refresh:.2f} s")
+        children = (cpu(resource.RUSAGE_CHILDREN) - children) / rounds
+        print(f"index refresh of the whole tree, nothing changed: {refresh:.2f} s, CPU {children:.2f} s in its child")
         checked = [s for s in wanted if truth.get(s)]
         if not checked:  # no figure to give: each is a share or a median over the symbols found
             print(f"no symbols found: none of the {len(wanted)} looked up is defined in this tree (per ctags)")
@@ -594,7 +599,58 @@ def tools(tree: Path, rounds: int, wanted: tuple[str, ...] = SYMBOLS) -> None:
             ]
             ratio = statistics.median(times["grep regex"]) / statistics.median(bare)
             print(f"bare ripgrep: p50 {percentile(bare, 0.5) * 1000:.0f} ms; ratio grep_vs_bare_ripgrep = {ratio:.2f}")
+        noticed(tree, index, rounds)  # last: it ends the notices
         index.close()
+
+
+def noticed(tree: Path, index: symbols.SymbolIndex, rounds: int) -> None:
+    """A file added at the tree's root and removed again, ``rounds`` times, brought into the index by the change
+    notices: the time from the write to a lookup that sees it (the notices' QUIET included) and the refresh's CPU
+    in its child; then the same with the notices ended, each change followed by a whole refresh (what a lookup
+    started before: the peer). The file, named after this process, is removed whatever happens."""
+    if not index.watched():
+        print(f"the tree is not watched: every refresh lists it whole ({index.status().describe()})")
+        return
+    index.refresh()  # a lookup, nothing noticed since the last refresh
+    print(f"a lookup with nothing noticed starts a refresh: {'yes' if index.status().building else 'no'}")
+    notices = _changes(tree, index, rounds, lambda: None)
+    listed = index.status().refreshed
+    index.unwatch()
+    whole = _changes(tree, index, rounds, lambda: index.refresh(force=True))
+    for how, (seen, gone, spent) in (("through the change notices", notices), ("by a whole refresh", whole)):
+        print(
+            f"a file added, seen {how}: p50 {seen * 1000:.0f} ms; removed: p50 {gone * 1000:.0f} ms; CPU {spent:.2f} "
+            "s a refresh in its child" + (f" (each listed {listed})" if spent is notices[2] else "")
+        )
+    print(f"ratio notice_refresh_cpu_over_whole = {notices[2] / whole[2]:.2f}")
+
+
+def _changes(tree: Path, index: symbols.SymbolIndex, rounds: int, after) -> tuple[float, float, float]:
+    """p50 seconds from adding a file to a lookup that sees it, the same for removing it, and the CPU of a refresh
+    in its child; ``after`` each change (the refresh, when the notices are off)."""
+    added, removed, children = [], [], cpu(resource.RUSAGE_CHILDREN)
+    for n in range(rounds):
+        name = f"k3lsp_bench_notice_{os.getpid()}_{n}"
+        path = tree / f"{name}.c"
+        try:
+            started = time.monotonic()
+            path.write_text(f"int {name}(void) {{ return 0; }}\n")
+            after()
+            added.append(_until(lambda n=name: bool(index.definitions(n)) and not index.status().building) - started)
+        finally:
+            started = time.monotonic()
+            path.unlink(missing_ok=True)
+        after()
+        removed.append(_until(lambda n=name: not index.definitions(n) and not index.status().building) - started)
+    return statistics.median(added), statistics.median(removed), (cpu(resource.RUSAGE_CHILDREN) - children) / rounds / 2
+
+
+def _until(seen, seconds: float = 30.0) -> float:
+    """The monotonic time ``seen()`` first held (polled every 10 ms), or when ``seconds`` ran out."""
+    deadline = time.monotonic() + seconds
+    while not seen() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return time.monotonic()
 
 
 def _first_place(text: str) -> tuple[str, int] | None:
