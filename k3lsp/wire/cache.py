@@ -376,9 +376,17 @@ def _why(error: Exception) -> str:
 
 def make_private(path: Path) -> None:
     """Make ``path``'s folder 0700 and the file (and its WAL files) 0600, creating them so; raise OSError for a
-    folder of another user or a file that is a symlink (someone else could read or redirect the results)."""
+    folder of another user or a file that is a symlink (someone else could read or redirect the results). The
+    folders it creates above are 0700 too: the symbol index (``<cache dir>/index/``) made first once left the
+    cache folder 0755 for a moment, and the next process to open the cache said so on stderr."""
     folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True, mode=0o700)
+    folder = path.parent
     _owned_and_private(folder, folder.stat(), 0o700)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:

@@ -118,6 +118,15 @@ def test_the_cache_is_0600_in_a_0700_folder(tmp_path):
     store.close()
 
 
+def test_the_folders_made_above_a_private_file_are_private_too(tmp_path):
+    old = os.umask(0o022)
+    try:
+        cache.make_private(tmp_path / "cache" / "index" / "x.sqlite3")  # the symbol index, before any result
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "cache") == 0o700 and mode(tmp_path / "cache" / "index") == 0o700
+
+
 def test_an_existing_looser_cache_is_tightened(tmp_path):
     folder = tmp_path / "cache"
     cache.ResultCache(folder / cache.FILE_NAME).close()
