@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from k3lsp.wire import isolated
@@ -46,15 +46,17 @@ NICENESS = 10  # below the server, as the index's build
 Folder = tuple[str, bool]  # a workspace-relative folder ("" for the root) and whether its subfolders count
 
 
-def command(root: Path) -> list[str]:
+def command(root: Path, ignored: Sequence[Path]) -> list[str]:
     """The watching child's command line."""
-    return isolated.python_command("k3lsp.tools.notices", str(root), unbuffered=True)
+    return isolated.python_command("k3lsp.tools.notices", str(root), *map(str, ignored), unbuffered=True)
 
 
 class Notices:
     """The watching child of one workspace and what it said since the index last took it. Thread-safe."""
 
-    def __init__(self, root: Path, changed: Callable[[], None]) -> None:
+    def __init__(self, root: Path, changed: Callable[[], None], ignored: Sequence[Path] = ()) -> None:
+        """Watch ``root``, calling ``changed`` after each burst; nothing under the ``ignored`` folders is said (the
+        index's own folder: its writes would ask for a refresh that writes it again, for ever)."""
         self.root = root
         self._changed = changed  # called (from the reader thread) after each burst
         self._lock = threading.Lock()
@@ -64,7 +66,7 @@ class Notices:
         self.why = ""  # why there is no watch
         try:
             self._child = subprocess.Popen(
-                command(root),
+                command(root, [p for p in ignored if p.is_relative_to(root)]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -136,8 +138,9 @@ class Notices:
 class Burst:
     """The folders one burst of changes touched, as ``Folder``s; fed by watchdog's thread, taken by the main one."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, ignored: Sequence[str] = ()) -> None:
         self.root = root
+        self.ignored = tuple(os.path.relpath(p, root).replace(os.sep, "/") for p in ignored)
         self.lock = threading.Lock()
         self.folders: dict[str, bool] = {}
         self.first = self.last = 0.0
@@ -148,9 +151,13 @@ class Burst:
         if event.is_directory and event.event_type == "modified":
             return  # a folder's own entries changed: its files' events say which
         for path in (event.src_path, getattr(event, "dest_path", "")):
-            path = os.fsdecode(path)
-            rules = os.path.basename(path) in IGNORE_FILES  # which files every folder lists may have changed
-            rel = _relative(self.root, path) if path else None
+            if not path:
+                continue
+            raw = os.path.relpath(os.fsdecode(path), self.root).replace(os.sep, "/")
+            if any(raw == p or raw.startswith(p + "/") for p in self.ignored):
+                continue
+            rules = raw.rpartition("/")[2] in IGNORE_FILES  # which files every folder lists may have changed
+            rel = _shown(raw)
             if rel is None and not rules:
                 continue
             folder, deep = (
@@ -173,11 +180,10 @@ class Burst:
         return {"folders": sorted([folder, deep] for folder, deep in folders.items())}
 
 
-def _relative(root: str, path: str) -> str | None:
-    """The workspace-relative posix path of a noticed one; None outside the root, hidden (as ``confine.hidden``,
-    not imported: this child stays light), or the root itself."""
-    rel = os.path.relpath(path, root).replace(os.sep, "/")
-    if rel == "." or rel.startswith("../") or any(part.startswith(".") for part in rel.split("/")):
+def _shown(rel: str) -> str | None:
+    """A noticed workspace-relative path, or None outside the root, hidden (as ``confine.hidden``, not imported:
+    this child stays light), or the root itself."""
+    if rel == "." or any(part.startswith(".") for part in rel.split("/")):
         return None
     return rel
 
@@ -188,14 +194,14 @@ def _say(said: dict) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """``ROOT``: watch it until stdin closes."""
+    """``ROOT [IGNORED...]``: watch ROOT, nothing under the IGNORED folders, until stdin closes."""
     root = str(Path(argv[0]).resolve())
     with contextlib.suppress(AttributeError, OSError):
         os.nice(NICENESS)
     from watchdog import events  # the child's alone: the server never imports watchdog
     from watchdog.observers import Observer
 
-    burst = Burst(root)
+    burst = Burst(root, [str(Path(p).resolve()) for p in argv[1:]])
     observer = Observer()
     changes = [  # not opened, read or closed: every search and index build reads the whole tree
         events.FileCreatedEvent,

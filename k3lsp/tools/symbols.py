@@ -126,7 +126,8 @@ class SymbolIndex:
         that one ends (``wait`` waits for both)."""
         with self._lock:
             if self._notices is None:  # the watch starts before the first whole refresh: it covers what follows
-                self._notices = notices.Notices(self.root, self.refresh)
+                unlisted = (*confine.secret_places(), self.path.parent)  # the index's own writes among them
+                self._notices = notices.Notices(self.root, self.refresh, unlisted)
             if self._running:
                 self._again = force or self._again is True
                 return

@@ -129,9 +129,19 @@ def test_noticed_paths_are_vetted_as_a_whole_listing_vets_them(ws, tmp_path):
     assert defined(index, "stolen_ignored") == ["gen/g.c"]  # no longer ignored, and in the tree
 
 
+def test_an_index_kept_inside_the_workspace_does_not_refresh_itself_for_ever(ws, monkeypatch):
+    monkeypatch.setenv("K3LSP_CACHE_DIR", str(ws / "lib" / "k3cache"))  # each refresh writes into a watched folder
+    index = watched(ws)
+    (ws / "lib" / "delta.c").write_text("int delta(void)\n{\n\treturn 0;\n}\n")
+    assert until(lambda: defined(index, "delta") == ["lib/delta.c"] and not index.status().building)
+    updated = index.status().updated
+    time.sleep(4 * notices.QUIET)  # a refresh's own writes, noticed, would have started another by now
+    assert index.status().updated == updated and not index.status().building
+
+
 def test_without_a_watch_the_whole_tree_is_refreshed_as_before(ws, monkeypatch):
     said = json.dumps({"unwatched": "inotify's watch limit"})
-    monkeypatch.setattr(notices, "command", lambda root: [sys.executable, "-c", f"print({said!r})"])
+    monkeypatch.setattr(notices, "command", lambda root, ignored: [sys.executable, "-c", f"print({said!r})"])
     index = symbols.index_for(ws)
     index.refresh(force=True)
     assert index.wait(SECONDS) and until(lambda: index._notices.why == "inotify's watch limit")
@@ -146,7 +156,7 @@ def test_without_a_watch_the_whole_tree_is_refreshed_as_before(ws, monkeypatch):
 
 def test_a_burst_names_the_folders_to_list_again(tmp_path):
     root = str(tmp_path)
-    burst = notices.Burst(root)
+    burst = notices.Burst(root, [f"{root}/cache"])
     for event in (
         FileModifiedEvent(f"{root}/lib/a.c"),
         FileClosedEvent(f"{root}/lib/b.c"),  # nothing changed
@@ -155,6 +165,8 @@ def test_a_burst_names_the_folders_to_list_again(tmp_path):
         DirMovedEvent(f"{root}/old", f"{root}/lib/old"),
         FileModifiedEvent(f"{root}/.git/index"),  # hidden: never listed, never said
         FileModifiedEvent(f"{root}/lib/.a.c.swp"),
+        FileModifiedEvent(f"{root}/cache/index/i.sqlite3"),  # ignored: the index's own folder
+        FileModifiedEvent(f"{root}/cache/.gitignore"),  # even an ignore file there
     ):
         burst.dispatch(event)
     assert burst.ended() is None  # not QUIET yet
