@@ -11,9 +11,8 @@ workspace audit (or ``bench/kernel_scale.py``), with several files in flight, ke
 the language server calls as it starts: spawning it and importing the parsers there takes half a second, which
 the first file opened waited for when the worker started on the first split; the others start on the first
 split that finds the workers before them busy. Until that first worker is ready (started by the first split, if
-that comes first), a text of at most
-``WHILE_STARTING`` characters is split in this process (a 60 kB file: about 10 ms of parse), so the first file
-opened, when small, does not wait half a second for it.
+that comes first), a text of at most ``WHILE_STARTING`` characters is split in this process, on the event loop (a
+60 kB file: about 10 ms of parse), so the first file opened, when small, does not wait half a second for it.
 """
 
 from __future__ import annotations
