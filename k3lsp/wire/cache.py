@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -380,13 +381,9 @@ def make_private(path: Path) -> None:
     folders it creates above are 0700 too: the symbol index (``<cache dir>/index/``) made first once left the
     cache folder 0755 for a moment, and the next process to open the cache said so on stderr."""
     folder = path.parent
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    for made in reversed(missing):
-        made.mkdir(exist_ok=True, mode=0o700)
-    folder = path.parent
+    for above in reversed(list(itertools.takewhile(lambda p: not p.exists(), folder.parents))):
+        above.mkdir(exist_ok=True, mode=0o700)
+    folder.mkdir(exist_ok=True, mode=0o700)  # FileExistsError where a file has its name
     _owned_and_private(folder, folder.stat(), 0o700)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
