@@ -84,12 +84,13 @@ class Notices:
 
     def take(self) -> list[Folder] | None:
         """The folders changed since the last take, or None when a burst was too wide to name them: the whole
-        tree. Forgotten here (``give_back`` if their refresh fails)."""
+        tree. Forgotten here (``add`` them back if their refresh fails)."""
         with self._lock:
             folders, wide, self._folders, self._all = sorted(self._folders.items()), self._all, {}, False
         return None if wide else folders
 
-    def give_back(self, folders: list[Folder]) -> None:
+    def add(self, folders: list[Folder]) -> None:
+        """Folders to list again: noticed, or given back by a refresh that failed."""
         with self._lock:
             for folder, deep in folders:
                 self._folders[folder] = self._folders.get(folder, False) or deep
@@ -111,19 +112,16 @@ class Notices:
         for line in self._child.stdout:
             try:
                 said = json.loads(line)
-            except ValueError:
-                continue
+                folders = [(str(folder), bool(deep)) for folder, deep in said.get("folders", ())]
+            except (ValueError, TypeError, AttributeError):
+                continue  # not a line of ours
+            self.add(folders)
             with self._lock:
                 if "watching" in said:
                     self.since = time.monotonic()
-                elif "folders" in said:
-                    for folder, deep in said["folders"]:
-                        self._folders[folder] = self._folders.get(folder, False) or bool(deep)
-                elif "all" in said:
-                    self._all = True
-                elif "unwatched" in said:
-                    self.why = str(said["unwatched"])
-            if "folders" in said or "all" in said:
+                self._all = self._all or "all" in said
+                self.why = str(said.get("unwatched", self.why))
+            if folders or "all" in said:
                 self._changed()
         with self._lock:
             self.since = None

@@ -169,7 +169,7 @@ class SymbolIndex:
             log.exception("symbol index of %s: refresh failed", self.root)
             self.error = f"{e.__class__.__name__}: {e}"
             if folders is not None and self._notices is not None:
-                self._notices.give_back(folders)
+                self._notices.add(folders)
         finally:
             with self._lock:
                 self._ended, self._running = time.monotonic(), False
