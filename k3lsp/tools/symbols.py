@@ -119,20 +119,21 @@ class SymbolIndex:
 
     # --- building -----------------------------------------------------------------------------------------
 
-    def refresh(self, *, force: bool = False) -> None:
+    def refresh(self, *, force: bool = False, watch: bool = True) -> None:
         """Bring the index up to date in the background: the folders the change notices named, or, while they
         do not cover every change since a whole refresh, the whole tree (unless the last refresh ended under
         REFRESH_SECONDS ago). ``force``: the whole tree now. Asked for while a refresh runs, it starts when
-        that one ends (``wait`` waits for both)."""
+        that one ends (``wait`` waits for both). ``watch``: start the notices if they have not started; a
+        lookup does, ``warm`` does not (a process that audits but never looks anything up needs no watch)."""
         with self._lock:
-            if self._notices is None:  # the watch starts before the first whole refresh: it covers what follows
+            if self._notices is None and watch:  # whole refreshes from now on are covered by the notices
                 unlisted = (*confine.secret_places(), self.path.parent)  # the index's own writes among them
                 self._notices = notices.Notices(self.root, self.refresh, unlisted)
             if self._running:
                 self._again = force or self._again is True
                 return
-            folders = self._notices.take()
-            if force or not self._notices.covers(self._whole):
+            folders = self._notices.take() if self._notices is not None else None
+            if force or self._notices is None or not self._notices.covers(self._whole):
                 stale = force or not self._ended or time.monotonic() - self._ended >= REFRESH_SECONDS
                 folders = None if stale else []  # the whole listing sees what the notices named
             if folders == []:
@@ -150,7 +151,7 @@ class SymbolIndex:
 
     async def ready(self) -> Status:
         """Await the running refresh (started if none ran) without blocking the event loop."""
-        self.refresh()
+        self.refresh(watch=False)
         await asyncio.to_thread(self.wait, None)
         return self.status()
 
@@ -177,7 +178,7 @@ class SymbolIndex:
                 if again is None:
                     self._built.set()
         if again is not None:
-            self.refresh(force=again)
+            self.refresh(force=again, watch=False)
 
     def _build(self, folders: list[notices.Folder] | None) -> str:
         """The refresh in its child process (``k3lsp.tools.build``); what it did."""
@@ -348,6 +349,8 @@ def warm(root: str | os.PathLike[str]) -> None:
     with _registry_lock:
         index = _indexes.get(base)
     if index is not None and index.path.parent == index_dir():
-        index.refresh()
+        index.refresh(watch=False)
     else:
-        threading.Thread(target=lambda: index_for(base).refresh(), name="k3lsp-index-open", daemon=True).start()
+        threading.Thread(
+            target=lambda: index_for(base).refresh(watch=False), name="k3lsp-index-open", daemon=True
+        ).start()

@@ -5,6 +5,7 @@ and swapped folders add nothing); and without a watch the index refreshes the wh
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import time
 import pytest
 from watchdog.events import DirCreatedEvent, DirMovedEvent, FileClosedEvent, FileModifiedEvent, FileMovedEvent
 
-from k3lsp.tools import notices, symbols
+from k3lsp.tools import notices, sandbox, symbols
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ctags") is None, reason="needs universal-ctags: apt-get install universal-ctags"
@@ -54,6 +55,15 @@ def until(held, seconds: float = SECONDS) -> bool:
 
 def defined(index: symbols.SymbolIndex, name: str) -> list[str]:
     return [tag.path for tag in index.definitions(name)]
+
+
+def test_a_build_awaited_or_warmed_starts_no_watch_until_a_lookup(ws):
+    index = symbols.index_for(ws)
+    asyncio.run(index.ready())  # what `k3lsp review` does; an audit warms the index
+    symbols.warm(ws)
+    assert index._notices is None and defined(index, "alpha") == ["lib/alpha.c"]
+    ok, _ = sandbox.run_tool(ws, "find_definition", {"symbol": "alpha"})  # the model looks something up
+    assert ok and index._notices is not None
 
 
 def test_a_change_is_indexed_from_its_folder_alone(ws):
