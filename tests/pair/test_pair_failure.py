@@ -47,8 +47,10 @@ async def test_killing_rank_1_fails_open_requests_and_rank_0_exits(tiny_model, t
 async def test_a_stop_signal_racing_the_peer_death_still_says_rank_failure(tiny_model, tmp_path):
     """mlx.launch sends rank 0 SIGTERM as soon as rank 1 dies, often before rank 0's engine has noticed: here the
     request waits for its editor's tool result (the engine idle, the next tick 60 s away) and the signal follows
-    the kill at once. Rank 0 takes a turn on the signal, its exchange finds the dead peer, and the request ends
-    with rank_failure, not shutdown (a fixed grace before stopping said shutdown)."""
+    rank 1's death at once (not before it: a SIGTERM sent before the killed rank had closed its sockets could let
+    rank 0's turn exchange with it under load, and said shutdown). Rank 0 takes a turn on the signal, its exchange
+    finds the dead peer, and the request ends with rank_failure, not shutdown (a fixed grace before stopping said
+    shutdown)."""
     script = [{"unit": "asks", "turns": [kimi.turn(("read_lines", {"path": "src/f.c", "start": 1, "end": 2}))]}]
     path = tmp_path / "script.json"
     path.write_text(json.dumps(script))
@@ -60,6 +62,7 @@ async def test_a_stop_signal_racing_the_peer_death_still_says_rank_failure(tiny_
                 if (await wire.next_for("asks"))["kind"] == "tool_request":
                     break
             os.kill(pids[1], signal.SIGKILL)
+            assert wait_gone([pids[1]], 30)  # dead, its sockets closed, as mlx.launch sees it before its SIGTERM
             os.kill(pids[0], signal.SIGTERM)
             msgs = await wire.finish("asks")
         assert msgs[-1]["kind"] == "error" and msgs[-1]["code"] == "rank_failure", msgs[-1]
