@@ -110,8 +110,7 @@ def _size(path: Path) -> int:
 def measured_rate(status: dict) -> float | None:
     """The prefill rate the first connected daemon measured (``k3lsp.status``'s ``backend.engine``: tokens prefilled
     over its engine's prefill seconds); None before it has prefilled anything, or with no daemon connected."""
-    backend = status.get("backend")
-    engine = backend.get("engine") if isinstance(backend, dict) else None
+    engine = _backend(status).get("engine")
     if not isinstance(engine, dict):
         return None
     tokens, seconds = engine.get("prefilled_tokens"), (engine.get("step_seconds") or {}).get("prefill")
@@ -123,13 +122,17 @@ def measured_rate(status: dict) -> float | None:
 def measured_prompt(status: dict) -> tuple[float, int] | None:
     """The tokens one audit's prompt cost the first connected daemon to prefill (its cached prefix left out),
     on average, and over how many audits; None before it has audited anything, or with no daemon connected."""
-    backend = status.get("backend")
-    if not isinstance(backend, dict):
-        return None
+    backend = _backend(status)
     audits, tokens = backend.get("audits_prefilled"), backend.get("audit_prefilled_tokens")
     if isinstance(audits, int) and isinstance(tokens, int) and audits > 0 and tokens > 0:
         return tokens / audits, audits
     return None
+
+
+def _backend(status: dict) -> dict:
+    """The first connected daemon's own status in ``k3lsp.status`` (empty with none connected)."""
+    backend = status.get("backend")
+    return backend if isinstance(backend, dict) else {}
 
 
 def offered(root: Path, options: Options, open_paths: set[Path], in_git: bool) -> list[Scope]:

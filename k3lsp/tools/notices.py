@@ -93,7 +93,7 @@ class Notices:
         """Folders to list again: noticed, or given back by a refresh that failed."""
         with self._lock:
             for folder, deep in folders:
-                self._folders[folder] = self._folders.get(folder, False) or deep
+                _merge(self._folders, folder, deep)
 
     def close(self) -> None:
         """End the child (its stdin closed, then killed if it lingers)."""
@@ -162,7 +162,7 @@ class Burst:
                 ("", True) if rules else (rel, True) if event.is_directory else (rel.rpartition("/")[0], False)
             )
             with self.lock:
-                self.folders[folder] = self.folders.get(folder, False) or deep
+                _merge(self.folders, folder, deep)
                 self.last = time.monotonic()
                 self.first = self.first or self.last
 
@@ -176,6 +176,11 @@ class Burst:
         if len(folders) > MAX_FOLDERS:
             return {"all": f"{len(folders)} folders changed"}
         return {"folders": sorted([folder, deep] for folder, deep in folders.items())}
+
+
+def _merge(folders: dict[str, bool], folder: str, deep: bool) -> None:
+    """A folder added to a set of them: with its subfolders if either said so."""
+    folders[folder] = folders.get(folder, False) or deep
 
 
 def _shown(rel: str) -> str | None:
