@@ -196,9 +196,24 @@ def code_server(
                 env=full_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: `stop` ends the extension host and the language server too
             )
         try:
             url = _listening(log, proc, start_timeout)
             yield CodeServer(url, user_data, workspace, proc, log)
         finally:
             stop(proc)
+            _await_group_end(proc.pid)
+
+
+def _await_group_end(group: int, timeout: float = 10.0) -> None:
+    """Wait until no process of ``group`` is left: the extension host outlived code-server's main process and wrote
+    its workspace storage while the temporary folder was being removed ("Directory not empty" in CI)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"processes of code-server's group {group} still run {timeout:.0f} s after it was stopped")
