@@ -30,7 +30,7 @@ OPEN, SEP, CLOSE, EOS = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
 MEDIA_TOKENS = ["<|media_begin|>", "<|media_content|>", "<|media_pad|>", "<|media_end|>"]
 RESERVED_TOKENS = [f"<|reserved_token_{i}|>" for i in range(16)]
 SPECIAL_TOKENS = [OPEN, CLOSE, SEP, EOS, *MEDIA_TOKENS, *RESERVED_TOKENS]  # eos is id 3
-VOCAB_SIZE = 512
+VOCAB_SIZE = 1024
 BASE_HIDDEN = 64  # the tiny checkpoint's width; tiny_config scales every other width with hidden
 DIALECTS = ("k3", "jinja")
 REMOTE_CODE = "tokenization_kimi.py"
@@ -73,7 +73,7 @@ CHAT_TEMPLATE = r"""
 """.strip()
 
 # Training text: the markup the template produces plus kernel-style C, so that both tokenize
-# into a few hundred merges.
+# into several hundred merges.
 _MARKUP = [
     '<|open|>message role="system"<|sep|>You audit C code for security bugs.<|close|>message<|sep|>',
     '<|open|>message role="user"<|sep|>Audit the function below.<|close|>message<|sep|><|end_of_msg|>',

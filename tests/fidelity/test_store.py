@@ -9,6 +9,7 @@ import pytest
 
 from backend.fidelity.compare import compare
 from backend.fidelity.store import _TAIL, MAGIC, TRAILER, Base, BaseError
+from backend.tiny import VOCAB_SIZE
 from tests.fidelity.conftest import WINDOW
 
 
@@ -141,7 +142,7 @@ def test_generate_needs_trace_prompts(tiny_model, corpus_dir, tmp_path):
     [
         ({}, "nothing to record"),
         ({"window": 1}, "at least 2 tokens"),
-        ({"top_k": 512}, "--top-k must be in 1..511"),
+        ({"top_k": VOCAB_SIZE}, f"--top-k must be in 1..{VOCAB_SIZE - 1}"),
         ({"corpora": ["/nonexistent/dir"]}, "must be a directory"),
     ],
 )

@@ -45,7 +45,7 @@ async def test_the_cached_tokens_read_the_same_for_a_right_and_a_wrong_guess_of_
     async with team.wire(daemon.endpoint, "alice", timeout=120) as alice:
         await audit(alice, "a1", "open_vault", context("VAULT"))
     async with team.wire(daemon.endpoint, "mallory", timeout=120) as mallory:
-        wrong = await audit(mallory, "m1", "guess", context("QUERY"))  # the same length, another secret
+        wrong = await audit(mallory, "m1", "guess", context("WAULT"))  # another secret, as many tokens
         right = await audit(mallory, "m2", "guess", context("VAULT"))
     assert wrong["cached_tokens"] > 0  # the system prompt alice's audit left: shared by everyone
     assert right["cached_tokens"] == wrong["cached_tokens"], (wrong, right)
