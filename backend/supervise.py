@@ -248,7 +248,7 @@ class Supervisor:
         the previous pair's ranks still holding the model's memory or the ring's ports."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _group_alive(pgid):
+            if not group_alive(pgid):
                 return
             time.sleep(0.1)
         say(f"the pair did not stop within {timeout:g} s: killing what is left of it")
@@ -256,7 +256,7 @@ class Supervisor:
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether a process of group ``pgid`` still runs. On Linux a zombie does not count (an orphaned rank may wait
     for a reaper that is slow or absent in a container); elsewhere launchd reaps orphans at once."""
     proc = Path("/proc")
