@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from k3lsp.wire import isolated
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A SIGTERM that lands in code run by exec of a string, as it does in a dataclass's methods while one is imported.
@@ -84,3 +86,22 @@ def test_a_signal_wherever_it_lands_ends_the_command_with_one_line_and_128_plus_
     done = ended(tmp_path, source)
     assert done.returncode == 128 + sig, done.stderr
     assert done.stderr.splitlines() == [f"interrupted: interrupted by {signal.Signals(sig).name}"]
+
+
+def test_a_sigint_while_an_isolated_child_imports_its_command_ends_it_with_one_line_and_130(tmp_path, monkeypatch):
+    """A child started by ``isolated.python_command`` (the demo's ``k3lsp status``, the daemon, the index's
+    children) and interrupted before its command reached ``ending.run``, while its modules import: Ctrl-C in the
+    demo printed that child's KeyboardInterrupt traceback."""
+    (tmp_path / "slow_command.py").write_text("import slow_dependency\n")
+    (tmp_path / "slow_dependency.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(30)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the child imports from where this process does
+    command = isolated.python_command("slow_command")
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "importing\n"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert err.splitlines() == ["slow_command: interrupted by SIGINT"]
