@@ -75,6 +75,11 @@ def _k3lsp(*args: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = [path for path in args.paths if not Path(path).exists()]
+    for path in missing:  # said before a checkpoint is built or a daemon started for nothing
+        print(f"k3-backend demo: {path}: no such file or directory", file=sys.stderr)
+    if missing:
+        return 2
     if args.endpoint:
         return _audit(args.endpoint, args.paths)
     if not args.model:

@@ -1,5 +1,6 @@
 """`k3-backend` imports only the chosen subcommand's module: help and key set-up never load mlx."""
 
+import os
 import subprocess
 import sys
 
@@ -40,3 +41,16 @@ def test_serve_refuses_a_bad_effort_budget_before_loading_anything(tmp_path):
     done = run("serve", "--model", str(tmp_path / "none"), "--effort-tokens", "medium=5")
     assert "--effort-tokens wants EFFORT=N with EFFORT in off, low, high, max" in done.stderr, done.stderr
     assert "cannot load model" not in done.stderr
+
+
+def test_the_demo_refuses_a_missing_path_before_building_or_starting_anything(tmp_path):
+    env_cache = tmp_path / "user-cache"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "demo", str(tmp_path / "no-such.c")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"XDG_CACHE_HOME": str(env_cache)},  # where the tiny checkpoint would be built
+    )
+    assert f"k3-backend demo: {tmp_path / 'no-such.c'}: no such file or directory" in done.stderr, done.stderr
+    assert not env_cache.exists() and "starting k3-backend" not in done.stdout  # no checkpoint, no daemon
