@@ -45,7 +45,13 @@ def start(
     ``echo`` gets each line before it (what the daemon is doing: loading the weights, compiling the kernels).
     The daemon imports nothing from ``cwd`` (k3lsp.wire.isolated): the demo starts it in the user's directory.
     """
-    proc = subprocess.Popen(
+    proc = spawn(serve_args, stderr=stderr, cwd=cwd)
+    return proc, ready(proc, ready_timeout, line, echo)
+
+
+def spawn(serve_args: list[str], *, stderr: IO | int | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """The `serve` process, its stdout a text pipe for ``ready``, leading a process group of its own."""
+    return subprocess.Popen(
         isolated.python_command("backend.cli", "serve", *serve_args, unbuffered=True),
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -53,8 +59,17 @@ def start(
         text=True,
         process_group=0,  # its own group: what it starts (mlx's kernel compilers) ends with it in stop()
     )
+
+
+def ready(
+    proc: subprocess.Popen, timeout: float = 180.0, line: str = READY, echo: Callable[[str], None] | None = None
+) -> str:
+    """The endpoint of ``proc``'s ``line`` (see ``start``), or LaunchError with ``proc`` stopped.
+
+    ``proc`` is anything shaped like a Popen with a text stdout: tests fork their daemons (tests/support/zygote.py).
+    """
     try:
-        endpoint, exited = wait_ready(proc, ready_timeout, line, echo)
+        endpoint, exited = wait_ready(proc, timeout, line, echo)
     except BaseException:  # interrupted while it starts (k3lsp.wire.ending): the daemon must not outlive us
         stop(proc)
         raise
@@ -63,8 +78,8 @@ def start(
             code = stop(proc, grace=EXIT_GRACE)
             raise LaunchError(f"k3-backend serve exited with code {code} before it was ready")
         code = stop(proc)
-        raise LaunchError(f"k3-backend serve was not ready within {ready_timeout:g} s (stopped, exit code {code})")
-    return proc, endpoint
+        raise LaunchError(f"k3-backend serve was not ready within {timeout:g} s (stopped, exit code {code})")
+    return endpoint
 
 
 def wait_ready(
