@@ -1,7 +1,8 @@
 """A real `k3-backend serve` process for tests, and a raw DEALER to talk to it.
 
 `serving(model, script=..., args=...)` starts the daemon as its own process on a private ipc socket (in a
-fresh 0700 directory, like the default one), waits (bounded) for its ready line, yields a `Daemon` with the
+fresh 0700 directory, like the default one), forked from the worker's zygote (tests/support/zygote.py: the
+daemon's imports are done once per worker), waits (bounded) for its ready line, yields a `Daemon` with the
 endpoint, and stops the process by PID at the end (SIGTERM, then SIGKILL if it does not exit). LSP, CLI and
 editor tests reuse it with their own scripts; `bind=` gives another endpoint (plain tcp needs --insecure).
 
@@ -30,6 +31,7 @@ import zmq.asyncio
 from backend import launch
 from backend.launch import stop
 from k3lsp.wire import protocol
+from tests.support import zygote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 @dataclass
 class Daemon:
     endpoint: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen | zygote.Forked
     log: Path  # the daemon's stderr
     traces: Path  # its --trace-file: one JSON line per finished conversation
 
@@ -87,9 +89,8 @@ def serving(
         log = Path(tmp) / "daemon.log"
         with open(log, "wb") as err:
             try:
-                proc, endpoint = launch.start(
-                    [*cmd, *args], stderr=err, ready_timeout=ready_timeout, cwd=cwd, line=until
-                )
+                proc = (zygote.spawn if zygote.USABLE else launch.spawn)([*cmd, *args], stderr=err, cwd=cwd)
+                endpoint = launch.ready(proc, ready_timeout, until)
             except launch.LaunchError as exc:
                 raise RuntimeError(f"{exc}:\n{log.read_text()[-3000:]}") from exc
         try:
