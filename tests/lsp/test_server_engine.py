@@ -11,10 +11,14 @@ from k3lsp.cli import batch
 from k3lsp.core.options import Options
 from k3lsp.wire.cache import ResultCache
 from tests.lsp import scripted
+from tests.support import kimi
 from tests.support.daemon import serving
 from tests.support.lsp import editor
 
 LIMIT = 3000  # prompt tokens: the demo's functions fit (~1.4k with the tiny tokenizer), HUGE does not
+# copy_msg's reasoning: about 700 tokens to decode, so its decode outlasts the bar's pacing (a report a
+# second) on any machine, which a decode of a hundred tokens did only on a loaded one
+LONG_WHY = scripted.COPY_WHY + " " + " ".join(f"step {i}" for i in range(100))
 BODY = "".join(f"\tv[{i}] = v[{i + 1}] * {i};\n" for i in range(300))
 HUGE = f"static int huge(int *v)\n{{\n{BODY}\treturn 0;\n}}\n"
 
@@ -22,7 +26,8 @@ HUGE = f"static int huge(int *v)\n{{\n{BODY}\treturn 0;\n}}\n"
 @pytest.fixture(scope="module")
 def limited(tiny_model):
     args = [*scripted.DAEMON_ARGS, "--max-prompt-tokens", str(LIMIT)]
-    with serving(tiny_model, script=scripted.SCRIPT, args=args) as d:
+    copy = kimi.turn(("report_finding", scripted.COPY_FINDING), reasoning=LONG_WHY)
+    with serving(tiny_model, script=[{"unit": "copy_msg", "turns": [copy]}, *scripted.SCRIPT], args=args) as d:
         yield d
 
 
