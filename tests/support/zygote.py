@@ -1,4 +1,4 @@
-"""The tests' daemons forked from one Python per pytest worker that has imported the daemon's modules already.
+"""The tests' daemons forked from one Python per pytest worker (or bench script) that imported the daemon's code.
 
 A daemon started from scratch spends about 2 CPU-s before it reads its arguments, importing mlx-lm, which
 imports transformers (which reads the 3,344 files of its models folder at every import); the suite starts
