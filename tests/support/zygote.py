@@ -88,6 +88,7 @@ class _Zygote:
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             cwd=REPO,
+            process_group=0,  # a Ctrl-C at the terminal ends the worker, whose going ends this (and its daemons)
         )
         theirs.close()
         self.control = ours
